@@ -93,15 +93,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """preexec_fn: SIGKILL the child when the parent dies (Linux), so a killed pytest leaks nothing.
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A preexec_fn that SIGKILLs the child when its parent dies (Linux), so a killed pytest leaks
+    no servers.
 
-    PR_SET_PDEATHSIG fires when the *thread* that forked exits, so ControlPlane should be started
-    from a long-lived thread (the main thread in pytest and in ``ftbench dev up``).
+    libc is loaded here, in the parent, so the forked child only makes the prctl call. Note that
+    PR_SET_PDEATHSIG fires when the *thread* that forked exits: start ControlPlane from a
+    long-lived thread (the main thread in pytest and in ``ftbench dev up``).
     """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
     pr_set_pdeathsig = 1
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    def hook() -> None:  # pragma: no cover - runs in the forked child
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return hook
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -373,7 +384,7 @@ class ControlPlane:
             cwd=self.workdir,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=_die_with_parent_hook(),
         )
 
     def _wait(self, name: str, check: Callable[[], bool], timeout: float) -> None:

@@ -1,0 +1,5 @@
+import sys
+
+from ftbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,90 @@
+"""Values that depend on the experiment, the catalog or other fields, resolved in one place.
+
+The spec keeps `None` for "the experiment's default"; everything downstream (rules, plan, docs)
+asks these functions instead of repeating the defaulting logic.
+"""
+
+from __future__ import annotations
+
+from ftbench.api.enums import DistributedBackend, TorchDtype
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog, ExperimentEntry, ModelEntry
+
+DEFAULT_LORA_R = 4
+DEFAULT_LORA_ALPHA = 16
+DEFAULT_DATASET_TEXT_FIELD = "output"
+
+
+def experiment_of(spec: FineTuneExperimentSpec, catalog: Catalog) -> ExperimentEntry:
+    return catalog.experiments[spec.experiment]
+
+
+def model_of(spec: FineTuneExperimentSpec, catalog: Catalog) -> ModelEntry | None:
+    return catalog.models.get(spec.model)
+
+
+def gpus_per_node(spec: FineTuneExperimentSpec) -> int:
+    return spec.number_gpus // spec.number_nodes
+
+
+def processes_per_node(spec: FineTuneExperimentSpec) -> int:
+    """One process per GPU; a CPU node (0 GPUs) runs one process."""
+    return max(1, gpus_per_node(spec))
+
+
+def world_size(spec: FineTuneExperimentSpec) -> int:
+    return processes_per_node(spec) * spec.number_nodes
+
+
+def per_device_batch_size(spec: FineTuneExperimentSpec) -> int:
+    """Seed 001: batch_size is evenly distributed over max(1, number_gpus) devices.
+
+    Multi-node CPU runs (0 GPUs) split the batch over their processes so the effective batch holds.
+    """
+    return max(1, spec.batch_size // max(spec.number_gpus, world_size(spec)))
+
+
+def torch_dtype(spec: FineTuneExperimentSpec, catalog: Catalog) -> TorchDtype:
+    return spec.torch_dtype or experiment_of(spec, catalog).default_torch_dtype
+
+
+def distributed_backend(spec: FineTuneExperimentSpec) -> DistributedBackend | None:
+    """None for one process (the seed runs tuning.sft_trainer directly); FSDP by default otherwise."""
+    if world_size(spec) <= 1:
+        return None
+    return spec.distributed_backend or DistributedBackend.FSDP
+
+
+def lora_r(spec: FineTuneExperimentSpec) -> int:
+    return spec.r if spec.r is not None else DEFAULT_LORA_R
+
+
+def lora_alpha(spec: FineTuneExperimentSpec) -> int:
+    return spec.lora_alpha if spec.lora_alpha is not None else DEFAULT_LORA_ALPHA
+
+
+def target_modules(spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[str, ...] | None:
+    if spec.target_modules:
+        return tuple(spec.target_modules)
+    model = model_of(spec, catalog)
+    return model.target_modules if model else None
+
+
+def fsdp_layer_classes(spec: FineTuneExperimentSpec, catalog: Catalog) -> str | None:
+    if spec.accelerate_config_fsdp_transformer_layer_cls_to_wrap:
+        return spec.accelerate_config_fsdp_transformer_layer_cls_to_wrap
+    model = model_of(spec, catalog)
+    return model.layer_class if model else None
+
+
+def max_steps(spec: FineTuneExperimentSpec, catalog: Catalog) -> int:
+    fixed = experiment_of(spec, catalog).max_steps
+    return fixed if fixed is not None else spec.max_steps
+
+
+def trials(spec: FineTuneExperimentSpec, catalog: Catalog) -> int:
+    return experiment_of(spec, catalog).trials
+
+
+def dataset_text_field(spec: FineTuneExperimentSpec) -> str:
+    return spec.dataset_text_field or DEFAULT_DATASET_TEXT_FIELD

@@ -1,0 +1,131 @@
+"""Closed value sets of the API, with the seed's spelling (they end up as CRD enums)."""
+
+from enum import StrEnum
+
+
+class Experiment(StrEnum):
+    """The five experiments of the SFTTrainer actuator (seed 001), names kept verbatim."""
+
+    FULL = "finetune_full_benchmark-v1.0.0"
+    FULL_STABILITY = "finetune_full_stability-v1.0.0"
+    LORA = "finetune_lora_benchmark-v1.0.0"
+    # The seed spells it "gtpq"; users copy that name from ado, so we keep it.
+    GPTQ_LORA = "finetune_gtpq-lora_benchmark-v1.0.0"
+    PROMPT_TUNING = "finetune_pt_benchmark-v1.0.0"
+
+
+class Engine(StrEnum):
+    FMS_HF_TUNING = "fms-hf-tuning"
+    TRL = "trl"
+
+
+class TorchDtype(StrEnum):
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+
+
+class DistributedBackend(StrEnum):
+    FSDP = "FSDP"
+    DDP = "DDP"
+
+
+class AutoStopMethod(StrEnum):
+    WARMUP_60S_STABLE_120S_OR_10_STEPS = "WARMUP_60S_STABLE_120S_OR_10_STEPS"
+
+
+class FsdpShardingStrategy(StrEnum):
+    FULL_SHARD = "FULL_SHARD"
+    SHARD_GRAD_OP = "SHARD_GRAD_OP"
+    NO_SHARD = "NO_SHARD"
+    HYBRID_SHARD = "HYBRID_SHARD"
+    HYBRID_SHARD_ZERO2 = "HYBRID_SHARD_ZERO2"
+
+
+class FsdpStateDictType(StrEnum):
+    FULL_STATE_DICT = "FULL_STATE_DICT"
+    LOCAL_STATE_DICT = "LOCAL_STATE_DICT"
+    SHARDED_STATE_DICT = "SHARDED_STATE_DICT"
+
+
+class MixedPrecision(StrEnum):
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+class Runtime(StrEnum):
+    """How the pods are created. `auto` picks per the cluster profile (see docs/architecture.md)."""
+
+    AUTO = "auto"
+    JOB = "Job"
+    INDEXED_JOB = "IndexedJob"
+    PYTORCH_JOB = "PyTorchJob"
+
+
+# The fms-hf-tuning releases the seed lists, newest first; 2.1.2 is the seed's default.
+FMS_HF_TUNING_VERSIONS: tuple[str, ...] = (
+    "3.1.0",
+    "3.0.0.1",
+    "3.0.0",
+    "2.8.2",
+    "2.7.1",
+    "2.6.0",
+    "2.5.0",
+    "2.4.0",
+    "2.3.1",
+    "2.2.1",
+    "2.1.2",
+    "2.1.1",
+    "2.1.0",
+    "2.0.1",
+)
+DEFAULT_FMS_HF_TUNING_VERSION = "2.1.2"
+
+# The optimizers transformers' TrainingArguments accepts, as listed by seed 001.
+OPTIMIZERS: tuple[str, ...] = (
+    "adamw_hf",
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_torch_xla",
+    "adamw_torch_npu_fused",
+    "adamw_apex_fused",
+    "adafactor",
+    "adamw_anyprecision",
+    "adamw_torch_4bit",
+    "ademamix",
+    "sgd",
+    "adagrad",
+    "adamw_bnb_8bit",
+    "adamw_8bit",
+    "ademamix_8bit",
+    "lion_8bit",
+    "lion_32bit",
+    "paged_adamw_32bit",
+    "paged_adamw_8bit",
+    "paged_ademamix_32bit",
+    "paged_ademamix_8bit",
+    "paged_lion_32bit",
+    "paged_lion_8bit",
+    "rmsprop",
+    "rmsprop_bnb",
+    "rmsprop_bnb_8bit",
+    "rmsprop_bnb_32bit",
+    "galore_adamw",
+    "galore_adamw_8bit",
+    "galore_adafactor",
+    "galore_adamw_layerwise",
+    "galore_adamw_8bit_layerwise",
+    "galore_adafactor_layerwise",
+    "lomo",
+    "adalomo",
+    "grokadamw",
+    "schedule_free_adamw",
+    "schedule_free_sgd",
+)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'3.0.0.1' -> (3, 0, 0, 1); used to gate flags on the fms-hf-tuning release."""
+    return tuple(int(part) for part in version.split("."))

@@ -1,0 +1,30 @@
+"""The whole `FineTuneExperiment` object and the names Kubernetes knows it by."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ftbench.api.spec import ApiModel, FineTuneExperimentSpec
+from ftbench.api.status import FineTuneExperimentStatus
+
+GROUP = "ftbench.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "FineTuneExperiment"
+PLURAL = "finetuneexperiments"
+SINGULAR = "finetuneexperiment"
+SHORT_NAMES = ("fte",)
+CATEGORIES = ("ftbench",)
+ANNOTATION_PREFIX = "ftbench.io"
+
+
+class FineTuneExperiment(ApiModel):
+    """A fine-tuning benchmark: the spec says what to measure, the status what was measured."""
+
+    api_version: Literal["ftbench.io/v1alpha1"] = Field(API_VERSION, description="ftbench.io/v1alpha1")
+    kind: Literal["FineTuneExperiment"] = Field(KIND, description="FineTuneExperiment")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: FineTuneExperimentSpec
+    status: FineTuneExperimentStatus | None = None

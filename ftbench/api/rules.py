@@ -1,0 +1,366 @@
+"""Cross-field rules: one list, checked in Python by the CLI and the operator, and emitted as CEL
+`x-kubernetes-validations` into the CRD so current API servers reject the same specs at apply time.
+
+A rule's Python check and CEL expression must agree; tests/unit/test_rules_cel.py evaluates both
+on generated specs. Rules that need the catalog (which users can extend) have no CEL twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ftbench.api import effective
+from ftbench.api.enums import FMS_HF_TUNING_VERSIONS, Engine, version_tuple
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog, ExperimentEntry
+
+Check = Callable[[FineTuneExperimentSpec, Catalog], str | None]
+
+FAST_MOE_MIN_FMS = "2.4.0"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule: `check` returns None when satisfied, else the problem and how to fix it."""
+
+    id: str
+    field: str  # camelCase path under spec, e.g. "batchSize"
+    summary: str
+    check: Check
+    cel: str | None = None
+
+
+def _seed_rules() -> Iterator[Rule]:
+    def divisible_batch(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        devices = max(1, s.number_gpus)
+        if s.batch_size % devices == 0:
+            return None
+        return (
+            f"batchSize {s.batch_size} is not divisible by numberGpus {s.number_gpus}; "
+            f"use a multiple of {devices}, e.g. {devices * max(1, s.batch_size // devices)}"
+        )
+
+    yield Rule(
+        "is_valid.1",
+        "batchSize",
+        "batchSize must be divisible by max(1, numberGpus)",
+        divisible_batch,
+        "self.batchSize % (self.numberGpus > 0 ? self.numberGpus : 1) == 0",
+    )
+
+    def divisible_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.number_gpus % s.number_nodes == 0:
+            return None
+        return (
+            f"numberGpus {s.number_gpus} cannot be spread evenly over numberNodes {s.number_nodes}; "
+            f"use a multiple of {s.number_nodes} GPUs or fewer nodes"
+        )
+
+    yield Rule(
+        "is_valid.2",
+        "numberGpus",
+        "numberGpus must be divisible by numberNodes",
+        divisible_gpus,
+        "self.numberGpus % self.numberNodes == 0",
+    )
+
+    def gpu_model_set(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.number_gpus == 0 or s.gpu_model:
+            return None
+        return (
+            f"gpuModel is empty but numberGpus is {s.number_gpus}; set it to the GPU product label of the "
+            "nodes to run on, e.g. NVIDIA-A100-SXM4-80GB (kubectl get nodes -L nvidia.com/gpu.product)"
+        )
+
+    yield Rule(
+        "is_valid.5",
+        "gpuModel",
+        "gpuModel must be set when numberGpus > 0",
+        gpu_model_set,
+        "self.numberGpus == 0 || size(self.gpuModel) > 0",
+    )
+
+    def fast_moe_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.fast_moe == 0 or s.number_gpus % s.fast_moe == 0:
+            return None
+        return f"numberGpus {s.number_gpus} is not divisible by fastMoe {s.fast_moe}; use a divisor of numberGpus"
+
+    yield Rule(
+        "is_valid.6",
+        "fastMoe",
+        "numberGpus must be divisible by fastMoe",
+        fast_moe_gpus,
+        "self.fastMoe == 0 || self.numberGpus % self.fastMoe == 0",
+    )
+
+    def fast_moe_experts(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        if s.fast_moe == 0:
+            return None
+        model = effective.model_of(s, c)
+        experts = model.num_local_experts if model else None
+        if experts is None:
+            return (
+                f"fastMoe {s.fast_moe} needs a Mixture-of-Experts model, but {s.model} has no "
+                "num_local_experts in the catalog; set fastMoe to 0"
+            )
+        if experts % s.fast_moe:
+            return (
+                f"model {s.model} has {experts} experts, not divisible by fastMoe {s.fast_moe}; "
+                f"use a divisor of {experts}"
+            )
+        return None
+
+    yield Rule("is_valid.7", "fastMoe", "the model's num_local_experts must be divisible by fastMoe", fast_moe_experts)
+
+
+def _general_rules() -> Iterator[Rule]:
+    def max_steps_nonzero(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        return None if s.max_steps != 0 else "maxSteps 0 would train nothing; use -1 (run numTrainEpochs) or >= 1"
+
+    yield Rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", max_steps_nonzero, "self.maxSteps != 0")
+
+    fms_ok = [v for v in FMS_HF_TUNING_VERSIONS if version_tuple(v) >= version_tuple(FAST_MOE_MIN_FMS)]
+
+    def fast_moe_version(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.fast_moe == 0 or s.engine != Engine.FMS_HF_TUNING or s.fms_hf_tuning_version in fms_ok:
+            return None
+        return (
+            f"fastMoe needs fms-hf-tuning >= {FAST_MOE_MIN_FMS} (--fast_moe does not exist in "
+            f"{s.fms_hf_tuning_version}); set fmsHfTuningVersion to {fms_ok[-1]} or later, or fastMoe to 0"
+        )
+
+    yield Rule(
+        "engine.fast-moe-version",
+        "fmsHfTuningVersion",
+        f"fastMoe needs fms-hf-tuning >= {FAST_MOE_MIN_FMS}",
+        fast_moe_version,
+        "self.fastMoe == 0 || self.engine != 'fms-hf-tuning' || self.fmsHfTuningVersion in " + _cel_list(fms_ok),
+    )
+
+    def trl_acceleration(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.TRL or (s.fast_moe == 0 and s.fast_kernels is None):
+            return None
+        return (
+            "fastMoe and fastKernels are fms-acceleration plugins, which engine trl does not have; "
+            "use engine fms-hf-tuning or remove them"
+        )
+
+    yield Rule(
+        "engine.trl-acceleration",
+        "engine",
+        "fastMoe and fastKernels need engine fms-hf-tuning",
+        trl_acceleration,
+        "self.engine != 'trl' || (self.fastMoe == 0 && !has(self.fastKernels))",
+    )
+
+    def model_known(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        exp = effective.experiment_of(s, c)
+        model = effective.model_of(s, c)
+        if model is None:
+            return (
+                f"model {s.model!r} is not in the model catalog; pick one from `ftbench catalog models` "
+                "or add it with a model map"
+            )
+        if model.weights_for(exp.weights) is None:
+            what = "GPTQ pre-quantized" if exp.weights == "gptq" else "full-precision"
+            return (
+                f"model {s.model} has no {what} weights in the catalog, which {exp.name} needs; add them "
+                f"with a model map ({'GPTQ-Quantized' if exp.weights == 'gptq' else 'Vanilla'}: <id or path>)"
+            )
+        return None
+
+    yield Rule(
+        "catalog.model", "model", "the model is in the catalog with the weights the experiment loads", model_known
+    )
+
+    def dataset_known(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        dataset = c.datasets.get(s.dataset_id)
+        if dataset is None:
+            return f"datasetId {s.dataset_id!r} is unknown; use one of {', '.join(sorted(c.datasets))}"
+        model = effective.model_of(s, c)
+        if model is not None and (dataset.kind == "vision") != model.vision:
+            kind = "a vision" if dataset.kind == "vision" else "a text"
+            return f"datasetId {s.dataset_id} is {kind} dataset but model {s.model} is not; pick a matching pair"
+        return None
+
+    yield Rule("catalog.dataset", "datasetId", "the dataset is in the catalog and matches the model", dataset_known)
+
+    def lora_targets(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        if not effective.experiment_of(s, c).lora or effective.target_modules(s, c):
+            return None
+        return f"the catalog has no LoRA target modules for {s.model}; set targetModules, e.g. [q_proj, v_proj]"
+
+    yield Rule("catalog.lora-targets", "targetModules", "LoRA needs target modules", lora_targets)
+
+    def fsdp_layer(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        if effective.distributed_backend(s) != "FSDP" or effective.fsdp_layer_classes(s, c):
+            return None
+        return (
+            f"FSDP needs the transformer layer class of {s.model}, which the catalog does not know; set "
+            "accelerateConfigFsdpTransformerLayerClsToWrap (e.g. LlamaDecoderLayer) or distributedBackend DDP"
+        )
+
+    yield Rule(
+        "catalog.fsdp-layer", "accelerateConfigFsdpTransformerLayerClsToWrap", "FSDP needs a layer class", fsdp_layer
+    )
+
+
+def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
+    """Rules that hold for one experiment, derived from its catalog entry."""
+    name = exp.name.value
+    when = f"self.experiment != '{name}' || "
+
+    if not exp.multi_node:
+
+        def single_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+            if s.experiment != exp.name or s.number_nodes == 1:
+                return None
+            return f"{name} runs on a single node; set numberNodes to 1"
+
+        yield Rule(
+            f"experiment.{exp.method}.single-node",
+            "numberNodes",
+            f"{name}: one node",
+            single_node,
+            when + "self.numberNodes == 1",
+        )
+
+    dtypes = [d.value for d in exp.torch_dtypes]
+
+    def dtype_allowed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.experiment != exp.name or s.torch_dtype is None or s.torch_dtype in exp.torch_dtypes:
+            return None
+        return f"{name} allows torchDtype {' or '.join(dtypes)}, not {s.torch_dtype.value}; remove torchDtype"
+
+    yield Rule(
+        f"experiment.{exp.method}.torch-dtype",
+        "torchDtype",
+        f"{name}: torchDtype in {dtypes}",
+        dtype_allowed,
+        when + "!has(self.torchDtype) || self.torchDtype in " + _cel_list(dtypes),
+    )
+
+    backends = [b.value for b in exp.backends]
+
+    def backend_allowed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.experiment != exp.name or s.distributed_backend is None or s.distributed_backend in exp.backends:
+            return None
+        return f"{name} uses distributedBackend {' or '.join(backends)}; remove distributedBackend"
+
+    yield Rule(
+        f"experiment.{exp.method}.backend",
+        "distributedBackend",
+        f"{name}: backend in {backends}",
+        backend_allowed,
+        when + "!has(self.distributedBackend) || self.distributedBackend in " + _cel_list(backends),
+    )
+
+    engines = [e.value for e in exp.engines]
+
+    def engine_allowed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.experiment != exp.name or s.engine in exp.engines:
+            return None
+        return f"{name} needs engine {' or '.join(engines)} (its fused GPTQ kernels are fms-acceleration plugins)"
+
+    yield Rule(
+        f"experiment.{exp.method}.engine",
+        "engine",
+        f"{name}: engine in {engines}",
+        engine_allowed,
+        when + "self.engine in " + _cel_list(engines),
+    )
+
+    if not exp.lora:
+        lora_fields = ("r", "lora_alpha", "target_modules")
+
+        def no_lora(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+            if s.experiment != exp.name:
+                return None
+            used = [_camel(f) for f in lora_fields if getattr(s, f) is not None]
+            return f"{', '.join(used)}: LoRA parameters, not used by {name}; remove them" if used else None
+
+        yield Rule(
+            f"experiment.{exp.method}.no-lora",
+            "r",
+            f"{name}: no LoRA parameters",
+            no_lora,
+            when + " && ".join(f"!has(self.{_camel(f)})" for f in lora_fields),
+        )
+
+    if exp.allowed is not None:
+        yield _only_allowed_rule(exp)
+
+
+def _only_allowed_rule(exp: ExperimentEntry) -> Rule:
+    """Fields an experiment fixes must keep their defaults (e.g. the stability experiment's steps)."""
+    name = exp.name.value
+    # Fields with rules of their own, or that every experiment takes.
+    always = {
+        "experiment",
+        "engine",
+        "model",
+        "modelMaxLength",
+        "numberGpus",
+        "batchSize",
+        "run",
+        "numberNodes",
+        "r",
+        "loraAlpha",
+        "targetModules",
+    }
+    fixed: dict[str, object] = {}
+    for field_name, info in FineTuneExperimentSpec.model_fields.items():
+        alias = info.alias or field_name
+        if alias in always or alias in (exp.allowed or ()):
+            continue
+        fixed[field_name] = info.get_default(call_default_factory=True)
+
+    def only_allowed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.experiment != exp.name:
+            return None
+        changed = [_camel(f) for f, default in fixed.items() if getattr(s, f) != default]
+        if not changed:
+            return None
+        return (
+            f"{name} fixes {', '.join(changed)} (it runs {exp.trials} trials of {exp.max_steps} steps on one node); "
+            f"remove them. It accepts only: {', '.join(exp.allowed or ())}"
+        )
+
+    clauses = []
+    for f, default in fixed.items():
+        alias = _camel(f)
+        clauses.append(f"!has(self.{alias})" if default is None else f"self.{alias} == {_cel_literal(default)}")
+    return Rule(
+        f"experiment.{exp.method}.fixed",
+        "experiment",
+        f"{name}: only {', '.join(exp.allowed or ())} may be set",
+        only_allowed,
+        f"self.experiment != '{name}' || (" + " && ".join(clauses) + ")",
+    )
+
+
+def _camel(field_name: str) -> str:
+    info = FineTuneExperimentSpec.model_fields[field_name]
+    return info.alias or field_name
+
+
+def _cel_list(values: list[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _cel_literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def all_rules(catalog: Catalog) -> list[Rule]:
+    rules = [*_seed_rules(), *_general_rules()]
+    for exp in catalog.experiments.values():
+        rules.extend(_experiment_rules(exp))
+    return rules

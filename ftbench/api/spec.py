@@ -1,0 +1,252 @@
+"""`FineTuneExperiment.spec`: every parameter of seed 001's experiments, camelCase on the wire.
+
+The field names are the seed's parameter names in camelCase (`batch_size` -> `batchSize`), except
+`model_name` which is `model`; docs/crd-reference.md lists the mapping. Parameters whose default
+depends on the experiment (`torchDtype`, `distributedBackend`, `r`, `loraAlpha`) have no static
+default: `None` means "the experiment's default", resolved in `ftbench.api.effective`. This keeps
+the CRD able to tell "not set" from "set to the default", which experiment rules need.
+
+Field descriptions are the user documentation: the CRD generator copies them, so
+`kubectl explain fte.spec.<field>` prints them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ftbench.api.enums import (
+    DEFAULT_FMS_HF_TUNING_VERSION,
+    FMS_HF_TUNING_VERSIONS,
+    OPTIMIZERS,
+    AutoStopMethod,
+    DistributedBackend,
+    Engine,
+    Experiment,
+    FsdpShardingStrategy,
+    FsdpStateDictType,
+    MixedPrecision,
+    Runtime,
+    TorchDtype,
+)
+
+Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
+FmsHfTuningVersion = Literal[FMS_HF_TUNING_VERSIONS]  # type: ignore[valid-type]
+
+# Kubernetes names for resources (RFC 1123 label), used for the queue and priority class names.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+
+
+class ApiModel(BaseModel):
+    """Base for every API object: camelCase aliases, unknown fields rejected, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_enum_values=False,
+    )
+
+    def to_wire(self) -> dict:
+        """The object as it appears in YAML / the Kubernetes API (camelCase, None omitted)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class RunSettings(ApiModel):
+    """How ftbench runs the experiment on Kubernetes. Not part of the seed's parameters."""
+
+    runtime: Runtime = Field(
+        default=Runtime.AUTO,
+        description=(
+            "Which Kubernetes object runs the pods: Job (single node), IndexedJob (+ headless Service, "
+            "multi-node without a training operator), PyTorchJob (Kubeflow training operator), or auto: "
+            "Job for one node, PyTorchJob for several when the cluster profile says the training "
+            "operator is installed, else IndexedJob."
+        ),
+    )
+    queue_name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL)] | None = Field(
+        default=None,
+        description="Kueue LocalQueue to submit to (sets the kueue.x-k8s.io/queue-name label).",
+    )
+    priority_class_name: Annotated[str, Field(max_length=253, pattern=DNS_LABEL)] | None = Field(
+        default=None, description="PriorityClass of the training pods."
+    )
+    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description=(
+            "Wall-clock limit for the whole run in seconds; the run fails with DeadlineExceeded after it. "
+            "Unset: no limit."
+        ),
+    )
+    memory: Annotated[str, Field(pattern=QUANTITY)] | None = Field(
+        default=None,
+        description="Memory request and limit of each training pod (a Kubernetes quantity, e.g. 200Gi). "
+        "Unset: the cluster profile's default.",
+    )
+    nccl_debug: bool = Field(
+        default=False,
+        description="Set NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV) so the logs show "
+        "whether NCCL uses RoCE (see docs/roce.md).",
+    )
+
+
+class FineTuneExperimentSpec(ApiModel):
+    """What to measure. Immutable once created: the spec is the record of what was measured."""
+
+    experiment: Experiment = Field(
+        default=Experiment.FULL,
+        description="Which experiment to run (seed 001): full fine-tuning, its 5-trial stability variant, "
+        "LoRA, GPTQ-LoRA or prompt tuning.",
+    )
+    engine: Engine = Field(
+        default=Engine.FMS_HF_TUNING,
+        description="Training library: fms-hf-tuning (as the SFTTrainer actuator) or trl (current trl "
+        "SFTTrainer directly). Both report the same measured properties.",
+    )
+
+    # ---- required parameters (seed 001 "Required") ----
+    model: Annotated[str, Field(min_length=1, max_length=253)] = Field(
+        description="Model name from the model catalog (`ftbench catalog models`), seed parameter model_name."
+    )
+    model_max_length: Annotated[int, Field(ge=1, le=1_048_576)] = Field(
+        description="Maximum sequence length (tokens). Sequences are right padded and possibly truncated. "
+        "Seed parameter model_max_length; passed as --max_seq_length."
+    )
+    number_gpus: Annotated[int, Field(ge=0, le=4096)] = Field(
+        description="The effective number of GPUs, evenly distributed over numberNodes machines. "
+        "0 runs on CPU. Seed parameter number_gpus."
+    )
+    batch_size: Annotated[int, Field(ge=1)] = Field(
+        description="The effective batch size, evenly distributed over max(1, numberGpus) devices. "
+        "Seed parameter batch_size."
+    )
+    gpu_model: Annotated[str, Field(max_length=253)] = Field(
+        default="",
+        description="Value of the GPU product node label (nvidia.com/gpu.product by default), e.g. "
+        "NVIDIA-A100-SXM4-80GB. Required when numberGpus > 0. Seed parameter gpu_model.",
+    )
+
+    # ---- optional parameters (seed 001 "Optional"), with the seed's defaults ----
+    dataset_id: str = Field(
+        default="news-tokens-16384plus-entries-4096",
+        description="Dataset from the dataset catalog (`ftbench catalog datasets`). Seed parameter dataset_id.",
+    )
+    gradient_checkpointing: bool = Field(
+        default=True,
+        description="Use gradient checkpointing: saves memory (bigger batches) at the cost of a slower backward pass.",
+    )
+    gradient_accumulation_steps: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="Number of update steps to accumulate before a backward/update pass."
+    )
+    torch_dtype: TorchDtype | None = Field(
+        default=None,
+        description="dtype the model weights are loaded in. Unset: the experiment's default (bfloat16; "
+        "float16 for GPTQ-LoRA, which allows nothing else).",
+    )
+    max_steps: Annotated[int, Field(ge=-1)] = Field(
+        default=-1,
+        description="Number of optimization steps to run; -1 runs numTrainEpochs instead.",
+    )
+    num_train_epochs: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="How many epochs to run. Ignored when maxSteps > 0."
+    )
+    stop_after_seconds: float = Field(
+        default=-1.0,
+        description="Stop after this many seconds of training (checked at the end of each step; all ranks "
+        "stop on the same step). -1 or 0: no time limit.",
+    )
+    auto_stop_method: AutoStopMethod | None = Field(
+        default=None,
+        description="WARMUP_60S_STABLE_120S_OR_10_STEPS stops after >= 60 s of warmup plus the longer of "
+        "120 s or 10 optimization steps, and excludes the warmup from throughput and system metrics. "
+        "Unset: no automatic stop.",
+    )
+    distributed_backend: DistributedBackend | None = Field(
+        default=None,
+        description="PyTorch distributed backend for multi-GPU runs. Unset: FSDP when numberGpus > 1, "
+        "none (a single process) otherwise.",
+    )
+    number_nodes: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=1,
+        description="Number of machines; each uses numberGpus/numberNodes GPUs and one process per GPU.",
+    )
+    fms_hf_tuning_version: FmsHfTuningVersion = Field(  # type: ignore[valid-type]
+        default=DEFAULT_FMS_HF_TUNING_VERSION,
+        description="fms-hf-tuning release to run (engine fms-hf-tuning); selects the trainer image tag.",
+    )
+    enable_roce: bool = Field(
+        default=False,
+        description="Use RDMA over Converged Ethernet between nodes. Only in effect for multi-node runs.",
+    )
+    fast_moe: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Expert-parallel sharding degree (fms-acceleration ep_degrees); 0 disables. numberGpus "
+        "and the model's num_local_experts must be divisible by it. Needs fms-hf-tuning >= 2.4.0.",
+    )
+    fast_kernels: Annotated[list[bool], Field(min_length=3, max_length=3)] | None = Field(
+        default=None,
+        description="fms-acceleration fast kernels as three booleans: [fast_loss, fast_rms_layernorm, "
+        "fast_rope_embeddings]. Unset: off.",
+    )
+    r: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="LoRA rank (LoRA and GPTQ-LoRA only). Unset: 4."
+    )
+    lora_alpha: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="LoRA alpha scaling (LoRA and GPTQ-LoRA only). Unset: 16."
+    )
+    target_modules: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = Field(
+        default=None,
+        description="LoRA target modules (LoRA and GPTQ-LoRA only). Unset: the model catalog's per-model "
+        "list (seed 001's table). An ftbench extension.",
+    )
+    optim: Optimizer = Field(  # type: ignore[valid-type]
+        default="adamw_torch", description="The optimizer (transformers TrainingArguments.optim)."
+    )
+    bf16: bool = Field(default=False, description="Use bf16 mixed precision instead of 32-bit.")
+    gradient_checkpointing_use_reentrant: bool = Field(
+        default=False,
+        description="Use the reentrant variant of activation checkpointing "
+        "(gradient_checkpointing_kwargs.use_reentrant).",
+    )
+    fsdp_sharding_strategy: FsdpShardingStrategy = Field(
+        default=FsdpShardingStrategy.FULL_SHARD,
+        description="FSDP sharding: FULL_SHARD (optimizer states, gradients, parameters), SHARD_GRAD_OP "
+        "(optimizer states, gradients), NO_SHARD (like DDP), HYBRID_SHARD, HYBRID_SHARD_ZERO2.",
+    )
+    fsdp_state_dict_type: FsdpStateDictType = Field(
+        default=FsdpStateDictType.FULL_STATE_DICT, description="FSDP state dict type."
+    )
+    fsdp_use_orig_params: bool = Field(
+        default=True,
+        description="FSDP use_orig_params: allows interspersed frozen and trainable parameters.",
+    )
+    accelerate_config_mixed_precision: MixedPrecision = Field(
+        default=MixedPrecision.NO,
+        description="accelerate mixed_precision: no, fp16, bf16 or fp8 (fp8 needs transformer-engine).",
+    )
+    accelerate_config_fsdp_transformer_layer_cls_to_wrap: (
+        Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$")] | None
+    ) = Field(
+        default=None,
+        description="Comma-separated transformer layer class names FSDP wraps, e.g. LlamaDecoderLayer. "
+        "Unset: the model catalog's class.",
+    )
+    dataset_text_field: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="Dataset column with the text. Unset: output (the generated datasets')."
+    )
+    dataset_image_field: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="Dataset column with the images (vision-language models)."
+    )
+    remove_unused_columns: bool = Field(default=True, description="Remove dataset columns the model does not use.")
+    dataset_kwargs_skip_prepare_dataset: bool = Field(
+        default=False, description="Ask trl to skip preparing the dataset (dataset_kwargs.skip_prepare_dataset)."
+    )
+
+    run: RunSettings = Field(
+        default_factory=RunSettings,
+        description="How ftbench runs the experiment on Kubernetes (runtime, queue, limits). Not a seed parameter.",
+    )

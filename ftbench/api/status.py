@@ -1,0 +1,101 @@
+"""`FineTuneExperiment.status`, written only by the operator (the trainer writes `progress`).
+
+Every field is declared here so the generated CRD has no preserve-unknown-fields under status:
+what is not declared would be pruned by the API server.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from ftbench.api.spec import ApiModel
+from ftbench.contracts.results import Metrics, Outcome, RunEnvironment
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    INVALID = "Invalid"
+    FAILED = "Failed"
+
+
+class Condition(ApiModel):
+    """metav1.Condition."""
+
+    type: Annotated[str, Field(max_length=316)] = Field(description="Condition type, e.g. Ready, Valid.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: Annotated[str, Field(max_length=1024)] = Field(description="CamelCase reason.")
+    message: Annotated[str, Field(max_length=32768)] = Field("", description="Human readable details.")
+    last_transition_time: datetime = Field(description="When status last changed.")
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="metadata.generation the condition was set for."
+    )
+
+
+class ObjectRef(ApiModel):
+    api_version: str = Field(description="apiVersion of the child, e.g. batch/v1.")
+    kind: str = Field(description="Job or PyTorchJob.")
+    name: str = Field(description="Name of the child in the experiment's namespace.")
+
+
+class Progress(ApiModel):
+    """Live progress from rank 0 (at most every 10 s)."""
+
+    step: Annotated[int, Field(ge=0)] = Field(0, description="Optimizer steps done.")
+    total_steps: Annotated[int, Field(ge=0)] = Field(0, description="Steps planned (0 when unknown).")
+    percent: Annotated[float, Field(ge=0, le=100)] = Field(0.0, description="step / totalSteps in %.")
+    tokens_per_second: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="Training tokens/s so far, all ranks (estimated from rank 0 x world size while running)."
+    )
+    eta_seconds: Annotated[float, Field(ge=0)] | None = Field(None, description="Estimated seconds left.")
+    trial: Annotated[int, Field(ge=0)] | None = Field(None, description="Stability trial in progress.")
+    last_update_time: datetime | None = Field(None, description="When rank 0 last reported.")
+
+
+class TrialOutcome(ApiModel):
+    index: Annotated[int, Field(ge=0)] = Field(description="Trial number, 0-based.")
+    outcome: Outcome = Field(description="Succeeded, GpuOom or Failed.")
+    reason: str = Field("", description="CamelCase reason.")
+    message: str = Field("", description="Error summary for GpuOom/Failed trials.")
+
+
+class Stability(ApiModel):
+    """finetune_full_stability aggregation over its trials (seed 001's measured properties)."""
+
+    trials_planned: Annotated[int, Field(ge=0)] = Field(5, description="Trials the experiment runs.")
+    trials_finished: Annotated[int, Field(ge=0)] = Field(0, description="Trials that ended so far.")
+    f_gpu_oom: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.0, description="Fraction of trials that ran out of GPU memory."
+    )
+    f_other_error: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.0, description="Fraction of trials that failed otherwise."
+    )
+    f_no_error: Annotated[float, Field(ge=0, le=1)] = Field(0.0, description="Fraction of trials that completed.")
+    trials: list[TrialOutcome] = Field(default_factory=list, description="Per-trial outcomes.")
+
+
+class FineTuneExperimentStatus(ApiModel):
+    phase: Phase | None = Field(None, description="Pending, Running, Succeeded, Invalid or Failed.")
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="metadata.generation the operator last acted on."
+    )
+    conditions: list[Condition] = Field(default_factory=list, description="Valid, Ready, Succeeded, ...")
+    is_valid: bool | None = Field(
+        None,
+        description="Seed is_valid: false for an invalid spec or a GPU out-of-memory run; unset for Failed runs.",
+    )
+    invalid_reason: str | None = Field(None, description="Why isValid is false.")
+    message: str | None = Field(None, description="Summary of the current state (failure reason, etc.).")
+    attempt: Annotated[int, Field(ge=0)] = Field(0, description="Run attempt, incremented by ftbench.io/retry.")
+    job: ObjectRef | None = Field(None, description="The child that runs the pods.")
+    start_time: datetime | None = Field(None, description="When the first training pod started.")
+    completion_time: datetime | None = Field(None, description="When the run ended.")
+    progress: Progress | None = Field(None, description="Live progress.")
+    results: Metrics | None = Field(None, description="Measured properties (Succeeded runs only).")
+    stability: Stability | None = Field(None, description="Trial aggregation (stability experiment only).")
+    environment: RunEnvironment | None = Field(None, description="What actually ran.")

@@ -1,0 +1,133 @@
+"""Typed views of the catalog YAML files, and seed 002's `model_map` override format."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ftbench.api.enums import DistributedBackend, Engine, Experiment, TorchDtype
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class ModelWeights(_Entry):
+    vanilla: str | None = None
+    gptq: str | None = None
+
+    @staticmethod
+    def is_hub_id(ref: str) -> bool:
+        """'org/name' with no leading slash is a Hugging Face id; anything else a path."""
+        return not ref.startswith(("/", ".")) and ref.count("/") == 1
+
+
+class ModelEntry(_Entry):
+    name: str
+    weights: ModelWeights
+    target_modules: tuple[str, ...] | None = None
+    layer_class: str | None = None
+    num_local_experts: Annotated[int, Field(ge=1)] | None = None
+    vision: bool = False
+    generated: bool = Field(False, description="Built locally on first use (the tiny test model).")
+
+    def weights_for(self, variant: Literal["vanilla", "gptq"]) -> str | None:
+        return self.weights.gptq if variant == "gptq" else self.weights.vanilla
+
+
+class DatasetEntry(_Entry):
+    name: str
+    kind: Literal["text-chars", "text-tokens", "vision"]
+    entries: Annotated[int, Field(ge=1)]
+    chars: int | None = None
+    min_tokens: int | None = None
+    image_width: int | None = None
+    image_height: int | None = None
+    description: str = ""
+
+
+class ExperimentEntry(_Entry):
+    name: Experiment
+    method: Literal["full", "lora", "gptq-lora", "pt"]
+    peft_method: Literal["none", "lora", "pt"]
+    weights: Literal["vanilla", "gptq"]
+    description: str
+    torch_dtypes: tuple[TorchDtype, ...]
+    default_torch_dtype: TorchDtype
+    multi_node: bool
+    trials: Annotated[int, Field(ge=1)] = 1
+    max_steps: int | None = None
+    backends: tuple[DistributedBackend, ...] = (DistributedBackend.FSDP, DistributedBackend.DDP)
+    engines: tuple[Engine, ...] = (Engine.FMS_HF_TUNING, Engine.TRL)
+    lora: bool = False
+    allowed: tuple[str, ...] | None = Field(
+        None, description="Optional spec fields the user may set; None means all of them."
+    )
+    fixed: dict[str, Any] = Field(default_factory=dict)
+
+
+class Catalog(BaseModel):
+    """Everything the rules, the plan and the docs know about models, datasets and experiments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    models: dict[str, ModelEntry]
+    datasets: dict[str, DatasetEntry]
+    experiments: dict[Experiment, ExperimentEntry]
+
+    def with_model_map(self, model_map: dict[str, dict[str, str]]) -> Catalog:
+        """Apply a seed-002 `model_map` ({name: {Vanilla: ref, GPTQ-Quantized: ref}}) on top."""
+        models = dict(self.models)
+        for name, variants in model_map.items():
+            current = models.get(name) or ModelEntry(name=name, weights=ModelWeights())
+            weights = current.weights.model_copy(update=_parse_variants(name, variants))
+            models[name] = current.model_copy(update={"weights": weights})
+        return self.model_copy(update={"models": models})
+
+
+_VARIANT_KEYS = {"vanilla": "vanilla", "gptq-quantized": "gptq", "qptq-quantized": "gptq", "gptq": "gptq"}
+
+
+def _parse_variants(name: str, variants: Any) -> dict[str, str]:
+    if not isinstance(variants, dict):
+        raise ValueError(f"model_map.{name}: expected a mapping like {{Vanilla: org/model}}, got {variants!r}")
+    parsed: dict[str, str] = {}
+    for key, ref in variants.items():
+        field = _VARIANT_KEYS.get(str(key).lower())
+        if field is None:
+            raise ValueError(f"model_map.{name}.{key}: unknown weights type; use Vanilla or GPTQ-Quantized (seed 002)")
+        if not isinstance(ref, str) or not ref:
+            raise ValueError(f"model_map.{name}.{key}: expected a Hugging Face id or a path, got {ref!r}")
+        parsed[field] = ref
+    return parsed
+
+
+def _read(name: str) -> dict[str, Any]:
+    return yaml.safe_load(files("ftbench.catalog").joinpath("data", name).read_text())
+
+
+@cache
+def load_catalog() -> Catalog:
+    """The catalogs shipped in the package (cached: they are immutable)."""
+    models = {n: ModelEntry(name=n, **v) for n, v in _read("models.yaml")["models"].items()}
+    datasets = {n: DatasetEntry(name=n, **v) for n, v in _read("datasets.yaml")["datasets"].items()}
+    experiments = {
+        Experiment(n): ExperimentEntry(name=n, **v) for n, v in _read("experiments.yaml")["experiments"].items()
+    }
+    return Catalog(models=models, datasets=datasets, experiments=experiments)
+
+
+def load_model_map(path: str | Path) -> dict[str, dict[str, str]]:
+    """Read a model map file: either the bare mapping or seed 002's `model_map:` key."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if isinstance(data, dict) and "model_map" in data:
+        data = data["model_map"]
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a model map is a mapping of model name to weights")
+    return data

@@ -1,0 +1,51 @@
+"""`ftbench validate FILE...`: the same rules the operator applies, before anything is applied."""
+
+from __future__ import annotations
+
+import argparse
+
+from ftbench.api.validation import validate_document
+from ftbench.catalog import load_catalog, load_model_map
+from ftbench.cli.documents import read_documents
+from ftbench.cli.main import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="check FineTuneExperiment files; exit 1 if any is invalid")
+    p.add_argument("files", nargs="+", metavar="FILE", help="YAML files (multi-document allowed, - for stdin)")
+    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only problems")
+    p.set_defaults(func=run)
+
+
+def catalog_from_args(args: argparse.Namespace):
+    catalog = load_catalog()
+    if getattr(args, "model_map", None):
+        try:
+            catalog = catalog.with_model_map(load_model_map(args.model_map))
+        except (OSError, ValueError) as err:
+            raise UsageError(str(err)) from err
+    return catalog
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = catalog_from_args(args)
+    failed = 0
+    try:
+        documents = list(read_documents(args.files))
+    except (OSError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    for doc in documents:
+        report = validate_document(doc.body, catalog)
+        name = (doc.body.get("metadata") or {}).get("name", "?") if isinstance(doc.body, dict) else "?"
+        if report.ok:
+            if not args.quiet:
+                print(f"{doc.source}: {name}: valid")
+            continue
+        failed += 1
+        print(f"{doc.source}: {name}: invalid")
+        for issue in report.issues:
+            print(f"  - {issue}")
+    if not documents:
+        raise UsageError("no YAML documents found")
+    return 1 if failed else 0

@@ -1,0 +1,50 @@
+"""Entry point: builds the parser from the command modules and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from collections.abc import Sequence
+
+# Command modules, each with `register(subparsers)`; the order is the order in --help.
+COMMAND_MODULES = (
+    "ftbench.cli.cmd_validate",
+    "ftbench.cli.cmd_catalog",
+    "ftbench.cli.cmd_crd",
+)
+
+
+class UsageError(Exception):
+    """A user mistake the CLI reports in one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ftbench",
+        description="Run LLM fine-tuning benchmarks locally or on Kubernetes, and read what they measured.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # `ftbench catalog models | head` should end quietly, as Unix tools do.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as err:
+        print(f"ftbench {args.command}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"ftbench {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The launch plan: everything the trainer needs, decided before any pod starts.
+
+Built by `ftbench.render.plan` (pure: spec + catalog + cluster profile -> LaunchPlan), serialised as
+JSON into the ConfigMap the pods mount (or a file for `ftbench run`), and executed by
+`ftbench-trainer`. Values known only at run time (node rank, master address) are described here
+by *where to read them* (`rendezvous`), not by value.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ftbench.api.enums import DistributedBackend, Engine, Experiment, TorchDtype
+
+PLAN_SCHEMA_VERSION = "ftbench.io/plan/v1"
+PLAN_FILENAME = "plan.json"
+# Where pods mount the plan ConfigMap.
+PLAN_MOUNT_DIR = "/etc/ftbench"
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+RESPONSE_TEMPLATE = "\n### Response:"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class ExperimentRef(_Model):
+    """Which object (or local run) this plan belongs to: labels results and progress reports."""
+
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    attempt: Annotated[int, Field(ge=0)] = 0
+
+
+class ModelRef(_Model):
+    name: str = Field(description="Catalog name, e.g. llama3.1-8b.")
+    ref: str = Field(description="What from_pretrained gets: a Hugging Face id or an absolute path.")
+    weights: Literal["vanilla", "gptq"] = "vanilla"
+    generated: bool = Field(False, description="Build the tiny local model at `ref` if missing (tests, quickstart).")
+    layer_class: str | None = None
+    num_local_experts: int | None = None
+
+
+class DatasetRef(_Model):
+    id: str
+    path: str | None = Field(
+        None,
+        description="A pre-generated file to use as is. Unset: the trainer generates the dataset into dataDir "
+        "once, under a content-keyed name, and reuses it afterwards.",
+    )
+    entries: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="Override of the catalog's entry count (small smoke runs); part of the content key."
+    )
+    generate_if_missing: bool = True
+
+
+class Topology(_Model):
+    number_nodes: Annotated[int, Field(ge=1)]
+    number_gpus: Annotated[int, Field(ge=0)]
+    gpus_per_node: Annotated[int, Field(ge=0)]
+    processes_per_node: Annotated[int, Field(ge=1)]
+    world_size: Annotated[int, Field(ge=1)]
+    batch_size: Annotated[int, Field(ge=1)] = Field(description="Effective batch size (spec.batchSize).")
+    per_device_batch_size: Annotated[int, Field(ge=1)]
+
+
+class Rendezvous(_Model):
+    """How a node learns its rank and the master's address at run time."""
+
+    source: Literal["local", "pytorchjob", "indexedjob"] = Field(
+        description="local: single machine (rank 0, 127.0.0.1). pytorchjob: Kubeflow's node-level RANK, "
+        "MASTER_ADDR, MASTER_PORT env. indexedjob: JOB_COMPLETION_INDEX env and masterHost."
+    )
+    master_host: str = Field("127.0.0.1", description="Rank-0 host for indexedjob (<job>-0.<service>).")
+    port: Annotated[int, Field(ge=1, le=65535)] = 29500
+
+
+class PeftSettings(_Model):
+    method: Literal["none", "lora", "pt"]
+    r: int | None = None
+    lora_alpha: int | None = None
+    target_modules: tuple[str, ...] | None = None
+
+
+class FsdpSettings(_Model):
+    sharding_strategy: str
+    state_dict_type: str
+    use_orig_params: bool
+    layer_classes: str | None
+
+
+class TrainingSettings(_Model):
+    """The hyperparameters of seed 001's command line, typed; both engines read these."""
+
+    torch_dtype: TorchDtype
+    model_max_length: Annotated[int, Field(ge=1)]
+    use_flash_attn: bool
+    response_template: str = RESPONSE_TEMPLATE
+    dataset_text_field: str = "output"
+    dataset_image_field: str | None = None
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.03
+    lr_scheduler_type: str = "cosine"
+    logging_steps: int = 1
+    gradient_accumulation_steps: Annotated[int, Field(ge=1)] = 4
+    gradient_checkpointing: bool = True
+    gradient_checkpointing_use_reentrant: bool = False
+    packing: bool = False
+    optim: str = "adamw_torch"
+    bf16: bool = False
+    fp16: bool = False
+    peft: PeftSettings
+    fast_moe: int = 0
+    fast_kernels: tuple[bool, bool, bool] | None = None
+    # GPTQ-LoRA's fms-acceleration arguments, verbatim from seed 001.
+    fused_lora: tuple[str, ...] | None = None
+    auto_gptq: tuple[str, ...] | None = None
+    remove_unused_columns: bool = True
+    dataset_kwargs_skip_prepare_dataset: bool = False
+    seed: int = 42
+
+
+class StopSettings(_Model):
+    """Seed 001's stop controls. The auto-stop thresholds are parameters so tests can shrink them."""
+
+    stop_after_seconds: float = -1.0
+    auto_stop_method: str | None = None
+    auto_stop_warmup_seconds: float = 60.0
+    auto_stop_stable_seconds: float = 120.0
+    auto_stop_stable_steps: int = 10
+
+
+class OutputSettings(_Model):
+    dir: str = Field(description="Scratch output directory (checkpoints are never saved).")
+    result_file: str = Field(description="Full result JSON written by rank 0.")
+    termination_message_path: str = DEFAULT_TERMINATION_MESSAGE_PATH
+    progress_interval_seconds: float = 10.0
+    report_progress_to_kubernetes: bool = False
+
+
+class LaunchPlan(_Model):
+    schema_version: Literal["ftbench.io/plan/v1"] = PLAN_SCHEMA_VERSION
+    experiment_ref: ExperimentRef
+    experiment: Experiment
+    method: Literal["full", "lora", "gptq-lora", "pt"]
+    engine: Engine
+    engine_version: str = Field("", description="fms-hf-tuning release for engine fms-hf-tuning.")
+    model: ModelRef
+    dataset: DatasetRef
+    data_dir: str
+    hf_home: str | None = None
+    topology: Topology
+    launcher: Literal["direct", "accelerate"] = Field(
+        description="direct: one process runs the training module (<= 1 GPU, as the seed does). "
+        "accelerate: `accelerate launch` with accelerateConfig."
+    )
+    distributed_backend: DistributedBackend | None = None
+    fsdp: FsdpSettings | None = None
+    mixed_precision: str = "no"
+    accelerate_config: dict[str, Any] | None = Field(
+        None,
+        description="Seed 001's accelerate config with the spec's values; machine_rank, "
+        "main_process_ip/port are filled at run time from `rendezvous`.",
+    )
+    rendezvous: Rendezvous
+    training: TrainingSettings
+    stop: StopSettings
+    trials: Annotated[int, Field(ge=1)] = 1
+    use_cpu: bool = Field(False, description="No GPUs: train on CPU (gloo across processes).")
+    output: OutputSettings
+    notes: tuple[str, ...] = Field((), description="Decisions a user should know about, e.g. RoCE ignored.")
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> LaunchPlan:
+        return cls.model_validate(json.loads(text))
+
+    @classmethod
+    def read(cls, path: str | Path) -> LaunchPlan:
+        return cls.from_json(Path(path).read_text())

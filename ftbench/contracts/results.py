@@ -1,0 +1,202 @@
+"""The trainer's result: one versioned schema read by the operator, the CLI and the results store.
+
+The metric names are seed 001's measured properties in camelCase with the unit at the end
+(`gpu_compute_utilization_min` -> `gpuComputeUtilizationMinPercent`). docs/measurements.md gives
+each one's exact definition. The same `Metrics` model is the `status.results` schema of the CRD.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+RESULT_SCHEMA_VERSION = "ftbench.io/result/v1"
+
+# Kubernetes truncates termination messages at 4096 bytes.
+TERMINATION_MESSAGE_LIMIT = 4096
+
+
+class Outcome(StrEnum):
+    """How one training run ended. GPU_OOM is a *valid measurement* (the config does not fit)."""
+
+    SUCCEEDED = "Succeeded"
+    GPU_OOM = "GpuOom"
+    FAILED = "Failed"
+
+
+# Exit codes of ftbench-trainer, so a pod's exit code alone classifies the run (and a
+# podFailurePolicy can act on OOM without reading the message).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID_PLAN = 2
+EXIT_GPU_OOM = 42
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+Percent = Annotated[float, Field(ge=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class Metrics(_Model):
+    """Measured properties of one successful run (seed 001 plus ftbench's extras)."""
+
+    # GPU (0.0 when no GPU is used, as the seed says). Each GPU is averaged over the run;
+    # min/avg/max are taken across GPUs (seed note 1).
+    gpu_compute_utilization_min_percent: Percent = Field(0.0, description="Least busy GPU's mean compute utilization.")
+    gpu_compute_utilization_avg_percent: Percent = Field(0.0, description="Mean over GPUs of mean compute utilization.")
+    gpu_compute_utilization_max_percent: Percent = Field(0.0, description="Busiest GPU's mean compute utilization.")
+    gpu_memory_utilization_min_percent: Percent = Field(0.0, description="Lowest per-GPU mean memory used / total.")
+    gpu_memory_utilization_avg_percent: Percent = Field(0.0, description="Mean over GPUs of mean memory used / total.")
+    gpu_memory_utilization_max_percent: Percent = Field(0.0, description="Highest per-GPU mean memory used / total.")
+    gpu_memory_utilization_peak_percent: Percent = Field(
+        0.0, description="Highest memory used / total seen on any GPU at any sample."
+    )
+    gpu_power_min_percent: Percent = Field(0.0, description="Lowest per-GPU mean power as % of the enforced limit.")
+    gpu_power_avg_percent: Percent = Field(0.0, description="Mean over GPUs of mean power as % of the enforced limit.")
+    gpu_power_max_percent: Percent = Field(0.0, description="Highest per-GPU mean power as % of the enforced limit.")
+    gpu_power_min_watts: NonNegative = Field(0.0, description="Lowest per-GPU mean power draw.")
+    gpu_power_avg_watts: NonNegative = Field(0.0, description="Mean over GPUs of mean power draw.")
+    gpu_power_max_watts: NonNegative = Field(0.0, description="Highest per-GPU mean power draw.")
+    gpu_max_memory_allocated_bytes: Annotated[int, Field(ge=0)] = Field(
+        0, description="Largest torch.cuda.max_memory_allocated() over ranks."
+    )
+    gpu_max_memory_reserved_bytes: Annotated[int, Field(ge=0)] = Field(
+        0, description="Largest torch.cuda.max_memory_reserved() over ranks."
+    )
+    # CPU (seed note 2): the training process, 100 = one full core.
+    cpu_compute_utilization_percent: Percent = Field(0.0, description="Mean CPU use of the training processes.")
+    cpu_memory_utilization_percent: Percent = Field(
+        0.0, description="Mean resident memory of the training processes as % of the node's memory."
+    )
+    # Throughput.
+    train_runtime_seconds: NonNegative = Field(
+        description="From the start of the first measured step to the end of the last one."
+    )
+    train_steps: Annotated[int, Field(ge=0)] = Field(description="Optimizer steps measured.")
+    train_samples: Annotated[int, Field(ge=0)] = Field(description="Samples processed by all ranks in measured steps.")
+    train_tokens: Annotated[int, Field(ge=0)] = Field(
+        description="Tokens (padding included) processed by all ranks in measured steps, counted per batch."
+    )
+    train_non_padding_tokens: Annotated[int, Field(ge=0)] = Field(
+        description="Tokens excluding padding processed by all ranks in measured steps."
+    )
+    train_samples_per_second: NonNegative = Field(description="trainSamples / trainRuntimeSeconds.")
+    train_steps_per_second: NonNegative = Field(description="trainSteps / trainRuntimeSeconds.")
+    train_tokens_per_second: NonNegative = Field(description="trainTokens / trainRuntimeSeconds (all ranks).")
+    train_tokens_per_gpu_per_second: NonNegative = Field(description="trainTokensPerSecond / max(1, numberGpus).")
+    dataset_tokens_per_second: NonNegative = Field(
+        description="Dataset tokens per second: each sample counts min(len(tokens), "
+        "tokenizer.model_max_length, max_seq_length) (seed note 3)."
+    )
+    dataset_tokens_per_second_per_gpu: NonNegative = Field(description="datasetTokensPerSecond / max(1, numberGpus).")
+    # Beyond the seeds.
+    step_time_p50_seconds: NonNegative = Field(0.0, description="Median optimizer-step time.")
+    step_time_p95_seconds: NonNegative = Field(0.0, description="95th percentile optimizer-step time.")
+    step_time_cv: NonNegative = Field(0.0, description="Coefficient of variation of step times (stdev / mean).")
+    steady_state_tokens_per_second: NonNegative = Field(
+        0.0, description="trainTokensPerSecond over the steps after warmup (first 10% of steps, at least 1)."
+    )
+    warmup_excluded_seconds: NonNegative = Field(
+        0.0, description="Training time excluded from the metrics by autoStopMethod's warmup."
+    )
+    mfu_percent: NonNegative = Field(
+        0.0,
+        description="Model FLOPs utilization: achieved FLOP/s / (GPUs x peak dense FLOP/s); "
+        "0 without a known GPU peak. Formula in docs/measurements.md.",
+    )
+    model_parameters: Annotated[int, Field(ge=0)] = Field(0, description="Parameters of the model.")
+    trainable_parameters: Annotated[int, Field(ge=0)] = Field(0, description="Parameters being trained.")
+    stopped_by: str = Field(
+        "completed",
+        description="What ended training: completed, maxSteps, stopAfterSeconds or autoStop.",
+    )
+
+
+class RunEnvironment(_Model):
+    """What actually ran: versions and the distributed mode read at run time, not from the spec."""
+
+    engine: str = Field(description="fms-hf-tuning or trl.")
+    engine_version: str = Field("", description="Version of the training library.")
+    image: str = Field("", description="Container image, from the FTBENCH_IMAGE env var when set.")
+    torch_version: str = Field("", description="torch.__version__.")
+    transformers_version: str = Field("", description="transformers.__version__.")
+    trl_version: str = Field("", description="trl.__version__.")
+    peft_version: str = Field("", description="peft.__version__.")
+    accelerate_version: str = Field("", description="accelerate.__version__.")
+    gpu_name: str = Field("", description="Name NVML reports for GPU 0 of rank 0; empty on CPU.")
+    number_nodes: Annotated[int, Field(ge=1)] = Field(1, description="Machines that took part.")
+    world_size: Annotated[int, Field(ge=1)] = Field(1, description="Training processes that took part.")
+    distributed_mode: str = Field(
+        "NO",
+        description="accelerate's distributed type in effect (NO, MULTI_GPU, MULTI_CPU, FSDP, ...), "
+        "read from the running Accelerator; may differ from the requested backend (FSDP on CPU runs as DDP).",
+    )
+    device: str = Field("cpu", description="cuda or cpu.")
+
+
+class RunError(_Model):
+    """Why a run did not produce metrics."""
+
+    type: str = Field(description="Exception type, e.g. torch.OutOfMemoryError.")
+    message: str = Field(description="First line(s) of the exception message, truncated.")
+
+
+class TrainerResult(_Model):
+    """One run's result as the trainer writes it (file, termination message, local store)."""
+
+    schema_version: str = Field(RESULT_SCHEMA_VERSION, description="Result schema version.")
+    outcome: Outcome
+    is_valid: bool | None = Field(
+        None, description="True for Succeeded, False for GpuOom, None (not recorded) for Failed (seed semantics)."
+    )
+    reason: str = Field("", description="CamelCase reason, e.g. GpuOutOfMemory or TrainingError.")
+    metrics: Metrics | None = None
+    environment: RunEnvironment | None = None
+    error: RunError | None = None
+    trial: Annotated[int, Field(ge=0)] | None = Field(None, description="Stability trial index.")
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    def to_termination_message(self) -> str:
+        """Compact JSON that fits the 4096-byte termination message; trims the error text if needed."""
+        text = self.to_json()
+        if len(text.encode()) <= TERMINATION_MESSAGE_LIMIT:
+            return text
+        if self.error is not None:
+            overflow = len(text.encode()) - TERMINATION_MESSAGE_LIMIT + 16
+            short = self.error.message[: max(0, len(self.error.message) - overflow)] + "…"
+            text = self.model_copy(update={"error": RunError(type=self.error.type, message=short)}).to_json()
+        if len(text.encode()) > TERMINATION_MESSAGE_LIMIT:
+            raise ValueError(f"result does not fit a termination message ({len(text.encode())} bytes)")
+        return text
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainerResult:
+        return cls.model_validate(json.loads(text))
+
+
+def classify_exception(exc: BaseException) -> Outcome:
+    """Seed 001's is_valid logic: CUDA OOM and illegal memory access are GPU OOM, the rest Failed.
+
+    Matches by type name and message so it works without importing torch.
+    """
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "OutOfMemoryError" in names:
+        return Outcome.GPU_OOM
+    text = str(exc)
+    if "CUDA error: out of memory" in text or "CUDA out of memory" in text:
+        return Outcome.GPU_OOM
+    if "illegal memory access" in text:
+        return Outcome.GPU_OOM
+    return Outcome.FAILED

@@ -1,0 +1,175 @@
+"""Generate the FineTuneExperiment CRD from the pydantic models (the models are the one source).
+
+Pydantic emits JSON Schema 2020-12; Kubernetes wants a structural OpenAPI v3 schema. The
+conversion inlines `$ref`s, turns `Optional[X]` into `nullable`, drops titles and
+`additionalProperties: false`, and rewrites exclusive bounds. Descriptions are kept, so
+`kubectl explain fte.spec.<field>` prints the field docs. The cross-field rules are added as CEL.
+`crds/` holds the output; tests/unit/test_crd.py fails when it is stale.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from ftbench.api.resource import CATEGORIES, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from ftbench.api.rules import all_rules
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.status import FineTuneExperimentStatus
+from ftbench.catalog import Catalog, load_catalog
+
+CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Experiment", "type": "string", "jsonPath": ".spec.experiment"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
+    {"name": "GPUs", "type": "integer", "jsonPath": ".spec.numberGpus"},
+    {"name": "Batch", "type": "integer", "jsonPath": ".spec.batchSize"},
+    {"name": "Tokens/s", "type": "number", "jsonPath": ".status.results.trainTokensPerSecond"},
+    {"name": "PeakMem%", "type": "number", "jsonPath": ".status.results.gpuMemoryUtilizationPeakPercent"},
+    {"name": "Valid", "type": "boolean", "jsonPath": ".status.isValid"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Engine", "type": "string", "jsonPath": ".spec.engine", "priority": 1},
+    {"name": "Nodes", "type": "integer", "jsonPath": ".spec.numberNodes", "priority": 1},
+    {"name": "SeqLen", "type": "integer", "jsonPath": ".spec.modelMaxLength", "priority": 1},
+    {"name": "Progress%", "type": "number", "jsonPath": ".status.progress.percent", "priority": 1},
+    {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt", "priority": 1},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+]
+
+IMMUTABLE_SPEC_RULE = {
+    "rule": "self == oldSelf",
+    "message": "spec is immutable: it is the record of what was measured; create a new FineTuneExperiment "
+    "(or retry this one with the ftbench.io/retry annotation)",
+}
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_inline(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]])
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _inline(merged, defs)
+    if "allOf" in node and len(node["allOf"]) == 1:
+        rest = {k: v for k, v in node.items() if k != "allOf"}
+        return _inline({**node["allOf"][0], **rest}, defs)
+    return {k: _inline(v, defs) for k, v in node.items()}
+
+
+def _structural(node: Any, *, keep_defaults: bool) -> Any:
+    if isinstance(node, list):
+        return [_structural(n, keep_defaults=keep_defaults) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        non_null = [s for s in any_of if s.get("type") != "null"]
+        if len(non_null) != 1:
+            raise ValueError(f"cannot express union {any_of} structurally")
+        node = {**non_null[0], **node, "nullable": True}
+    for drop in ("title", "additionalProperties"):
+        node.pop(drop, None)
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    if "exclusiveMinimum" in node:
+        node["minimum"] = node.pop("exclusiveMinimum")
+        node["exclusiveMinimum"] = True
+    if "exclusiveMaximum" in node:
+        node["maximum"] = node.pop("exclusiveMaximum")
+        node["exclusiveMaximum"] = True
+    if "default" in node and (not keep_defaults or node["default"] is None):
+        node.pop("default")
+    if node.get("nullable") and not keep_defaults:
+        node.pop("nullable")
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {k: _structural(v, keep_defaults=keep_defaults) for k, v in value.items()}
+        elif key in ("items",):
+            out[key] = _structural(value, keep_defaults=keep_defaults)
+        else:
+            out[key] = value
+    return out
+
+
+def model_schema(model: type, *, keep_defaults: bool) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")  # type: ignore[attr-defined]
+    defs = raw.pop("$defs", {})
+    return _structural(_inline(raw, defs), keep_defaults=keep_defaults)
+
+
+def spec_schema(catalog: Catalog) -> dict[str, Any]:
+    schema = model_schema(FineTuneExperimentSpec, keep_defaults=True)
+    schema["properties"]["datasetId"]["enum"] = sorted(catalog.datasets)
+    validations = [IMMUTABLE_SPEC_RULE]
+    for rule in all_rules(catalog):
+        if rule.cel:
+            validations.append(
+                {
+                    "rule": rule.cel,
+                    "message": f"{rule.summary} [{rule.id}]",
+                    "fieldPath": f".{rule.field}",
+                    "reason": "FieldValueInvalid",
+                }
+            )
+    schema["x-kubernetes-validations"] = validations
+    return schema
+
+
+def crd(catalog: Catalog | None = None) -> dict[str, Any]:
+    catalog = catalog or load_catalog()
+    status = model_schema(FineTuneExperimentStatus, keep_defaults=False)
+    status["properties"]["conditions"].update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/name": "ftbench"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A fine-tuning benchmark: spec says what to measure (the parameters of "
+                            "seed 001's SFTTrainer experiments), status what was measured.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "ftbench.io/v1alpha1"},
+                                "kind": {"type": "string", "description": "FineTuneExperiment"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(catalog),
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml(catalog: Catalog | None = None) -> str:
+    header = "# Generated by `ftbench crd` from ftbench/api (pydantic models). Do not edit by hand.\n"
+    return header + yaml.safe_dump(crd(catalog), sort_keys=False, width=120)

@@ -1,0 +1,121 @@
+"""The cluster profile: everything cluster-specific, kept out of experiments.
+
+One YAML document (Helm values -> ConfigMap for the operator; `--profile FILE` for the CLI). The
+defaults work on a plain GPU cluster; docs/cluster-profile.md is generated from these fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import Field
+
+from ftbench.api.spec import ApiModel
+
+DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
+
+
+class Toleration(ApiModel):
+    key: str | None = None
+    operator: str | None = Field(None, description="Exists or Equal.")
+    value: str | None = None
+    effect: str | None = Field(None, description="NoSchedule, PreferNoSchedule or NoExecute.")
+    toleration_seconds: int | None = None
+
+
+class Images(ApiModel):
+    """Trainer images: one tag per engine and fms-hf-tuning version (Dockerfile.trainer build args)."""
+
+    repository: str = Field(DEFAULT_TRAINER_IMAGE, description="Trainer image repository.")
+    fms_hf_tuning_tag: str = Field(
+        "fms-hf-tuning-{version}", description="Tag for engine fms-hf-tuning; {version} is spec.fmsHfTuningVersion."
+    )
+    trl_tag: str = Field("trl", description="Tag for engine trl.")
+    pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of the training pods.")
+    pull_secrets: list[str] = Field(default_factory=list, description="imagePullSecrets names.")
+
+    def image_for(self, engine: str, fms_version: str) -> str:
+        tag = self.trl_tag if engine == "trl" else self.fms_hf_tuning_tag.format(version=fms_version)
+        return f"{self.repository}:{tag}"
+
+
+class Volume(ApiModel):
+    claim_name: str | None = Field(None, description="PVC name; unset uses an emptyDir (scratch, not shared).")
+    mount_path: str = Field(description="Where the pods see it.")
+    read_only: bool = False
+
+
+class Storage(ApiModel):
+    models: Volume = Field(
+        default_factory=lambda: Volume(claim_name="hf-models-pvc", mount_path="/hf-models-pvc", read_only=True),
+        description="Model weights (seed 001's hf-models-pvc). Catalog paths are relative to modelRoot.",
+    )
+    data: Volume = Field(
+        default_factory=lambda: Volume(claim_name="ray-disorch-storage", mount_path="/data"),
+        description="Datasets (seed 001's ray-disorch-storage); generated files are written here once.",
+    )
+    model_root: str = Field("/hf-models-pvc", description="Catalog model paths are resolved under this directory.")
+    data_dir: str = Field(
+        "/data/fms-hf-tuning/artificial-dataset", description="Dataset directory (seed 002's data_directory)."
+    )
+    hf_home: str = Field("/hf-models-pvc/huggingface_home", description="HF_HOME (seed 002's hf_home).")
+
+
+class Roce(ApiModel):
+    """RDMA over Converged Ethernet (seed 002, 'Configure your RayCluster for RoCE')."""
+
+    network: str | None = Field(None, description="Multus network for k8s.v1.cni.cncf.io/networks.")
+    device_resource: str = Field("nvidia.com/roce_gdr", description="RDMA device resource name.")
+    device_count: Annotated[int, Field(ge=1)] = Field(2, description="RDMA devices per pod.")
+    run_as_root: bool = Field(True, description="RDMA often needs root in the container.")
+    topology_config_map: str | None = Field(
+        None, description="ConfigMap with the NCCL topology, mounted at /var/run/nvidia-topologyd."
+    )
+    nccl_env: dict[str, str] = Field(
+        default_factory=lambda: {
+            "NCCL_IB_HCA": "mlx5",
+            "NCCL_IB_GID_INDEX": "3",
+            "NCCL_IB_DISABLE": "0",
+        },
+        description="NCCL variables for RoCE runs (NCCL_IB_HCA, NCCL_IB_GID_INDEX, tuning ones from seed 002).",
+    )
+
+
+class Features(ApiModel):
+    """What the cluster supports; gates fields older Kubernetes versions would drop or reject."""
+
+    training_operator: bool = Field(False, description="Kubeflow training operator (PyTorchJob) installed.")
+    indexed_jobs: bool = Field(True, description="Indexed Jobs (Kubernetes >= 1.24).")
+    pod_failure_policy: bool = Field(True, description="Job podFailurePolicy (Kubernetes >= 1.31).")
+
+
+class ClusterProfile(ApiModel):
+    images: Images = Field(default_factory=Images)
+    gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name of a GPU.")
+    gpu_node_label: str = Field("nvidia.com/gpu.product", description="Node label compared with spec.gpuModel.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node selector for training pods.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for training pods.")
+    default_memory: str = Field("64Gi", description="Memory request/limit when spec.run.memory is unset.")
+    cpu_per_gpu: Annotated[int, Field(ge=1)] = Field(2, description="CPU cores per GPU (seed 001: 2, min 2).")
+    min_cpu: Annotated[int, Field(ge=1)] = Field(2, description="Minimum CPU cores per pod.")
+    storage: Storage = Field(default_factory=Storage)
+    roce: Roce = Field(default_factory=Roce)
+    features: Features = Field(default_factory=Features)
+    service_account: str | None = Field(None, description="ServiceAccount of training pods (progress reports).")
+    report_progress: bool = Field(
+        True, description="Trainer rank 0 patches status.progress (needs the chart's trainer Role)."
+    )
+    flash_attention: bool = Field(True, description="Images carry flash-attn (seed: use_flash_attn True on GPUs).")
+    master_port: Annotated[int, Field(ge=1, le=65535)] = Field(29500, description="Rendezvous port.")
+    model_map: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Seed 002 model_map: {model: {Vanilla: id-or-path, GPTQ-Quantized: ...}}."
+    )
+
+
+def load_profile(path: str | Path | None) -> ClusterProfile:
+    if path is None:
+        return ClusterProfile()
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    return ClusterProfile.model_validate(data)

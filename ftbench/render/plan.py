@@ -1,0 +1,243 @@
+"""spec + catalog + cluster profile -> LaunchPlan. Pure: no I/O, no clock, no randomness.
+
+Every decision seed 001 describes is made here once: how the batch is split, which launcher runs
+(the training module directly for <= 1 GPU, `accelerate launch` otherwise), the FSDP/DDP accelerate
+config with the spec's values, the peft settings and the stop controls.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from ftbench.api import effective
+from ftbench.api.enums import DistributedBackend, Engine, Runtime
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog, ModelWeights
+from ftbench.contracts.plan import (
+    DatasetRef,
+    ExperimentRef,
+    FsdpSettings,
+    LaunchPlan,
+    ModelRef,
+    OutputSettings,
+    PeftSettings,
+    Rendezvous,
+    StopSettings,
+    Topology,
+    TrainingSettings,
+)
+from ftbench.profile import ClusterProfile
+
+
+class PlanError(ValueError):
+    """The spec passed validation but cannot be planned (e.g. the catalog changed under it)."""
+
+
+def resolve_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> Runtime:
+    """auto: Job for one node; PyTorchJob if the training operator is installed; else IndexedJob.
+
+    Several trials (the stability experiment) run as an Indexed Job of sequential pods.
+    """
+    if spec.run.runtime != Runtime.AUTO:
+        return spec.run.runtime
+    if spec.number_nodes == 1 and effective.trials(spec, catalog) == 1:
+        return Runtime.JOB
+    if spec.number_nodes > 1 and profile.features.training_operator:
+        return Runtime.PYTORCH_JOB
+    return Runtime.INDEXED_JOB if profile.features.indexed_jobs else Runtime.JOB
+
+
+def model_ref(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> ModelRef:
+    exp = effective.experiment_of(spec, catalog)
+    model = effective.model_of(spec, catalog)
+    if model is None:
+        raise PlanError(f"model {spec.model!r} is not in the catalog")
+    ref = model.weights_for(exp.weights)
+    if ref is None:
+        raise PlanError(f"model {spec.model!r} has no {exp.weights} weights")
+    if model.generated or not (ModelWeights.is_hub_id(ref) or ref.startswith("/")):
+        ref = posixpath.join(profile.storage.model_root, ref)
+    return ModelRef(
+        name=model.name,
+        ref=ref,
+        weights=exp.weights,
+        generated=model.generated,
+        layer_class=effective.fsdp_layer_classes(spec, catalog),
+        num_local_experts=model.num_local_experts,
+    )
+
+
+def accelerate_config(
+    spec: FineTuneExperimentSpec, catalog: Catalog, topology: Topology, port: int, use_cpu: bool
+) -> dict[str, Any] | None:
+    """Seed 001's FSDP or DDP accelerate config with `${...}` filled from the spec.
+
+    machine_rank / main_process_ip are placeholders the trainer fills from the rendezvous env.
+    On CPU the config keeps distributed_type MULTI_GPU with use_cpu false and the trainer sets
+    TrainingArguments(use_cpu=True): accelerate starts one process per rank only that way
+    (docs/measurements.md, "distributed mode").
+    """
+    backend = effective.distributed_backend(spec)
+    if backend is None:
+        return None
+    common: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "downcast_bf16": "no",
+        "machine_rank": 0,
+        "main_training_function": "main",
+        "mixed_precision": spec.accelerate_config_mixed_precision.value,
+        "num_machines": topology.number_nodes,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "tpu_env": [],
+        "tpu_use_cluster": False,
+        "tpu_use_sudo": False,
+        "use_cpu": False,
+        "main_process_port": port,
+        "num_processes": topology.world_size,
+    }
+    if backend == DistributedBackend.DDP:
+        return {"debug": False, "distributed_type": "MULTI_GPU", **common}
+    fsdp = {
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_backward_prefetch": "BACKWARD_PRE",
+        "fsdp_forward_prefetch": False,
+        "fsdp_offload_params": False,
+        "fsdp_sharding_strategy": spec.fsdp_sharding_strategy.value,
+        "fsdp_state_dict_type": spec.fsdp_state_dict_type.value,
+        # On CPU these two fail with "no available devices found" (see the CPU notes).
+        "fsdp_cpu_ram_efficient_loading": not use_cpu,
+        "fsdp_sync_module_states": not use_cpu,
+        "fsdp_use_orig_params": spec.fsdp_use_orig_params,
+        "fsdp_transformer_layer_cls_to_wrap": effective.fsdp_layer_classes(spec, catalog),
+    }
+    return {"distributed_type": "FSDP", "fsdp_config": fsdp, **common}
+
+
+def _notes(spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[str, ...]:
+    notes = []
+    if spec.enable_roce and spec.number_nodes == 1:
+        notes.append("enableRoce is ignored: RoCE only applies to multi-node runs")
+    if spec.distributed_backend is not None and effective.world_size(spec) == 1:
+        notes.append(f"distributedBackend {spec.distributed_backend.value} is ignored: a single process runs")
+    if spec.engine == Engine.TRL and "fmsHfTuningVersion" in {
+        FineTuneExperimentSpec.model_fields[f].alias for f in spec.model_fields_set
+    }:
+        notes.append("fmsHfTuningVersion is ignored with engine trl")
+    exp = effective.experiment_of(spec, catalog)
+    if exp.max_steps is not None:
+        notes.append(f"{exp.name.value} runs {exp.trials} trial(s) of {exp.max_steps} steps")
+    if spec.number_gpus == 0:
+        notes.append("numberGpus is 0: training runs on CPU and GPU metrics are 0.0")
+    return tuple(notes)
+
+
+def build_plan(
+    spec: FineTuneExperimentSpec,
+    catalog: Catalog,
+    profile: ClusterProfile,
+    *,
+    ref: ExperimentRef,
+    runtime: Runtime,
+    master_host: str = "127.0.0.1",
+    output_dir: str = "/tmp/ftbench-output",
+    dataset_entries: int | None = None,
+    report_progress_to_kubernetes: bool = False,
+) -> LaunchPlan:
+    exp = effective.experiment_of(spec, catalog)
+    dataset = catalog.datasets.get(spec.dataset_id)
+    if dataset is None:
+        raise PlanError(f"datasetId {spec.dataset_id!r} is not in the catalog")
+    use_cpu = spec.number_gpus == 0
+    topology = Topology(
+        number_nodes=spec.number_nodes,
+        number_gpus=spec.number_gpus,
+        gpus_per_node=effective.gpus_per_node(spec),
+        processes_per_node=effective.processes_per_node(spec),
+        world_size=effective.world_size(spec),
+        batch_size=spec.batch_size,
+        per_device_batch_size=effective.per_device_batch_size(spec),
+    )
+    source = {Runtime.PYTORCH_JOB: "pytorchjob", Runtime.INDEXED_JOB: "indexedjob"}.get(runtime, "local")
+    if spec.number_nodes == 1:
+        source, master_host = "local", "127.0.0.1"
+    backend = effective.distributed_backend(spec)
+    dtype = effective.torch_dtype(spec, catalog)
+    lora = exp.lora
+    fixed = exp.fixed
+    training = TrainingSettings(
+        torch_dtype=dtype,
+        model_max_length=spec.model_max_length,
+        use_flash_attn=not use_cpu and profile.flash_attention,
+        dataset_text_field=effective.dataset_text_field(spec),
+        dataset_image_field=spec.dataset_image_field,
+        num_train_epochs=spec.num_train_epochs,
+        max_steps=effective.max_steps(spec, catalog),
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
+        gradient_checkpointing=spec.gradient_checkpointing,
+        gradient_checkpointing_use_reentrant=spec.gradient_checkpointing_use_reentrant,
+        optim=spec.optim,
+        bf16=spec.bf16,
+        fp16=str(fixed.get("fp16", "false")).lower() == "true",
+        peft=PeftSettings(
+            method=exp.peft_method,
+            r=effective.lora_r(spec) if lora else None,
+            lora_alpha=effective.lora_alpha(spec) if lora else None,
+            target_modules=effective.target_modules(spec, catalog) if lora else None,
+        ),
+        fast_moe=spec.fast_moe,
+        fast_kernels=(
+            tuple(str(v).lower() == "true" for v in fixed["fast_kernels"])
+            if "fast_kernels" in fixed
+            else (tuple(spec.fast_kernels) if spec.fast_kernels else None)
+        ),
+        fused_lora=tuple(str(v) for v in fixed["fused_lora"]) if "fused_lora" in fixed else None,
+        auto_gptq=tuple(str(v) for v in fixed["auto_gptq"]) if "auto_gptq" in fixed else None,
+        remove_unused_columns=spec.remove_unused_columns,
+        dataset_kwargs_skip_prepare_dataset=spec.dataset_kwargs_skip_prepare_dataset,
+    )
+    data_dir = profile.storage.data_dir
+    return LaunchPlan(
+        experiment_ref=ref,
+        experiment=spec.experiment,
+        method=exp.method,
+        engine=spec.engine,
+        engine_version=spec.fms_hf_tuning_version if spec.engine == Engine.FMS_HF_TUNING else "",
+        model=model_ref(spec, catalog, profile),
+        dataset=DatasetRef(
+            id=spec.dataset_id,
+            entries=dataset_entries,
+        ),
+        data_dir=data_dir,
+        hf_home=profile.storage.hf_home,
+        topology=topology,
+        launcher="accelerate" if backend is not None else "direct",
+        distributed_backend=backend,
+        fsdp=(
+            FsdpSettings(
+                sharding_strategy=spec.fsdp_sharding_strategy.value,
+                state_dict_type=spec.fsdp_state_dict_type.value,
+                use_orig_params=spec.fsdp_use_orig_params,
+                layer_classes=effective.fsdp_layer_classes(spec, catalog),
+            )
+            if backend == DistributedBackend.FSDP
+            else None
+        ),
+        mixed_precision=spec.accelerate_config_mixed_precision.value,
+        accelerate_config=accelerate_config(spec, catalog, topology, profile.master_port, use_cpu),
+        rendezvous=Rendezvous(source=source, master_host=master_host, port=profile.master_port),
+        training=training,
+        stop=StopSettings(
+            stop_after_seconds=spec.stop_after_seconds,
+            auto_stop_method=spec.auto_stop_method.value if spec.auto_stop_method else None,
+        ),
+        trials=effective.trials(spec, catalog),
+        use_cpu=use_cpu,
+        output=OutputSettings(
+            dir=output_dir,
+            result_file=posixpath.join(output_dir, "result.json"),
+            report_progress_to_kubernetes=report_progress_to_kubernetes,
+        ),
+        notes=_notes(spec, catalog),
+    )
