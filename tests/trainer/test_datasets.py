@@ -1,0 +1,323 @@
+"""The deterministic artificial dataset generators (ftbench_trainer.datasets)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from ftbench_trainer.datasets import (
+    DATASET_GENERATORS,
+    GENERATOR_VERSION,
+    INPUT_HEADER,
+    PROMPT_CHARS,
+    RESPONSE_HEADER,
+    DatasetError,
+    content_key,
+    dataset_params,
+    dataset_path,
+    generate_dataset,
+    images_per_entry,
+    make_png,
+    sentences,
+    write_dataset,
+)
+
+CATALOG_IDS = {
+    "news-chars-512-entries-4096",
+    "news-chars-1024-entries-4096",
+    "news-chars-2048-entries-4096",
+    "news-tokens-16384plus-entries-4096",
+    "news-tokens-128kplus-entries-320",
+    "vision-384x384-16384plus-entries-4096",
+    "vision-384x768-16384plus-entries-4096",
+}
+CLI = [sys.executable, "-m", "ftbench_trainer.datasets"]
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def no_temp_files(directory: Path) -> bool:
+    return not [p for p in directory.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+
+
+# ------------------------------------------------------------------------------------ registry
+
+
+def test_registry_covers_the_catalog() -> None:
+    assert set(DATASET_GENERATORS) == CATALOG_IDS
+    for dataset_id, params in DATASET_GENERATORS.items():
+        assert params["entries"] == int(dataset_id.rsplit("-", 1)[1])
+        if params["kind"] == "chars":
+            assert f"-{params['chars']}-" in dataset_id
+        else:
+            assert params["min_tokens"] >= 16384
+    assert DATASET_GENERATORS["news-tokens-128kplus-entries-320"]["min_tokens"] == 128 * 1024
+
+
+def test_word_source_is_shipped() -> None:
+    sents = sentences()
+    assert len(sents) >= 2000
+    assert len({w for s in sents for w in s.split()}) >= 300
+    assert all(s.isascii() and "\n" not in s for s in sents)
+
+
+def test_unknown_id_and_bad_overrides() -> None:
+    with pytest.raises(DatasetError, match="unknown dataset_id"):
+        dataset_params("news-chars-9-entries-1")
+    with pytest.raises(DatasetError):
+        dataset_params("news-chars-512-entries-4096", entries=0)
+    with pytest.raises(DatasetError):
+        dataset_params("news-chars-512-entries-4096", min_tokens=10)
+
+
+def test_content_key_changes_with_parameters(tmp_path: Path) -> None:
+    ident = "news-chars-512-entries-4096"
+    base = dataset_path(ident, tmp_path)
+    assert base.name.startswith(ident + "-") and base.suffix == ".jsonl"
+    assert dataset_path(ident, tmp_path) == base
+    assert dataset_path(ident, tmp_path, entries=4096) == base  # the catalog size is the default
+    others = {
+        dataset_path(ident, tmp_path, entries=8),
+        dataset_path(ident, tmp_path, seed=1),
+        dataset_path("news-chars-1024-entries-4096", tmp_path),
+    }
+    assert base not in others and len(others) == 3
+    tokens = "news-tokens-16384plus-entries-4096"
+    assert dataset_path(tokens, tmp_path) != dataset_path(tokens, tmp_path, min_tokens=100)
+    params = dataset_params(ident)
+    assert content_key(ident, params, 0, None) != content_key(ident, params, 0, "tokenizers:abc")
+    assert str(GENERATOR_VERSION)  # part of the key, bump it when the output changes
+
+
+# -------------------------------------------------------------------------------- chars sets
+
+
+@pytest.mark.parametrize("n", [512, 1024, 2048])
+def test_chars_sizes_and_format(n: int, tmp_path: Path) -> None:
+    ident = f"news-chars-{n}-entries-4096"
+    path = generate_dataset(ident, tmp_path, entries=16)
+    rows = read_rows(path)
+    assert len(rows) == 16
+    for row in rows:
+        assert list(row) == ["output"]
+        text = row["output"]
+        assert len(text) == n + PROMPT_CHARS + n
+        assert text.startswith(INPUT_HEADER) and text.count(RESPONSE_HEADER) == 1
+        head, response = text.split(RESPONSE_HEADER)
+        assert len(response) == n
+        assert len(head.split("\n", 2)[2]) == n  # header line, instruction line, N chars of input
+    assert len({r["output"] for r in rows}) == 16
+    assert no_temp_files(tmp_path)
+
+
+def test_full_size_chars_set(tmp_path: Path) -> None:
+    path = generate_dataset("news-chars-512-entries-4096", tmp_path)
+    rows = read_rows(path)
+    assert len(rows) == 4096
+    assert {len(r["output"]) for r in rows} == {2 * 512 + 127}
+
+
+def test_deterministic(tmp_path: Path) -> None:
+    ident = "news-chars-1024-entries-4096"
+    a = generate_dataset(ident, tmp_path / "a", entries=32)
+    b = generate_dataset(ident, tmp_path / "b", entries=32)
+    assert a.name == b.name and a.read_bytes() == b.read_bytes()
+    c = generate_dataset(ident, tmp_path / "c", entries=32, seed=7)
+    assert c.name != a.name and c.read_bytes() != a.read_bytes()
+    # fewer entries are a prefix of more entries (entries are generated independently)
+    d = generate_dataset(ident, tmp_path / "d", entries=8)
+    assert a.read_bytes().startswith(d.read_bytes())
+
+
+def test_existing_file_is_reused(tmp_path: Path) -> None:
+    ident = "news-chars-512-entries-4096"
+    path = generate_dataset(ident, tmp_path, entries=4)
+    path.write_text('{"output": "sentinel"}\n')
+    assert generate_dataset(ident, tmp_path, entries=4) == path
+    assert path.read_text() == '{"output": "sentinel"}\n'
+
+
+def test_concurrent_threads_one_valid_file(tmp_path: Path) -> None:
+    ident = "news-chars-2048-entries-4096"
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: generate_dataset(ident, tmp_path, entries=300), range(4)))
+    assert len(set(paths)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [paths[0].name]
+    assert len(read_rows(paths[0])) == 300
+
+
+def test_concurrent_processes_one_valid_file(tmp_path: Path) -> None:
+    ident = "news-chars-2048-entries-4096"
+    cmd = [*CLI, "generate", ident, "-o", str(tmp_path)]
+    procs = [
+        subprocess.Popen([*cmd, "--entries", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [e for _, e in outs]
+    printed = {o.strip() for o, _ in outs}
+    assert len(printed) == 1
+    path = Path(printed.pop())
+    assert list(tmp_path.iterdir()) == [path]
+    rows = read_rows(path)
+    assert len(rows) == 2000 and {len(r["output"]) for r in rows} == {2 * 2048 + 127}
+    assert path.read_bytes() == generate_dataset(ident, tmp_path / "serial", entries=2000).read_bytes()
+
+
+def test_cli_exact_output_file_and_list(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "news-chars-512-entries-4096.jsonl"
+    run = subprocess.run(
+        [*CLI, "generate", "news-chars-512-entries-4096", "-o", str(target), "--entries", "5"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert run.stdout.strip() == str(target)
+    assert len(read_rows(target)) == 5
+    listed = subprocess.run([*CLI, "list"], capture_output=True, text=True, check=True)
+    assert set(json.loads(listed.stdout)) == CATALOG_IDS
+    bad = subprocess.run(
+        [*CLI, "generate", "no-such-set", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0
+
+
+# ------------------------------------------------------------------------------- token sets
+
+
+def test_tokens_without_tokenizer_use_a_word_lower_bound(tmp_path: Path) -> None:
+    path = generate_dataset("news-tokens-16384plus-entries-4096", tmp_path, entries=3, min_tokens=2000)
+    rows = read_rows(path)
+    assert len(rows) == 3
+    for row in rows:
+        words = len(row["output"].split())
+        assert 2000 <= words < 2000 * 1.1
+        assert row["output"].startswith(INPUT_HEADER) and row["output"].count(RESPONSE_HEADER) == 1
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tiny_model_dir: Path):
+    pytest.importorskip("tokenizers")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def n_tokens(tokenizer, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_tokens_guarantee_small_target(tiny_model_dir: Path, tiny_tokenizer, tmp_path: Path) -> None:
+    ident = "news-tokens-16384plus-entries-4096"
+    path = generate_dataset(ident, tmp_path, tokenizer=tiny_model_dir, entries=6, min_tokens=700)
+    rows = read_rows(path)
+    assert len(rows) == 6
+    counts = [n_tokens(tiny_tokenizer, r["output"]) for r in rows]
+    assert min(counts) >= 700
+    assert max(counts) < 700 * 1.5
+    # the tokenizer is part of the content key: without it the file is a different one
+    assert generate_dataset(ident, tmp_path, entries=6, min_tokens=700) != path
+    # a tokenizer object or its directory give the same token counts and the same file
+    same = generate_dataset(ident, tmp_path, tokenizer=tiny_tokenizer, entries=6, min_tokens=700)
+    assert same.read_bytes() == path.read_bytes()
+
+
+def test_tokens_guarantee_real_threshold(tiny_model_dir: Path, tiny_tokenizer, tmp_path: Path) -> None:
+    path = generate_dataset("news-tokens-16384plus-entries-4096", tmp_path, tokenizer=tiny_model_dir, entries=2)
+    rows = read_rows(path)
+    assert len(rows) == 2
+    counts = [n_tokens(tiny_tokenizer, r["output"]) for r in rows]
+    assert all(16384 <= c < 16384 * 1.2 for c in counts), counts
+
+
+def test_tokens_guarantee_128k(tiny_model_dir: Path, tiny_tokenizer, tmp_path: Path) -> None:
+    path = generate_dataset("news-tokens-128kplus-entries-320", tmp_path, tokenizer=tiny_model_dir, entries=1)
+    (row,) = read_rows(path)
+    assert 131072 <= n_tokens(tiny_tokenizer, row["output"]) < 131072 * 1.1
+
+
+# ------------------------------------------------------------------------------- vision sets
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_png_is_valid() -> None:
+    data = make_png(384, 768)
+    assert png_size(data) == (384, 768)
+    (length,) = struct.unpack(">I", data[33:37])
+    assert data[37:41] == b"IDAT"
+    assert len(zlib.decompress(data[41 : 41 + length])) == 768 * (1 + 384 * 3)
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    import io
+
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()
+        assert img.size == (384, 768) and img.mode == "RGB"
+
+
+@pytest.mark.parametrize(("width", "height"), [(384, 384), (384, 768)])
+def test_vision_parquet(width: int, height: int, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    ident = f"vision-{width}x{height}-16384plus-entries-4096"
+    path = generate_dataset(ident, tmp_path, entries=5)
+    assert path.suffix == ".parquet"
+    table = pq.read_table(path)
+    assert table.num_rows == 5
+    assert set(table.column_names) == {"messages", "images"}
+    assert b"huggingface" in table.schema.metadata
+    k = images_per_entry(DATASET_GENERATORS[ident])
+    assert k * (width // 14) * (height // 14) >= 16384
+    assert k == math.ceil(16384 / ((width // 14) * (height // 14)))
+    first_image = None
+    for row in table.to_pylist():
+        images = row["images"]
+        assert len(images) == k
+        assert len({img["bytes"] for img in images}) == 1  # one image, repeated
+        first_image = first_image or images[0]["bytes"]
+        assert images[0]["bytes"] == first_image
+        assert png_size(first_image) == (width, height)
+        user, assistant = row["messages"]
+        assert user["role"] == "user" and assistant["role"] == "assistant"
+        assert [c["type"] for c in user["content"]] == ["image"] * k + ["text"]
+        assert assistant["content"][0]["text"]
+    again = generate_dataset(ident, tmp_path / "again", entries=5)
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_vision_loads_with_hf_datasets(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    path = generate_dataset("vision-384x384-16384plus-entries-4096", tmp_path / "data", entries=3)
+    ds = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
+    assert len(ds) == 3
+    assert type(ds.features["images"].feature).__name__ == "Image"
+
+
+def test_full_size_vision_file_is_small(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    path = generate_dataset("vision-384x384-16384plus-entries-4096", tmp_path)
+    assert path.stat().st_size < 20 * 1024 * 1024  # the repeated image is dictionary-encoded
+
+
+def test_write_dataset_exact_path(tmp_path: Path) -> None:
+    target = tmp_path / "x.jsonl"
+    assert write_dataset("news-chars-512-entries-4096", target, entries=2) == target
+    assert len(read_rows(target)) == 2
+    assert os.listdir(tmp_path) == ["x.jsonl"]
