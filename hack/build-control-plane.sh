@@ -117,7 +117,7 @@ mkdir -p .go/src/k8s.io
 [[ -e .go/src/k8s.io/kubernetes ]] || ln -s ../../.. .go/src/k8s.io/kubernetes
 log "building kube-apiserver and kube-controller-manager (takes ~8 minutes on 2 cores)"
 start=$SECONDS
-make WHAT="cmd/kube-apiserver cmd/kube-controller-manager"
+make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >&2
 log "go build took $((SECONDS - start)) s"
 install -m 0755 _output/bin/kube-apiserver _output/bin/kube-controller-manager "$BIN/"
 
