@@ -219,7 +219,7 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
             return f"{name} runs on a single node; set numberNodes to 1"
 
         yield Rule(
-            f"experiment.{exp.method}.single-node",
+            f"experiment.{_short(exp)}.single-node",
             "numberNodes",
             f"{name}: one node",
             single_node,
@@ -234,7 +234,7 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
         return f"{name} allows torchDtype {' or '.join(dtypes)}, not {s.torch_dtype.value}; remove torchDtype"
 
     yield Rule(
-        f"experiment.{exp.method}.torch-dtype",
+        f"experiment.{_short(exp)}.torch-dtype",
         "torchDtype",
         f"{name}: torchDtype in {dtypes}",
         dtype_allowed,
@@ -249,7 +249,7 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
         return f"{name} uses distributedBackend {' or '.join(backends)}; remove distributedBackend"
 
     yield Rule(
-        f"experiment.{exp.method}.backend",
+        f"experiment.{_short(exp)}.backend",
         "distributedBackend",
         f"{name}: backend in {backends}",
         backend_allowed,
@@ -264,7 +264,7 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
         return f"{name} needs engine {' or '.join(engines)} (its fused GPTQ kernels are fms-acceleration plugins)"
 
     yield Rule(
-        f"experiment.{exp.method}.engine",
+        f"experiment.{_short(exp)}.engine",
         "engine",
         f"{name}: engine in {engines}",
         engine_allowed,
@@ -281,7 +281,7 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
             return f"{', '.join(used)}: LoRA parameters, not used by {name}; remove them" if used else None
 
         yield Rule(
-            f"experiment.{exp.method}.no-lora",
+            f"experiment.{_short(exp)}.no-lora",
             "r",
             f"{name}: no LoRA parameters",
             no_lora,
@@ -332,12 +332,17 @@ def _only_allowed_rule(exp: ExperimentEntry) -> Rule:
         alias = _camel(f)
         clauses.append(f"!has(self.{alias})" if default is None else f"self.{alias} == {_cel_literal(default)}")
     return Rule(
-        f"experiment.{exp.method}.fixed",
+        f"experiment.{_short(exp)}.fixed",
         "experiment",
         f"{name}: only {', '.join(exp.allowed or ())} may be set",
         only_allowed,
         f"self.experiment != '{name}' || (" + " && ".join(clauses) + ")",
     )
+
+
+def _short(exp: ExperimentEntry) -> str:
+    """finetune_full_stability-v1.0.0 -> full_stability: unique and recognisable in rule ids."""
+    return exp.name.value.removeprefix("finetune_").rsplit("-v", 1)[0]
 
 
 def _camel(field_name: str) -> str:

@@ -1,0 +1,56 @@
+"""The CLI's foundation commands, run in-process through `main()`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ftbench.cli import main
+from ftbench.crd import crd_yaml
+
+GOOD = """apiVersion: ftbench.io/v1alpha1
+kind: FineTuneExperiment
+metadata: {name: good}
+spec: {model: llama3.1-8b, modelMaxLength: 2048, numberGpus: 2, batchSize: 4, gpuModel: NVIDIA-A100-SXM4-80GB}
+"""
+BAD = """apiVersion: ftbench.io/v1alpha1
+kind: FineTuneExperiment
+metadata: {name: bad}
+spec: {model: llama3.1-8b, modelMaxLength: 2048, numberGpus: 2, batchSize: 3, gpuModel: X}
+"""
+
+
+def test_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, both = tmp_path / "good.yaml", tmp_path / "both.yaml"
+    good.write_text(GOOD)
+    both.write_text(GOOD + "---\n" + BAD)
+    assert main(["validate", str(good)]) == 0
+    assert main(["validate", str(both)]) == 1
+    out = capsys.readouterr().out
+    assert "both.yaml#2: bad: invalid" in out and "spec.batchSize (value: 3)" in out and "[is_valid.1]" in out
+
+
+def test_validate_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("spec: [unclosed\n")
+    assert main(["validate", str(broken)]) == 2
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_catalog_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    for what, needle in (
+        ("models", "mixtral-8x7b-instruct-v0.1"),
+        ("experiments", "finetune_pt_benchmark-v1.0.0"),
+        ("datasets", "news-chars-512-entries-4096"),
+    ):
+        assert main(["catalog", what]) == 0
+        assert needle in capsys.readouterr().out
+
+
+def test_crd_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crd"]) == 0
+    assert capsys.readouterr().out == crd_yaml()
+    assert main(["crd", "-o", str(tmp_path)]) == 0
+    assert (tmp_path / "ftbench.io_finetuneexperiments.yaml").read_text() == crd_yaml()

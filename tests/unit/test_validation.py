@@ -1,0 +1,95 @@
+"""Every seed is_valid rule and experiment constraint, with the messages users see."""
+
+from __future__ import annotations
+
+import pytest
+
+from ftbench.api.validation import validate_document, validate_spec_dict
+
+OK = {"model": "llama3.1-8b", "modelMaxLength": 2048, "numberGpus": 8, "batchSize": 16, "gpuModel": "G"}
+
+
+def rules(**overrides: object) -> set[str]:
+    return {i.rule for i in validate_spec_dict({**OK, **overrides}).issues}
+
+
+def test_valid_spec_has_no_issues() -> None:
+    report = validate_spec_dict(OK)
+    assert report.ok and report.spec is not None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "rule"),
+    [
+        ({"batchSize": 12, "numberGpus": 8}, "is_valid.1"),
+        ({"numberGpus": 6, "batchSize": 12, "numberNodes": 4}, "is_valid.2"),
+        ({"numberNodes": 0}, "is_valid.3"),
+        ({"batchSize": 0}, "is_valid.4"),
+        ({"gpuModel": ""}, "is_valid.5"),
+        ({"fastMoe": 3, "fmsHfTuningVersion": "3.1.0", "model": "mixtral-8x7b-instruct-v0.1"}, "is_valid.6"),
+        (
+            {"fastMoe": 16, "numberGpus": 16, "fmsHfTuningVersion": "3.1.0", "model": "granite-3.1-3b-a800m-instruct"},
+            "is_valid.7",
+        ),
+        ({"fastMoe": 2, "fmsHfTuningVersion": "3.1.0"}, "is_valid.7"),  # dense model
+        ({"fastMoe": 2, "model": "mixtral-8x7b-instruct-v0.1"}, "engine.fast-moe-version"),
+        ({"engine": "trl", "fastKernels": [True, True, True]}, "engine.trl-acceleration"),
+        ({"maxSteps": 0}, "steps.nonzero"),
+        ({"model": "gpt-9"}, "catalog.model"),
+        ({"datasetId": "vision-384x384-16384plus-entries-4096"}, "catalog.dataset"),
+        ({"experiment": "finetune_gtpq-lora_benchmark-v1.0.0", "model": "llama3.1-8b"}, "catalog.model"),
+        (
+            {"experiment": "finetune_gtpq-lora_benchmark-v1.0.0", "model": "llama-7b", "torchDtype": "bfloat16"},
+            "experiment.gtpq-lora_benchmark.torch-dtype",
+        ),
+        (
+            {"experiment": "finetune_gtpq-lora_benchmark-v1.0.0", "model": "llama-7b", "engine": "trl"},
+            "experiment.gtpq-lora_benchmark.engine",
+        ),
+        ({"experiment": "finetune_full_stability-v1.0.0", "numberNodes": 2}, "experiment.full_stability.single-node"),
+        (
+            {"experiment": "finetune_full_stability-v1.0.0", "distributedBackend": "DDP"},
+            "experiment.full_stability.backend",
+        ),
+        ({"experiment": "finetune_full_stability-v1.0.0", "maxSteps": 3}, "experiment.full_stability.fixed"),
+        ({"experiment": "finetune_pt_benchmark-v1.0.0", "r": 8}, "experiment.pt_benchmark.no-lora"),
+        ({"experiment": "finetune_lora_benchmark-v1.0.0", "model": "granite-3b-1.5"}, "catalog.lora-targets"),
+    ],
+)
+def test_each_rule_fires(overrides: dict, rule: str) -> None:
+    assert rule in rules(**overrides)
+
+
+def test_fast_moe_valid_case() -> None:
+    assert rules(fastMoe=4, fmsHfTuningVersion="3.1.0", model="mixtral-8x7b-instruct-v0.1") == set()
+
+
+def test_cpu_multi_node_is_valid() -> None:
+    """0 GPUs over 2 nodes: the CPU/gloo path the end-to-end tests use."""
+    assert rules(numberGpus=0, gpuModel="", numberNodes=2, batchSize=4) == set()
+
+
+def test_issue_names_field_value_rule_and_fix() -> None:
+    issue = validate_spec_dict({**OK, "batchSize": 12}).issues[0]
+    text = str(issue)
+    assert issue.path == "spec.batchSize" and issue.value == 12
+    assert "12" in text and "is_valid.1" in text and "multiple of 8" in text
+
+
+def test_type_errors_are_issues_not_exceptions() -> None:
+    report = validate_spec_dict({**OK, "numberGpus": "eight", "optim": "adam", "typo": 1})
+    assert report.spec is None
+    paths = {i.path for i in report.issues}
+    assert paths == {"spec.numberGpus", "spec.optim", "spec.typo"}
+    assert any("not a FineTuneExperiment field" in i.message for i in report.issues)
+
+
+def test_missing_required_fields() -> None:
+    report = validate_spec_dict({})
+    assert {i.path for i in report.issues} == {"spec.model", "spec.modelMaxLength", "spec.numberGpus", "spec.batchSize"}
+
+
+def test_document_envelope_is_checked() -> None:
+    report = validate_document({"apiVersion": "v1", "kind": "Pod", "spec": OK})
+    assert {i.path for i in report.issues} == {"apiVersion", "kind", "metadata.name"}
+    assert not validate_document("nope").ok
