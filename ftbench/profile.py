@@ -7,22 +7,28 @@ defaults work on a plain GPU cluster; docs/cluster-profile.md is generated from 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field
 
-from ftbench.api.spec import ApiModel
+from ftbench.api.spec import QUANTITY, ApiModel
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
+# A C identifier, as environment variable names in pod specs should be.
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class Toleration(ApiModel):
-    key: str | None = None
-    operator: str | None = Field(None, description="Exists or Equal.")
-    value: str | None = None
-    effect: str | None = Field(None, description="NoSchedule, PreferNoSchedule or NoExecute.")
-    toleration_seconds: int | None = None
+    """A pod toleration, as in the Kubernetes API (camelCase keys)."""
+
+    key: str | None = Field(None, description="Taint key; unset with operator Exists tolerates every taint.")
+    operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal.")
+    value: str | None = Field(None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="NoSchedule, PreferNoSchedule or NoExecute; unset matches all."
+    )
+    toleration_seconds: int | None = Field(None, description="NoExecute only: how long the pod stays bound.")
 
 
 class Images(ApiModel):
@@ -42,9 +48,11 @@ class Images(ApiModel):
 
 
 class Volume(ApiModel):
+    """A volume of the training pods: a PersistentVolumeClaim, or scratch space."""
+
     claim_name: str | None = Field(None, description="PVC name; unset uses an emptyDir (scratch, not shared).")
-    mount_path: str = Field(description="Where the pods see it.")
-    read_only: bool = False
+    mount_path: str = Field(pattern=r"^/", description="Where the pods see it (absolute path).")
+    read_only: bool = Field(False, description="Mount read-only.")
 
 
 class Storage(ApiModel):
@@ -73,13 +81,25 @@ class Roce(ApiModel):
     topology_config_map: str | None = Field(
         None, description="ConfigMap with the NCCL topology, mounted at /var/run/nvidia-topologyd."
     )
-    nccl_env: dict[str, str] = Field(
+    service_account: str | None = Field(
+        None,
+        description="ServiceAccount allowed to run as root with IPC_LOCK (seed 002's `roce`); unset: serviceAccount.",
+    )
+    nccl_env: dict[EnvName, str] = Field(
         default_factory=lambda: {
             "NCCL_IB_HCA": "mlx5",
             "NCCL_IB_GID_INDEX": "3",
-            "NCCL_IB_DISABLE": "0",
+            # Seed 002's tuning values ("remaining NCCL environment variables we use on our cluster").
+            "NCCL_IB_QPS_PER_CONNECTION": "8",
+            "NCCL_IB_SPLIT_DATA_ON_QPS": "0",
+            "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+            "NCCL_ALGO": "Ring",
+            "NCCL_IGNORE_CPU_AFFINITY": "1",
+            "NCCL_SOCKET_NTHREADS": "2",
+            "NCCL_CROSS_NIC": "0",
         },
-        description="NCCL variables for RoCE runs (NCCL_IB_HCA, NCCL_IB_GID_INDEX, tuning ones from seed 002).",
+        description="NCCL variables for RoCE runs (NCCL_IB_HCA, NCCL_IB_GID_INDEX, tuning ones from seed 002). "
+        "NCCL_IB_DISABLE is always 0 on RoCE runs and 1 on other multi-node runs.",
     )
 
 
@@ -89,9 +109,38 @@ class Features(ApiModel):
     training_operator: bool = Field(False, description="Kubeflow training operator (PyTorchJob) installed.")
     indexed_jobs: bool = Field(True, description="Indexed Jobs (Kubernetes >= 1.24).")
     pod_failure_policy: bool = Field(True, description="Job podFailurePolicy (Kubernetes >= 1.31).")
+    backoff_limit_per_index: bool = Field(
+        False,
+        description="Job backoffLimitPerIndex/maxFailedIndexes (Kubernetes >= 1.33): a failed stability trial "
+        "pod does not stop the next ones even when it dies before the trainer can report.",
+    )
+
+    @classmethod
+    def for_kubernetes(cls, minor: int, *, training_operator: bool = False) -> Features:
+        """The features of Kubernetes 1.`minor` (the operator calls this with the server's version)."""
+        return cls(
+            training_operator=training_operator,
+            indexed_jobs=minor >= 24,
+            pod_failure_policy=minor >= 31,
+            backoff_limit_per_index=minor >= 33,
+        )
+
+
+class Security(ApiModel):
+    """Pod security of training pods when RoCE does not need root (restricted Pod Security Standard)."""
+
+    run_as_user: Annotated[int, Field(ge=1)] = Field(1000, description="Non-root UID of the trainer.")
+    run_as_group: Annotated[int, Field(ge=0)] = Field(1000, description="GID of the trainer.")
+    fs_group: Annotated[int, Field(ge=0)] | None = Field(
+        None,
+        description="fsGroup for writable PVCs; unset by default because Kubernetes then chowns whole "
+        "volumes (slow on large model PVCs); set with fsGroupChangePolicy OnRootMismatch.",
+    )
 
 
 class ClusterProfile(ApiModel):
+    """Everything cluster-specific that the manifests need; experiments never carry any of it."""
+
     images: Images = Field(default_factory=Images)
     gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name of a GPU.")
     gpu_node_label: str = Field("nvidia.com/gpu.product", description="Node label compared with spec.gpuModel.")
@@ -100,6 +149,12 @@ class ClusterProfile(ApiModel):
     default_memory: str = Field("64Gi", description="Memory request/limit when spec.run.memory is unset.")
     cpu_per_gpu: Annotated[int, Field(ge=1)] = Field(2, description="CPU cores per GPU (seed 001: 2, min 2).")
     min_cpu: Annotated[int, Field(ge=1)] = Field(2, description="Minimum CPU cores per pod.")
+    shm_size: Annotated[str, Field(pattern=QUANTITY)] | None = Field(
+        None, description="sizeLimit of the /dev/shm memory emptyDir; unset: no limit beyond the pod's memory."
+    )
+    security: Security = Field(default_factory=Security)
+    pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on training pods.")
+    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on training pods.")
     storage: Storage = Field(default_factory=Storage)
     roce: Roce = Field(default_factory=Roce)
     features: Features = Field(default_factory=Features)

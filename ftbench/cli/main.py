@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "ftbench.cli.cmd_validate",
     "ftbench.cli.cmd_catalog",
     "ftbench.cli.cmd_crd",
+    "ftbench.cli.cmd_render",
 )
 
 

@@ -1,0 +1,87 @@
+"""`ftbench render FILE`: the Kubernetes objects the operator would create, as YAML.
+
+Lets a user review a run, or `kubectl apply` it on a cluster without the operator. The same
+validation as `ftbench validate` runs first; an invalid spec prints its issues and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ftbench.api.enums import Runtime
+from ftbench.api.validation import validate_document
+from ftbench.cli.cmd_validate import catalog_from_args
+from ftbench.cli.documents import read_documents
+from ftbench.cli.main import UsageError
+from ftbench.profile import ClusterProfile, load_profile
+from ftbench.render.manifests import manifests_yaml, render_experiment
+from ftbench.render.plan import PlanError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("render", help="print the Kubernetes manifests that run an experiment (multi-document YAML)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="FineTuneExperiment YAML files (- for stdin)")
+    p.add_argument(
+        "--runtime",
+        choices=[r.value for r in Runtime],
+        help="override spec.run.runtime (auto: Job for one node, PyTorchJob or IndexedJob for several)",
+    )
+    p.add_argument("--profile", metavar="FILE", help="cluster profile YAML (default: a plain GPU cluster)")
+    p.add_argument("-n", "--namespace", help="namespace of the objects (default: the experiment's, else none)")
+    p.add_argument("--attempt", type=int, default=0, help="attempt number in the object names (default 0)")
+    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    p.set_defaults(func=run)
+
+
+def _profile(path: str | None) -> ClusterProfile:
+    try:
+        return load_profile(path)
+    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
+        raise UsageError(f"cluster profile {path}: {err}") from err
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = catalog_from_args(args)
+    profile = _profile(args.profile)
+    try:
+        documents = list(read_documents(args.files))
+    except (OSError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    if not documents:
+        raise UsageError("no YAML documents found")
+    failed = 0
+    for doc in documents:
+        body = doc.body
+        if args.runtime and isinstance(body, dict) and isinstance(body.get("spec"), dict):
+            spec = body["spec"]
+            body = {**body, "spec": {**spec, "run": {**(spec.get("run") or {}), "runtime": args.runtime}}}
+        report = validate_document(body, catalog)
+        metadata = body.get("metadata") if isinstance(body, dict) else None
+        name = (metadata or {}).get("name", "?") if isinstance(metadata, dict) else "?"
+        if not report.ok or report.spec is None:
+            failed += 1
+            print(f"{doc.source}: {name}: invalid", file=sys.stderr)
+            for issue in report.issues:
+                print(f"  - {issue}", file=sys.stderr)
+            continue
+        try:
+            rendered = render_experiment(
+                report.spec,
+                catalog,
+                profile,
+                name=name,
+                namespace=args.namespace or (metadata or {}).get("namespace", ""),
+                attempt=args.attempt,
+            )
+        except PlanError as err:
+            failed += 1
+            print(f"{doc.source}: {name}: cannot render: {err}", file=sys.stderr)
+            continue
+        print(f"# {doc.source}: {name}: runtime {rendered.runtime.value}")
+        for note in rendered.plan.notes:
+            print(f"# note: {note}")
+        if len(rendered.names.workloads) > 1:
+            print("# note: the trial Jobs must run one after another; the operator creates them in sequence")
+        print(manifests_yaml(rendered.objects), end="")
+    return 1 if failed else 0

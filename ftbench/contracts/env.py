@@ -1,0 +1,126 @@
+"""The environment contract between the rendered pods and `ftbench-trainer`.
+
+The pods run ``ftbench-trainer --plan /etc/ftbench/plan.json``. The plan (a ConfigMap) says
+*what* to run; these variables say *where this pod is* in the run, which only Kubernetes knows
+at start time. Both sides import the names from here, so a rename breaks the tests, not a run.
+
+Set by ftbench's manifests (``ftbench.render``) on every training pod:
+
+- ``FTBENCH_IMAGE``: the image the pod runs (recorded in results; the image tag is the engine
+  version actually used).
+- ``FTBENCH_POD_NAME`` / ``FTBENCH_NAMESPACE`` / ``FTBENCH_POD_IP``: downward API ``fieldRef``
+  (``metadata.name``, ``metadata.namespace``, ``status.podIP``) for progress reports and logs.
+- ``HF_HOME``: the cluster profile's Hugging Face cache directory (seed 002's ``hf_home``).
+- ``JOB_COMPLETION_INDEX``: Indexed Jobs only, from the downward API annotation
+  ``batch.kubernetes.io/job-completion-index`` (Kubernetes >= 1.22 also injects it; the Job
+  controller leaves an explicit definition alone). Its meaning depends on the plan:
+
+  * multi-node Indexed Job (``plan.rendezvous.source == "indexedjob"``): the **node rank**;
+    the master is ``plan.rendezvous.masterHost`` (``<job>-0.<service>``), port
+    ``plan.rendezvous.port``; the node count is ``plan.topology.numberNodes``.
+  * stability (``plan.trials > 1``, one node): the **trial index**, also exported as
+    ``FTBENCH_TRIAL_INDEX``.
+- ``FTBENCH_TRIAL_INDEX``: set when a pod runs exactly one trial of a multi-trial experiment
+  (stability: from ``JOB_COMPLETION_INDEX``, or a literal when the profile has no Indexed Jobs
+  and each trial is its own Job). Unset: the trainer runs all ``plan.trials`` in sequence
+  (``ftbench run`` on one machine).
+- ``FTBENCH_TRIAL_FAILURE_EXIT_ZERO``: ``"true"`` on stability pods. A GPU OOM or another error
+  in a trial is a *measurement* there: the trainer writes the outcome to the termination
+  message and exits 0, so the next trial still runs (a failed pod with ``backoffLimit: 0``
+  would end the whole Job).
+- NCCL variables (``NCCL_IB_DISABLE``, ``NCCL_IB_HCA``, ``NCCL_DEBUG``, ...): for NCCL itself,
+  from the cluster profile (RoCE) and ``spec.run.ncclDebug``; the trainer passes them through.
+
+Set by the Kubeflow training operator on PyTorchJob pods (``plan.rendezvous.source ==
+"pytorchjob"``): ``RANK`` (the **node** rank: Master 0, Worker i -> i + 1), ``MASTER_ADDR``,
+``MASTER_PORT``, ``PET_NNODES``; they are node-level values that the trainer maps to
+``accelerate launch --machine_rank/--num_machines/--main_process_ip/--main_process_port``.
+
+`Rendezvous.source == "local"`: rank 0 of 1, master ``127.0.0.1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ftbench.contracts.plan import LaunchPlan
+
+FTBENCH_IMAGE = "FTBENCH_IMAGE"
+FTBENCH_POD_NAME = "FTBENCH_POD_NAME"
+FTBENCH_NAMESPACE = "FTBENCH_NAMESPACE"
+FTBENCH_POD_IP = "FTBENCH_POD_IP"
+FTBENCH_TRIAL_INDEX = "FTBENCH_TRIAL_INDEX"
+FTBENCH_TRIAL_FAILURE_EXIT_ZERO = "FTBENCH_TRIAL_FAILURE_EXIT_ZERO"
+HF_HOME = "HF_HOME"
+
+# Indexed Jobs (Kubernetes).
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+# PyTorchJob (Kubeflow training operator, node-level values).
+PYTORCHJOB_RANK = "RANK"
+PYTORCHJOB_MASTER_ADDR = "MASTER_ADDR"
+PYTORCHJOB_MASTER_PORT = "MASTER_PORT"
+
+# NCCL (read by NCCL itself; named here so render and tests agree).
+NCCL_IB_DISABLE = "NCCL_IB_DISABLE"
+NCCL_DEBUG = "NCCL_DEBUG"
+NCCL_DEBUG_SUBSYS = "NCCL_DEBUG_SUBSYS"
+
+
+class RendezvousEnvError(ValueError):
+    """The pod's environment lacks what the plan's rendezvous source needs."""
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """Where this pod sits in the run: the values for `accelerate launch`'s multi-node flags."""
+
+    node_rank: int
+    num_machines: int
+    master_addr: str
+    master_port: int
+
+
+def node_placement(plan: LaunchPlan, environ: Mapping[str, str]) -> NodePlacement:
+    """Resolve this pod's node rank and the master address from `environ` per the plan.
+
+    Pure (the trainer passes `os.environ`), so tests can check each runtime's contract.
+    """
+    rdzv = plan.rendezvous
+    nodes = plan.topology.number_nodes
+    if rdzv.source == "local":
+        return NodePlacement(0, nodes, "127.0.0.1", rdzv.port)
+    if rdzv.source == "indexedjob":
+        return NodePlacement(_int_env(environ, JOB_COMPLETION_INDEX), nodes, rdzv.master_host, rdzv.port)
+    return NodePlacement(
+        _int_env(environ, PYTORCHJOB_RANK),
+        nodes,
+        _env(environ, PYTORCHJOB_MASTER_ADDR),
+        _int_env(environ, PYTORCHJOB_MASTER_PORT),
+    )
+
+
+def trial_index(environ: Mapping[str, str]) -> int | None:
+    """The one trial this pod runs, or None to run all of the plan's trials in sequence."""
+    return _int_env(environ, FTBENCH_TRIAL_INDEX) if FTBENCH_TRIAL_INDEX in environ else None
+
+
+def trial_failure_exit_zero(environ: Mapping[str, str]) -> bool:
+    return environ.get(FTBENCH_TRIAL_FAILURE_EXIT_ZERO, "").lower() == "true"
+
+
+def _env(environ: Mapping[str, str], name: str) -> str:
+    value = environ.get(name)
+    if not value:
+        raise RendezvousEnvError(f"{name} is not set; the pod was not started by the runtime the plan names")
+    return value
+
+
+def _int_env(environ: Mapping[str, str], name: str) -> int:
+    value = _env(environ, name)
+    try:
+        return int(value)
+    except ValueError as err:
+        raise RendezvousEnvError(f"{name}={value!r} is not an integer") from err

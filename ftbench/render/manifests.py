@@ -1,0 +1,182 @@
+"""spec + catalog + cluster profile + experiment identity -> the Kubernetes objects that run it.
+
+Pure: the same inputs give the same objects (names included), so the operator can re-render on
+every reconcile and `ftbench render` prints exactly what the operator would create. Owner
+references are not set here; the operator adopts the objects (`kopf.adopt`).
+
+Objects, in the order to create them: the plan ConfigMap (the pods mount it), then the headless
+Service (Indexed Job, multi-node), then the workload(s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ftbench.api import effective
+from ftbench.api.enums import Runtime
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
+from ftbench.profile import ClusterProfile
+from ftbench.render.names import ChildNames, child_names, label_value
+from ftbench.render.plan import PlanError, build_plan, resolve_runtime
+from ftbench.render.pods import PodInputs
+from ftbench.render.runtimes import (
+    WorkloadMeta,
+    multi_node_indexed_job,
+    pytorch_job,
+    single_job,
+    stability_indexed_job,
+    stability_jobs,
+)
+
+Obj = dict[str, Any]
+
+APP_NAME = "ftbench"
+EXPERIMENT_LABEL = "ftbench.io/experiment"
+ATTEMPT_LABEL = "ftbench.io/attempt"
+EXPERIMENT_NAME_ANNOTATION = "ftbench.io/experiment-name"
+RUNTIME_ANNOTATION = "ftbench.io/runtime"
+
+
+class RenderError(PlanError):
+    """The spec is valid but cannot run on the chosen runtime or cluster profile."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    runtime: Runtime
+    names: ChildNames
+    plan: LaunchPlan
+    objects: tuple[Obj, ...]
+
+
+def labels(experiment: str, attempt: int) -> dict[str, str]:
+    """Labels on every object and pod: how the operator (and users) select one attempt's pods."""
+    value = label_value(experiment)
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/component": "trainer",
+        "app.kubernetes.io/instance": value,
+        "app.kubernetes.io/part-of": APP_NAME,
+        "app.kubernetes.io/managed-by": APP_NAME,
+        EXPERIMENT_LABEL: value,
+        ATTEMPT_LABEL: str(attempt),
+    }
+
+
+def pod_selector(experiment: str, attempt: int) -> str:
+    """A label selector for the pods of one attempt (for list/watch calls)."""
+    return f"{EXPERIMENT_LABEL}={label_value(experiment)},{ATTEMPT_LABEL}={attempt}"
+
+
+def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> Runtime:
+    """`resolve_runtime`, plus the combinations no runtime can carry out."""
+    runtime = resolve_runtime(spec, catalog, profile)
+    trials = effective.trials(spec, catalog)
+    if runtime == Runtime.JOB and spec.number_nodes > 1:
+        raise RenderError(
+            f"runtime Job runs one pod but numberNodes is {spec.number_nodes}; use IndexedJob or PyTorchJob"
+        )
+    if runtime == Runtime.INDEXED_JOB and not profile.features.indexed_jobs:
+        raise RenderError("runtime IndexedJob needs Kubernetes >= 1.24 (cluster profile features.indexedJobs)")
+    if runtime == Runtime.PYTORCH_JOB and trials > 1:
+        raise RenderError(f"{spec.experiment.value} runs {trials} sequential trials; use runtime IndexedJob or Job")
+    return runtime
+
+
+def experiment_names(
+    spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile, *, name: str, attempt: int
+) -> ChildNames:
+    """The names `render_experiment` gives this attempt's objects (for the operator's lookups)."""
+    runtime = choose_runtime(spec, catalog, profile)
+    return child_names(name, attempt, runtime, number_nodes=spec.number_nodes, trials=effective.trials(spec, catalog))
+
+
+def plan_config_map(plan: LaunchPlan, name: str, meta: WorkloadMeta) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta.metadata(name, queued=False),
+        "data": {PLAN_FILENAME: plan.to_json()},
+    }
+
+
+Builder = Callable[[PodInputs, WorkloadMeta, ChildNames], list[Obj]]
+
+
+def _builder(runtime: Runtime, spec: FineTuneExperimentSpec, trials: int) -> Builder:
+    if trials > 1:
+        return stability_indexed_job if runtime == Runtime.INDEXED_JOB else stability_jobs
+    if runtime == Runtime.PYTORCH_JOB:
+        return pytorch_job
+    if runtime == Runtime.INDEXED_JOB and spec.number_nodes > 1:
+        return multi_node_indexed_job
+    return single_job
+
+
+def render_experiment(
+    spec: FineTuneExperimentSpec,
+    catalog: Catalog,
+    profile: ClusterProfile,
+    *,
+    name: str,
+    namespace: str = "",
+    uid: str = "",
+    attempt: int = 0,
+    dataset_entries: int | None = None,
+) -> Rendered:
+    """Render one attempt of experiment `name`. Raises PlanError/RenderError for impossible runs."""
+    runtime = choose_runtime(spec, catalog, profile)
+    trials = effective.trials(spec, catalog)
+    names = child_names(name, attempt, runtime, number_nodes=spec.number_nodes, trials=trials)
+    plan = build_plan(
+        spec,
+        catalog,
+        profile,
+        ref=ExperimentRef(name=name, namespace=namespace, uid=uid, attempt=attempt),
+        runtime=runtime,
+        master_host=names.master_host,
+        dataset_entries=dataset_entries,
+        report_progress_to_kubernetes=profile.report_progress,
+    )
+    common = labels(name, attempt)
+    meta = WorkloadMeta(
+        namespace=namespace,
+        labels=common,
+        annotations={EXPERIMENT_NAME_ANNOTATION: name, RUNTIME_ANNOTATION: runtime.value},
+        queue_name=spec.run.queue_name,
+        active_deadline_seconds=spec.run.active_deadline_seconds,
+    )
+    inputs = PodInputs(
+        spec=spec,
+        plan=plan,
+        profile=profile,
+        image=profile.images.image_for(spec.engine.value, spec.fms_hf_tuning_version),
+        plan_config_map=names.plan_config_map,
+        labels=common,
+    )
+    workloads = _builder(runtime, spec, trials)(inputs, meta, names)
+    objects = (plan_config_map(plan, names.plan_config_map, meta), *workloads)
+    return Rendered(runtime=runtime, names=names, plan=plan, objects=objects)
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Block style for multi-line strings, so the plan JSON in the ConfigMap stays reviewable."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ManifestDumper.add_representer(str, _str)
+
+
+def manifests_yaml(objects: tuple[Obj, ...] | list[Obj]) -> str:
+    """Multi-document YAML in creation order, keys in the order Kubernetes users expect."""
+    return yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, explicit_start=True, width=120)

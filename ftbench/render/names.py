@@ -1,0 +1,80 @@
+"""Deterministic names of the objects that run one attempt of an experiment.
+
+The operator re-renders on every reconcile and must find (not duplicate) what it created, so a
+name depends only on the experiment name, the attempt, the runtime and the topology. Names must
+fit the tightest place Kubernetes puts them: a Job's name becomes the `job-name` label (63) and
+an Indexed Job pod's hostname `<job>-<index>` (a 63-char DNS label); a PyTorchJob's pods and
+Services are `<job>-worker-<i>`; a headless Service name is a DNS-1035 label (starts with a
+letter). So the shared base is kept to `BASE_MAX` characters, cut with a hash when longer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from ftbench.api.enums import Runtime
+
+DNS_LABEL_MAX = 63
+# Room for the longest suffix: "-worker-1023" (PyTorchJob pods, numberNodes <= 1024).
+BASE_MAX = DNS_LABEL_MAX - len("-worker-1023")
+HASH_LEN = 8
+
+
+def fit(name: str, limit: int) -> str:
+    """`name` if it fits, else a prefix plus a hash of the whole name (stable, collision-resistant)."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:HASH_LEN]
+    return f"{name[: limit - HASH_LEN - 1].rstrip('-')}-{digest}"
+
+
+def dns1035(name: str) -> str:
+    """Lower-case letters, digits and '-', starting with a letter (experiment names may hold dots)."""
+    label = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    return label if label[:1].isalpha() else f"x-{label}"
+
+
+def label_value(value: str) -> str:
+    """A label value (<= 63 chars, alphanumeric at both ends) that still identifies `value`."""
+    return fit(value, DNS_LABEL_MAX).strip("-._")
+
+
+@dataclass(frozen=True)
+class ChildNames:
+    """What the operator looks for; `workloads` are the objects whose status tells the outcome."""
+
+    base: str
+    plan_config_map: str
+    workloads: tuple[str, ...]
+    service: str | None
+    master_host: str
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return (self.plan_config_map, *((self.service,) if self.service else ()), *self.workloads)
+
+
+def base_name(experiment: str, attempt: int) -> str:
+    return fit(dns1035(f"{experiment}-a{attempt}"), BASE_MAX)
+
+
+def child_names(experiment: str, attempt: int, runtime: Runtime, *, number_nodes: int, trials: int) -> ChildNames:
+    """Names of every object `render_experiment` makes for this attempt.
+
+    Several trials without Indexed Jobs (runtime Job) are one Job per trial, `<base>-t<i>`.
+    """
+    base = base_name(experiment, attempt)
+    service = base if runtime == Runtime.INDEXED_JOB and number_nodes > 1 else None
+    one_job_per_trial = runtime == Runtime.JOB and trials > 1
+    workloads = tuple(f"{base}-t{i}" for i in range(trials)) if one_job_per_trial else (base,)
+    if runtime == Runtime.PYTORCH_JOB:
+        master_host = f"{base}-master-0"
+    elif service:
+        master_host = f"{base}-0.{service}"
+    else:
+        master_host = "127.0.0.1"
+    return ChildNames(
+        base=base, plan_config_map=f"{base}-plan", workloads=workloads, service=service, master_host=master_host
+    )

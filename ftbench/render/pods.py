@@ -1,0 +1,214 @@
+"""The training pod template shared by every runtime (Job, Indexed Job, PyTorchJob).
+
+One builder, so the GPU requests, volumes, security and NCCL settings cannot drift between
+runtimes; the runtimes only add what is theirs (container name, rank env, ports, subdomain).
+Pure data in, Kubernetes dicts out.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftbench.api import effective
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts import env as E
+from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
+from ftbench.profile import ClusterProfile, Volume
+
+TRAINER_COMMAND = ("ftbench-trainer", "--plan", posixpath.join(PLAN_MOUNT_DIR, PLAN_FILENAME))
+TOPOLOGY_MOUNT_DIR = "/var/run/nvidia-topologyd"
+MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+NCCL_DEBUG_ENV = {E.NCCL_DEBUG: "INFO", E.NCCL_DEBUG_SUBSYS: "INIT,BOOTSTRAP,ENV"}
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodInputs:
+    """Everything a pod template depends on, resolved once by `ftbench.render.manifests`."""
+
+    spec: FineTuneExperimentSpec
+    plan: LaunchPlan
+    profile: ClusterProfile
+    image: str
+    plan_config_map: str
+    labels: dict[str, str]
+
+    @property
+    def roce(self) -> bool:
+        """RoCE only applies across nodes (seed 002); single-node runs ignore enableRoce."""
+        return self.spec.enable_roce and self.spec.number_nodes > 1
+
+
+@dataclass(frozen=True)
+class RuntimeSlot:
+    """What one runtime adds to the shared template."""
+
+    container_name: str
+    env: tuple[Obj, ...] = ()
+    ports: tuple[Obj, ...] = ()
+    subdomain: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def completion_index_env(name: str) -> Obj:
+    """An Indexed Job's index through the downward API (works before 1.22 injected it)."""
+    return field_env(name, f"metadata.annotations['{E.JOB_COMPLETION_INDEX_ANNOTATION}']")
+
+
+def resources(inputs: PodInputs) -> Obj:
+    """Seed 001: 2 CPU cores per GPU, at least 2; GPUs and RDMA devices in requests and limits."""
+    profile, spec = inputs.profile, inputs.spec
+    gpus = effective.gpus_per_node(spec)
+    amounts: Obj = {
+        "cpu": str(max(profile.min_cpu, profile.cpu_per_gpu * gpus)),
+        "memory": spec.run.memory or profile.default_memory,
+    }
+    if gpus:
+        amounts[profile.gpu_resource] = str(gpus)
+    if inputs.roce:
+        amounts[profile.roce.device_resource] = str(profile.roce.device_count)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def nccl_env(inputs: PodInputs) -> dict[str, str]:
+    """RoCE: the profile's NCCL settings with IB on; other multi-node runs force TCP sockets."""
+    values: dict[str, str] = {}
+    if inputs.roce:
+        values |= inputs.profile.roce.nccl_env | {E.NCCL_IB_DISABLE: "0"}
+    elif inputs.spec.number_nodes > 1:
+        values[E.NCCL_IB_DISABLE] = "1"
+    if inputs.spec.run.nccl_debug:
+        values |= NCCL_DEBUG_ENV
+    return values
+
+
+def container_env(inputs: PodInputs, slot: RuntimeSlot) -> list[Obj]:
+    base = [
+        {"name": E.FTBENCH_IMAGE, "value": inputs.image},
+        field_env(E.FTBENCH_POD_NAME, "metadata.name"),
+        field_env(E.FTBENCH_NAMESPACE, "metadata.namespace"),
+        field_env(E.FTBENCH_POD_IP, "status.podIP"),
+    ]
+    if inputs.plan.hf_home:
+        base.append({"name": E.HF_HOME, "value": inputs.plan.hf_home})
+    nccl = [{"name": k, "value": v} for k, v in nccl_env(inputs).items()]
+    return [*base, *slot.env, *nccl]
+
+
+def _storage_volume(name: str, volume: Volume) -> Obj:
+    if volume.claim_name:
+        return {"name": name, "persistentVolumeClaim": {"claimName": volume.claim_name, "readOnly": volume.read_only}}
+    return {"name": name, "emptyDir": {}}
+
+
+def volumes(inputs: PodInputs) -> tuple[list[Obj], list[Obj]]:
+    """Plan, model weights, datasets, /dev/shm (memory), scratch output, RoCE topology."""
+    storage = inputs.profile.storage
+    shm: Obj = {"medium": "Memory"}
+    if inputs.profile.shm_size:
+        shm["sizeLimit"] = inputs.profile.shm_size
+    vols = [
+        {"name": "plan", "configMap": {"name": inputs.plan_config_map}},
+        _storage_volume("models", storage.models),
+        _storage_volume("data", storage.data),
+        {"name": "dshm", "emptyDir": shm},
+        {"name": "output", "emptyDir": {}},
+    ]
+    mounts = [
+        {"name": "plan", "mountPath": PLAN_MOUNT_DIR, "readOnly": True},
+        {"name": "models", "mountPath": storage.models.mount_path, "readOnly": storage.models.read_only},
+        {"name": "data", "mountPath": storage.data.mount_path, "readOnly": storage.data.read_only},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "output", "mountPath": inputs.plan.output.dir},
+    ]
+    topology = inputs.profile.roce.topology_config_map
+    if inputs.roce and topology:
+        vols.append({"name": "nccl-topology", "configMap": {"name": topology}})
+        mounts.append({"name": "nccl-topology", "mountPath": TOPOLOGY_MOUNT_DIR, "readOnly": True})
+    return vols, mounts
+
+
+def security(inputs: PodInputs) -> tuple[Obj, Obj]:
+    """(pod, container) security contexts: restricted, unless RoCE needs IPC_LOCK and root."""
+    container: Obj = {"allowPrivilegeEscalation": False}
+    if inputs.roce and inputs.profile.roce.run_as_root:
+        # Seed 002: root for unlimited locked memory; keep the runtime's default capabilities.
+        pod: Obj = {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0, "fsGroup": 0}
+        container["capabilities"] = {"add": ["IPC_LOCK"]}
+        return pod, container
+    sec = inputs.profile.security
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": sec.run_as_user,
+        "runAsGroup": sec.run_as_group,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if sec.fs_group is not None:
+        pod |= {"fsGroup": sec.fs_group, "fsGroupChangePolicy": "OnRootMismatch"}
+    container["capabilities"] = {"drop": ["ALL"], **({"add": ["IPC_LOCK"]} if inputs.roce else {})}
+    return pod, container
+
+
+def scheduling(inputs: PodInputs) -> Obj:
+    """Node selection on the GPU model, the profile's selectors and tolerations, priority."""
+    profile, spec = inputs.profile, inputs.spec
+    selector = dict(profile.node_selector)
+    if spec.number_gpus > 0 and spec.gpu_model:
+        selector[profile.gpu_node_label] = spec.gpu_model
+    out: Obj = {}
+    if selector:
+        out["nodeSelector"] = selector
+    if profile.tolerations:
+        out["tolerations"] = [t.to_wire() for t in profile.tolerations]
+    if spec.run.priority_class_name:
+        out["priorityClassName"] = spec.run.priority_class_name
+    account = (profile.roce.service_account if inputs.roce else None) or profile.service_account
+    if account:
+        out["serviceAccountName"] = account
+    if profile.images.pull_secrets:
+        out["imagePullSecrets"] = [{"name": n} for n in profile.images.pull_secrets]
+    return out
+
+
+def pod_template(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
+    """The pod template every runtime embeds; restartPolicy Never (a retry is a new attempt)."""
+    vols, mounts = volumes(inputs)
+    pod_security, container_security = security(inputs)
+    container: Obj = {
+        "name": slot.container_name,
+        "image": inputs.image,
+        "imagePullPolicy": inputs.profile.images.pull_policy,
+        "command": list(TRAINER_COMMAND),
+        "env": container_env(inputs, slot),
+        "resources": resources(inputs),
+        "volumeMounts": mounts,
+        "securityContext": container_security,
+        # The trainer writes its result here; on a crash the log tail explains it instead.
+        "terminationMessagePath": inputs.plan.output.termination_message_path,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if slot.ports:
+        container["ports"] = list(slot.ports)
+    annotations = dict(inputs.profile.pod_annotations)
+    if inputs.roce and inputs.profile.roce.network:
+        annotations[MULTUS_ANNOTATION] = inputs.profile.roce.network
+    metadata: Obj = {"labels": {**inputs.profile.pod_labels, **inputs.labels, **slot.labels}}
+    if annotations:
+        metadata["annotations"] = annotations
+    spec: Obj = {
+        "restartPolicy": "Never",
+        **scheduling(inputs),
+        "securityContext": pod_security,
+        "containers": [container],
+        "volumes": vols,
+    }
+    if slot.subdomain:
+        spec["subdomain"] = slot.subdomain
+    return {"metadata": metadata, "spec": spec}
