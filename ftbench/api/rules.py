@@ -78,7 +78,7 @@ def _seed_rules() -> Iterator[Rule]:
         "gpuModel",
         "gpuModel must be set when numberGpus > 0",
         gpu_model_set,
-        "self.numberGpus == 0 || size(self.gpuModel) > 0",
+        "self.numberGpus == 0 || (has(self.gpuModel) && size(self.gpuModel) > 0)",
     )
 
     def fast_moe_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:

@@ -124,8 +124,8 @@ class FineTuneExperimentSpec(ApiModel):
         description="The effective batch size, evenly distributed over max(1, numberGpus) devices. "
         "Seed parameter batch_size."
     )
-    gpu_model: Annotated[str, Field(max_length=253)] = Field(
-        default="",
+    gpu_model: Annotated[str, Field(max_length=253)] | None = Field(
+        default=None,
         description="Value of the GPU product node label (nvidia.com/gpu.product by default), e.g. "
         "NVIDIA-A100-SXM4-80GB. Required when numberGpus > 0. Seed parameter gpu_model.",
     )

@@ -210,12 +210,18 @@ class ControlPlane:
         if self._own_workdir and not self.keep_workdir and not self._start_failed:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
-        """Minimal authenticated JSON call to the API server (no client library needed)."""
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float = 10.0, accept: str = "application/json"
+    ) -> Any:
+        """Minimal authenticated JSON call to the API server (no client library needed).
+
+        `accept` selects other representations, e.g. the Table kubectl prints
+        (application/json;as=Table;v=v1;g=meta.k8s.io).
+        """
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
-        req.add_header("Accept", "application/json")
+        req.add_header("Accept", accept)
         if data is not None:
             req.add_header("Content-Type", "application/json")
         ctx = ssl.create_default_context(cafile=str(self.ca_file))

@@ -1,0 +1,123 @@
+"""The generated CRD on a real kube-apiserver: installs, stores, rejects, prints, explains."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from ftbench.api.resource import GROUP, PLURAL, VERSION
+
+pytestmark = pytest.mark.k8s
+
+
+def body(name: str, **spec: object) -> dict:
+    base = {"model": "llama3.1-8b", "modelMaxLength": 2048, "numberGpus": 2, "batchSize": 4, "gpuModel": "G"}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "FineTuneExperiment",
+        "metadata": {"name": name},
+        "spec": {**base, **spec},
+    }
+
+
+@pytest.fixture
+def custom(kube_api, ftbench_crd):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(kube_api)
+
+
+def test_valid_experiment_is_stored_with_defaults(custom, namespace: str) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("ok"))
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "ok")
+    assert stored["spec"]["gradientAccumulationSteps"] == 4  # server-side default from the schema
+    assert stored["spec"]["fmsHfTuningVersion"] == "2.1.2"
+    assert "torchDtype" not in stored["spec"]  # experiment-dependent: no static default
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"batchSize": 0}, "spec.batchSize"),
+        ({"optim": "adam"}, "spec.optim"),
+        ({"numberNodes": 0}, "spec.numberNodes"),
+        ({"datasetId": "wikipedia"}, "spec.datasetId"),
+        ({"fastKernels": [True]}, "spec.fastKernels"),
+    ],
+)
+def test_schema_violations_are_rejected_with_the_field(custom, namespace: str, spec: dict, expected: str) -> None:
+    from kubernetes.client.rest import ApiException
+
+    with pytest.raises(ApiException) as info:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("bad", **spec))
+    assert info.value.status == 422
+    message = json.loads(info.value.body)["message"]
+    assert expected in message, message
+
+
+def test_missing_required_field_is_rejected(custom, namespace: str) -> None:
+    from kubernetes.client.rest import ApiException
+
+    doc = body("bad")
+    del doc["spec"]["model"]
+    with pytest.raises(ApiException) as info:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
+    assert "spec.model: Required value" in json.loads(info.value.body)["message"]
+
+
+def test_status_subresource_keeps_declared_fields(custom, namespace: str) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("st"))
+    status = {
+        "phase": "Succeeded",
+        "isValid": True,
+        "results": {
+            "trainRuntimeSeconds": 10.0,
+            "trainSteps": 5,
+            "trainSamples": 20,
+            "trainTokens": 4000,
+            "trainNonPaddingTokens": 3000,
+            "trainSamplesPerSecond": 2.0,
+            "trainStepsPerSecond": 0.5,
+            "trainTokensPerSecond": 400.0,
+            "trainTokensPerGpuPerSecond": 200.0,
+            "datasetTokensPerSecond": 300.0,
+            "datasetTokensPerSecondPerGpu": 150.0,
+            "gpuMemoryUtilizationPeakPercent": 71.5,
+        },
+    }
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "st", {"status": status})
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "st")
+    assert stored["status"]["results"]["trainTokensPerSecond"] == 400.0
+    assert stored["status"]["results"]["gpuMemoryUtilizationPeakPercent"] == 71.5
+
+
+def test_printer_columns_in_table_request(custom, control_plane, namespace: str) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("tbl"))
+    response = control_plane.request(
+        "GET",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
+        accept="application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    names = [c["name"] for c in response["columnDefinitions"]]
+    for column in ("Phase", "Experiment", "Model", "GPUs", "Batch", "Tokens/s", "PeakMem%", "Valid", "Age"):
+        assert column in names
+    row = dict(zip(names, response["rows"][0]["cells"], strict=True))
+    assert row["Model"] == "llama3.1-8b" and row["GPUs"] == 2
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_explain_prints_field_docs(control_plane, ftbench_crd) -> None:
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+    out = ""
+    for _ in range(30):  # the OpenAPI aggregator publishes a new CRD's schema after a few seconds
+        proc = subprocess.run(["kubectl", "explain", "fte.spec.batchSize"], capture_output=True, text=True, env=env)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0 and "evenly distributed" in out:
+            break
+        time.sleep(1)
+    assert "evenly distributed over max(1, numberGpus)" in out, out
