@@ -3,8 +3,9 @@
 #   .venv      main env: operator + trainer (current trl / transformers 5) + dev tools
 #   .venv-fms  fms-hf-tuning 3.2.2 env (transformers 4.55, trl 0.19), with our ftbench_trainer package
 # torch is pinned (hack/constraints.txt) in both so no install ever replaces it by a CUDA build.
-# Idempotent: an env whose marker (.ftbench-ready, hash of pyproject + constraints + this script)
-# is current is skipped. An existing venv without a current marker is installed into, not recreated.
+# Idempotent: an env whose marker (.ftbench-ready: hash of pyproject's [project]/[build-system],
+# hack/constraints.txt and this script) is current is skipped. An existing venv without a current
+# marker (e.g. one another process just created) is installed into, not recreated.
 #
 # Usage: hack/setup-envs.sh [main|fms|all]   (default: all)
 #   PYTHON=python3.11 to choose the interpreter; FTBENCH_FORCE=1 to ignore the markers.
@@ -27,14 +28,18 @@ FMS_DEPS=(
 # What ftbench_trainer needs beyond that (it is installed with --no-deps in .venv-fms).
 FMS_EXTRA=("pydantic>=2.6,<3" "pyyaml>=6" "psutil>=5.9" "nvidia-ml-py>=12" "pyarrow")
 
-hash_inputs() {
+hash_inputs() {  # of pyproject's install-relevant tables (not tool config) + the other files
   "$PYTHON" - "$@" <<'PY'
-import hashlib, sys
+import hashlib, json, sys, tomllib
 h = hashlib.sha256()
 for p in sys.argv[1:]:
     h.update(p.encode() + b"\0")
     with open(p, "rb") as f:
-        h.update(f.read())
+        data = f.read()
+    if p.endswith("pyproject.toml"):
+        doc = tomllib.loads(data.decode())
+        data = json.dumps({k: doc.get(k) for k in ("build-system", "project")}, sort_keys=True).encode()
+    h.update(data)
 print(h.hexdigest())
 PY
 }

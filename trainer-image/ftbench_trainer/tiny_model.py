@@ -50,9 +50,7 @@ def corpus_lines() -> list[str]:
     return lines
 
 
-def build_tokenizer(
-    *, vocab_size: int = DEFAULT_VOCAB_SIZE, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH
-):
+def build_tokenizer(*, vocab_size: int = DEFAULT_VOCAB_SIZE, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH):
     """Train the byte-level BPE tokenizer and wrap it in a ``PreTrainedTokenizerFast``."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -168,9 +166,7 @@ def build_tiny_model(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m ftbench_trainer.tiny_model", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m ftbench_trainer.tiny_model", description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-max-length", type=int, default=DEFAULT_MODEL_MAX_LENGTH)

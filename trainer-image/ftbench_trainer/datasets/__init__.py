@@ -69,9 +69,7 @@ EXTENSIONS = {"chars": ".jsonl", "tokens": ".jsonl", "vision": ".parquet"}
 
 INPUT_HEADER = "### Input:\n"
 RESPONSE_HEADER = "\n\n### Response:"
-INSTRUCTION = (
-    "Rewrite the following local news report in the same plain style, keeping each fact, name and number."
-)
+INSTRUCTION = "Rewrite the following local news report in the same plain style, keeping each fact, name and number."
 #: The fixed prompt part of a news-chars row: INPUT_HEADER + INSTRUCTION + "\n" + RESPONSE_HEADER.
 PROMPT_CHARS = 127
 assert len(INPUT_HEADER) + len(INSTRUCTION) + 1 + len(RESPONSE_HEADER) == PROMPT_CHARS
@@ -272,10 +270,7 @@ def make_png(width: int, height: int, seed: int = 0) -> bytes:
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", ihdr)
-        + chunk(b"IDAT", zlib.compress(bytes(raw), 9))
-        + chunk(b"IEND", b"")
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(raw), 9)) + chunk(b"IEND", b"")
     )
 
 
