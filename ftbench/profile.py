@@ -98,8 +98,9 @@ class Roce(ApiModel):
             "NCCL_SOCKET_NTHREADS": "2",
             "NCCL_CROSS_NIC": "0",
         },
-        description="NCCL variables for RoCE runs (NCCL_IB_HCA, NCCL_IB_GID_INDEX, tuning ones from seed 002). "
-        "NCCL_IB_DISABLE is always 0 on RoCE runs and 1 on other multi-node runs.",
+        description="NCCL variables for RoCE runs (NCCL_IB_HCA, NCCL_IB_GID_INDEX, tuning ones from seed 002); "
+        "a profile that sets it replaces the whole default. NCCL_IB_DISABLE is always 0 on RoCE runs and 1 on "
+        "other multi-node runs.",
     )
 
 

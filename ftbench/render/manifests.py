@@ -166,7 +166,11 @@ def render_experiment(
 
 
 class _ManifestDumper(yaml.SafeDumper):
-    """Block style for multi-line strings, so the plan JSON in the ConfigMap stays reviewable."""
+    """Block style for multi-line strings, so the plan JSON in the ConfigMap stays reviewable;
+    no anchors/aliases (Master and Worker templates are equal, and must read as two templates)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:

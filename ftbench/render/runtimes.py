@@ -178,13 +178,12 @@ def pytorch_job(inputs: PodInputs, meta: WorkloadMeta, names: ChildNames) -> lis
     slot = RuntimeSlot(
         PYTORCH_CONTAINER, ports=({"name": PYTORCH_PORT_NAME, "containerPort": port, "protocol": "TCP"},)
     )
-    template = pod_template(inputs, slot)
-    replicas: Obj = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    replicas: Obj = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": pod_template(inputs, slot)}}
     if inputs.spec.number_nodes > 1:
         replicas["Worker"] = {
             "replicas": inputs.spec.number_nodes - 1,
             "restartPolicy": "Never",
-            "template": template,
+            "template": pod_template(inputs, slot),
         }
     # cleanPodPolicy None keeps finished pods: their termination messages carry the results.
     run_policy: Obj = {"cleanPodPolicy": "None", "backoffLimit": 0, **meta.limits()}
