@@ -1,0 +1,108 @@
+"""Shared helpers for the trainer tests (pytest only loads conftest.py, so these are imported).
+
+Plans come from the real `build_plan` with a profile whose data and model directories are test
+directories, then point at the session's tiny model: the tests run what a user's spec renders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ftbench.api.enums import Experiment, Runtime
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import load_catalog
+from ftbench.contracts.plan import ExperimentRef, LaunchPlan
+from ftbench.contracts.results import TrainerResult
+from ftbench.profile import ClusterProfile
+from ftbench.render.plan import build_plan
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATASET_ID = "news-chars-512-entries-4096"
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def make_plan(
+    tmp: Path,
+    model_dir: Path,
+    data_dir: Path,
+    *,
+    experiment: Experiment = Experiment.FULL,
+    engine: str = "trl",
+    entries: int = 16,
+    runtime: Runtime = Runtime.JOB,
+    **spec: Any,
+) -> LaunchPlan:
+    """A CPU plan (numberGpus 0) for the tiny model on a small news-chars dataset."""
+    fields: dict[str, Any] = {
+        "experiment": experiment,
+        "engine": engine,
+        "model": "ftbench-tiny-llama",
+        "modelMaxLength": 1024,
+        "numberGpus": 0,
+        "batchSize": 4,
+        "datasetId": DATASET_ID,
+        "torchDtype": "float32",
+        "gradientAccumulationSteps": 1,
+        "gradientCheckpointing": False,
+        "maxSteps": 3,
+    }
+    fields.update(spec)
+    profile = ClusterProfile.model_validate(
+        {"storage": {"dataDir": str(data_dir), "modelRoot": str(tmp / "models"), "hfHome": str(tmp / "hf")}}
+    )
+    plan = build_plan(
+        FineTuneExperimentSpec.model_validate(fields),
+        load_catalog(),
+        profile,
+        ref=ExperimentRef(name="test"),
+        runtime=runtime,
+        output_dir=str(tmp / "out"),
+        dataset_entries=entries,
+    )
+    output = plan.output.model_copy(
+        update={"termination_message_path": str(tmp / "termination-log"), "progress_interval_seconds": 0.0}
+    )
+    return plan.model_copy(update={"model": plan.model.model_copy(update={"ref": str(model_dir)}), "output": output})
+
+
+def write_plan(plan: LaunchPlan, tmp: Path) -> Path:
+    path = tmp / "plan.json"
+    path.write_text(plan.to_json())
+    return path
+
+
+def run_trainer(
+    python: Path | str, plan_path: Path, *, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`ftbench-trainer --plan` in a subprocess of the given environment's interpreter."""
+    full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
+    cmd = [str(python), "-m", "ftbench_trainer.main", "--plan", str(plan_path)]
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def read_result(plan: LaunchPlan) -> TrainerResult:
+    return TrainerResult.from_json(Path(plan.output.result_file).read_text())
+
+
+def tail(proc: subprocess.CompletedProcess[str], n: int = 4000) -> str:
+    return (proc.stdout + proc.stderr)[-n:]
+
+
+def current_python() -> str:
+    return sys.executable
+
+
+def dataset_rows(path: str | Path, field: str = "output") -> list[str]:
+    with open(path) as fh:
+        return [json.loads(line)[field] for line in fh if line.strip()]

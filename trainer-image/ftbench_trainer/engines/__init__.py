@@ -1,0 +1,32 @@
+"""Training engines: each runs one training with `MeasureCallback` attached and the plan's settings.
+
+`fms`: fms-hf-tuning's `tuning.sft_trainer.train` (its own environment, transformers 4.55 / trl
+0.19); `trl`: current trl's `SFTTrainer`. Both see the same dataset file, model and
+hyperparameters; the callback produces the same metrics from either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ftbench.contracts.plan import LaunchPlan
+from ftbench_trainer.measure.callback import MeasureCallback
+
+
+@dataclass
+class EngineRun:
+    plan: LaunchPlan
+    model_path: str
+    dataset_path: str
+    callback: MeasureCallback
+
+
+def run_engine(run: EngineRun) -> str:
+    """Train; returns the engine's version string."""
+    if run.plan.engine.value == "trl":
+        from ftbench_trainer.engines.trl import run_trl
+
+        return run_trl(run)
+    from ftbench_trainer.engines.fms import run_fms
+
+    return run_fms(run)

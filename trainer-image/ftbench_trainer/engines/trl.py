@@ -1,0 +1,122 @@
+"""Current trl `SFTTrainer` with the seed's hyperparameters (the fms-hf-tuning command line's values).
+
+Response masking: trl 1.x removed the response-template collator; rows are split at the
+response template into `prompt` (up to and including the template) and `completion`, and
+`completion_only_loss=True` trains on the completion only — the same tokens fms-hf-tuning's
+template collator leaves unmasked. Prompt tuning uses fms-hf-tuning's defaults (8 virtual
+tokens, TEXT init with its init text) so both engines train the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ftbench.contracts.plan import LaunchPlan
+from ftbench_trainer.engines import EngineRun
+
+# fms-hf-tuning's defaults (tuning/config/peft_config.py) where the plan does not set a value.
+LORA_DROPOUT = 0.05
+PT_NUM_VIRTUAL_TOKENS = 8
+PT_INIT_TEXT = "Classify if the tweet is a complaint or not:"
+
+
+def split_prompt_completion(text: str, template: str) -> dict[str, str]:
+    """Split a row at its first response template; the template stays with the prompt."""
+    cut = text.find(template)
+    if cut < 0:
+        raise ValueError(f"response template {template!r} not found in a dataset row")
+    cut += len(template)
+    return {"prompt": text[:cut], "completion": text[cut:]}
+
+
+def peft_config(plan: LaunchPlan, model_path: str) -> Any:
+    from peft import LoraConfig, PromptTuningConfig, PromptTuningInit, TaskType
+
+    p = plan.training.peft
+    if p.method == "lora":
+        return LoraConfig(
+            r=p.r or 8,
+            lora_alpha=p.lora_alpha or 32,
+            target_modules=list(p.target_modules) if p.target_modules else None,
+            lora_dropout=LORA_DROPOUT,
+            bias="none",
+            task_type=TaskType.CAUSAL_LM,
+        )
+    if p.method == "pt":
+        return PromptTuningConfig(
+            task_type=TaskType.CAUSAL_LM,
+            prompt_tuning_init=PromptTuningInit.TEXT,
+            num_virtual_tokens=PT_NUM_VIRTUAL_TOKENS,
+            prompt_tuning_init_text=PT_INIT_TEXT,
+            tokenizer_name_or_path=model_path,
+        )
+    return None
+
+
+def sft_config(plan: LaunchPlan) -> Any:
+    from trl import SFTConfig
+
+    t = plan.training
+    return SFTConfig(
+        output_dir=plan.output.dir,
+        per_device_train_batch_size=plan.topology.per_device_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_train_epochs=t.num_train_epochs,
+        max_steps=t.max_steps,
+        learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay,
+        # transformers 5 folded warmup_ratio into warmup_steps: a float in [0, 1) is a ratio.
+        warmup_steps=t.warmup_ratio,
+        lr_scheduler_type=t.lr_scheduler_type,
+        logging_steps=t.logging_steps,
+        gradient_checkpointing=t.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": t.gradient_checkpointing_use_reentrant},
+        optim=t.optim,
+        bf16=t.bf16,
+        fp16=t.fp16,
+        seed=t.seed,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        max_length=t.model_max_length,
+        packing=t.packing,
+        completion_only_loss=True,
+        remove_unused_columns=t.remove_unused_columns,
+        dataset_kwargs={"skip_prepare_dataset": True} if t.dataset_kwargs_skip_prepare_dataset else None,
+        # Without use_cpu=True, a multi-process CPU run trains each process alone (see the CPU notes).
+        use_cpu=plan.use_cpu,
+    )
+
+
+def run_trl(run: EngineRun) -> str:
+    import torch
+    import trl
+    from datasets import load_dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    plan, t = run.plan, run.plan.training
+    tokenizer = AutoTokenizer.from_pretrained(run.model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    fmt = "parquet" if run.dataset_path.endswith(".parquet") else "json"
+    raw = load_dataset(fmt, data_files=run.dataset_path, split="train")
+    dataset = raw.map(
+        lambda row: split_prompt_completion(row[t.dataset_text_field], t.response_template),
+        remove_columns=raw.column_names,
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        run.model_path,
+        dtype=getattr(torch, t.torch_dtype.value),
+        attn_implementation="flash_attention_2" if t.use_flash_attn else "sdpa",
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_config(plan),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config(plan, run.model_path),
+        callbacks=[run.callback],
+    )
+    trainer.train()
+    return trl.__version__

@@ -1,0 +1,100 @@
+"""Node-level launch: where this node sits in the job, and how its training processes start.
+
+The Kubernetes runtimes describe a node's place differently (see the plan's `rendezvous`):
+
+- ``local``: one machine; node rank 0, master 127.0.0.1.
+- ``pytorchjob``: Kubeflow sets *node-level* ``RANK`` (Master 0, Worker i -> i+1), ``MASTER_ADDR``
+  and ``MASTER_PORT``; they are not torchrun's per-process values, so they are mapped explicitly
+  onto accelerate's machine_rank / main_process_ip / main_process_port.
+- ``indexedjob``: ``JOB_COMPLETION_INDEX`` is the node rank; the master is the plan's
+  ``masterHost`` (pod 0's stable DNS name behind the headless Service).
+
+With launcher ``accelerate`` the plan's accelerate config is written to a file with those
+values filled and ``accelerate launch -m ftbench_trainer.worker`` starts the node's processes.
+Each rank writes its own result; `merge_rank_results` turns them into the node's result.
+The env var names and their resolution are the shared contract `ftbench.contracts.env`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from ftbench.contracts.env import NodePlacement, node_placement
+from ftbench.contracts.plan import LaunchPlan
+from ftbench.contracts.results import Outcome, RunError, TrainerResult
+
+
+def accelerate_config(plan: LaunchPlan, place: NodePlacement) -> dict:
+    """The plan's accelerate config with this node's machine_rank and the master filled in."""
+    if plan.accelerate_config is None:
+        raise ValueError("launcher accelerate needs plan.accelerateConfig")
+    return {
+        **plan.accelerate_config,
+        "machine_rank": place.node_rank,
+        "num_machines": place.num_machines,
+        "main_process_ip": place.master_addr,
+        "main_process_port": place.master_port,
+    }
+
+
+def write_accelerate_config(plan: LaunchPlan, place: NodePlacement) -> Path:
+    path = Path(plan.output.dir) / f"accelerate-node{place.node_rank}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(accelerate_config(plan, place), sort_keys=True))
+    return path
+
+
+def accelerate_command(config: Path, plan_path: str, trial: int | None) -> list[str]:
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    cmd += ["-m", "ftbench_trainer.worker", "--plan", plan_path]
+    return cmd + (["--trial", str(trial)] if trial is not None else [])
+
+
+def node_ranks(plan: LaunchPlan, place: NodePlacement) -> range:
+    per_node = plan.topology.processes_per_node
+    return range(place.node_rank * per_node, (place.node_rank + 1) * per_node)
+
+
+def merge_rank_results(results: list[TrainerResult | None], returncode: int) -> TrainerResult:
+    """The node's result from its ranks' results (None: that rank wrote none).
+
+    Any rank's GPU OOM decides the run (the other ranks typically die of the broken collective
+    afterwards); otherwise the first failure; success only if every rank succeeded.
+    """
+    present = [r for r in results if r is not None]
+    for outcome in (Outcome.GPU_OOM, Outcome.FAILED):
+        for r in present:
+            if r.outcome == outcome:
+                return r
+    if present and len(present) == len(results) and returncode == 0:
+        return present[0]
+    missing = len(results) - len(present)
+    return TrainerResult(
+        outcome=Outcome.FAILED,
+        reason="TrainingError",
+        error=RunError(
+            type="ProcessExit",
+            message=f"accelerate launch exited with code {returncode}; {missing} rank(s) wrote no result",
+        ),
+    )
+
+
+def run_accelerate(plan: LaunchPlan, plan_path: str, trial: int | None) -> TrainerResult:
+    from ftbench_trainer.worker import rank_result_path
+
+    place = node_placement(plan, os.environ)
+    ranks = node_ranks(plan, place)
+    for rank in ranks:  # stale files from an earlier attempt must not count
+        rank_result_path(plan, rank).unlink(missing_ok=True)
+    config = write_accelerate_config(plan, place)
+    proc = subprocess.run(accelerate_command(config, plan_path, trial), check=False)
+    results = []
+    for rank in ranks:
+        path = rank_result_path(plan, rank)
+        results.append(TrainerResult.from_json(path.read_text()) if path.is_file() else None)
+    return merge_rank_results(results, proc.returncode)

@@ -1,0 +1,63 @@
+"""Model FLOPs utilisation (MFU): achieved model FLOP/s over the GPUs' peak dense FLOP/s.
+
+Training FLOPs of one batch (padded tokens, since padding is computed too), following the
+PaLM paper's accounting (appendix B) extended to frozen base weights:
+
+    flops = (4 * N + 2 * N_trainable) * tokens + 12 * L * d * sum_rows(T_row ** 2)
+
+- 2N per token for the forward matmuls, 2N for the backward gradients w.r.t. activations (always
+  needed to reach earlier layers), and 2 per *trainable* parameter for the weight gradients:
+  6N for full fine-tuning, ~4N for LoRA/prompt tuning where almost everything is frozen.
+- The attention term: per layer and token, QK^T and AV cost 2 * 2 * T * d forward and twice that
+  backward, 12 * d * T in all; summed over a row of T tokens that is 12 * L * d * T^2.
+- Recomputation by gradient checkpointing is not counted (MFU counts model FLOPs, not hardware
+  FLOPs), so checkpointing lowers MFU, as it should.
+
+MFU = flops / train_runtime / (number_gpus * peak). The peak is the dense (non-sparse) tensor-core
+FLOP/s of the GPU for the training dtype, from the vendor data sheets below; unknown GPUs and CPU
+runs report 0.
+"""
+
+from __future__ import annotations
+
+# Dense peak TFLOP/s: (bf16/fp16 tensor core, fp32 via TF32 tensor core).
+_PEAK_TFLOPS: tuple[tuple[str, float, float], ...] = (
+    ("H200", 989.0, 494.0),
+    ("H100 PCIe", 756.0, 378.0),
+    ("H100 NVL", 835.0, 418.0),
+    ("H100", 989.0, 494.0),  # SXM
+    ("H800", 989.0, 494.0),
+    ("GH200", 989.0, 494.0),
+    ("B200", 2250.0, 1100.0),
+    ("A100", 312.0, 156.0),
+    ("A800", 312.0, 156.0),
+    ("L40S", 362.0, 183.0),
+    ("L40", 181.0, 90.5),
+    ("L4", 121.0, 60.0),
+    ("A10G", 70.0, 35.0),
+    ("A10", 125.0, 62.5),
+    ("V100", 125.0, 15.7),
+    ("T4", 65.0, 8.1),
+)
+
+
+def peak_flops(gpu_name: str, dtype: str) -> float:
+    """Peak dense FLOP/s of one GPU for `dtype` (bfloat16/float16 or float32); 0 if unknown."""
+    name = gpu_name.upper().replace("NVIDIA", "").replace("-", " ")
+    for key, half, single in _PEAK_TFLOPS:
+        if key.upper() in name:
+            return (single if dtype == "float32" else half) * 1e12
+    return 0.0
+
+
+def training_flops(
+    *, parameters: int, trainable: int, tokens: int, layers: int, hidden: int, length_squared: int
+) -> float:
+    """Model FLOPs of training on `tokens` padded tokens (formula in the module docstring)."""
+    return (4 * parameters + 2 * trainable) * tokens + 12 * layers * hidden * length_squared
+
+
+def mfu_percent(flops: float, seconds: float, gpus: int, peak: float) -> float:
+    if seconds <= 0 or gpus <= 0 or peak <= 0:
+        return 0.0
+    return 100.0 * flops / seconds / (gpus * peak)

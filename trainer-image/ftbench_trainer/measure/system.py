@@ -1,0 +1,176 @@
+"""A background sampler for the GPU (NVML) and the training process (psutil).
+
+One daemon thread per training process samples, every `interval` seconds, the GPU this process
+uses (compute utilisation, memory used / total, power draw and power / enforced limit) and the
+process's CPU use (100 = one core) and resident memory (% of the node's memory). The thread only
+appends to lists; statistics are computed after training over the samples inside the measured
+window, so warmup samples can be excluded. NVML calls take ~10-100 us and never synchronise the
+GPU stream, so sampling at 1 s costs far below 1% of any step.
+
+Without NVML (no driver, CPU runs) the GPU part records nothing and the GPU metrics stay 0.0,
+as seed 001 says; a failing NVML call is logged once and disables GPU sampling, never the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GpuSample:
+    t: float
+    compute_percent: float
+    memory_percent: float
+    power_watts: float
+    power_percent: float
+
+
+@dataclass
+class CpuSample:
+    t: float
+    cpu_percent: float
+    memory_percent: float
+
+
+@dataclass
+class GpuSummary:
+    """One GPU averaged over the measured window, plus its peak memory use."""
+
+    compute_percent: float = 0.0
+    memory_percent: float = 0.0
+    power_watts: float = 0.0
+    power_percent: float = 0.0
+    memory_peak_percent: float = 0.0
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def nvml_device_index(local_rank: int) -> str | None:
+    """The NVML identity (index or UUID) of the GPU this rank's torch device 0 maps to.
+
+    torch numbers GPUs after CUDA_VISIBLE_DEVICES; NVML numbers all of them. accelerate gives
+    each rank device `local_rank`, so the rank's GPU is entry `local_rank` of the visible list.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or visible.strip() == "":
+        return str(local_rank) if visible is None else None
+    entries = [v.strip() for v in visible.split(",") if v.strip()]
+    return entries[local_rank] if local_rank < len(entries) else None
+
+
+class SystemSampler:
+    """Samples in a daemon thread between `start()` and `stop()`."""
+
+    def __init__(self, *, local_rank: int = 0, use_gpu: bool = True, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.gpu_samples: list[GpuSample] = []
+        self.cpu_samples: list[CpuSample] = []
+        self.gpu_name = ""
+        self._gpu: Any = None
+        self._nvml: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process: Any = None
+        if use_gpu:
+            self._init_nvml(local_rank)
+        self._init_psutil()
+
+    def _init_nvml(self, local_rank: int) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            ident = nvml_device_index(local_rank)
+            if ident is None:
+                return
+            if ident.isdigit():
+                handle = pynvml.nvmlDeviceGetHandleByIndex(int(ident))
+            else:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(ident)
+            name = pynvml.nvmlDeviceGetName(handle)
+            self.gpu_name = name.decode() if isinstance(name, bytes) else str(name)
+            self._nvml, self._gpu = pynvml, handle
+        except Exception as exc:  # no driver / no GPU / no package: GPU metrics stay 0.0
+            log.info("NVML unavailable, GPU metrics will be 0.0: %s", exc)
+
+    def _init_psutil(self) -> None:
+        try:
+            import psutil
+
+            self._process = psutil.Process(os.getpid())
+            self._process.cpu_percent(None)  # first call primes the counter
+        except Exception as exc:
+            log.warning("psutil unavailable, CPU metrics will be 0.0: %s", exc)
+
+    def sample_once(self) -> None:
+        now = time.monotonic()
+        if self._gpu is not None:
+            try:
+                nv = self._nvml
+                util = nv.nvmlDeviceGetUtilizationRates(self._gpu)
+                mem = nv.nvmlDeviceGetMemoryInfo(self._gpu)
+                power_mw = nv.nvmlDeviceGetPowerUsage(self._gpu)
+                limit_mw = nv.nvmlDeviceGetEnforcedPowerLimit(self._gpu)
+                self.gpu_samples.append(
+                    GpuSample(
+                        t=now,
+                        compute_percent=float(util.gpu),
+                        memory_percent=100.0 * mem.used / mem.total if mem.total else 0.0,
+                        power_watts=power_mw / 1000.0,
+                        power_percent=100.0 * power_mw / limit_mw if limit_mw else 0.0,
+                    )
+                )
+            except Exception as exc:
+                log.warning("NVML sampling failed, GPU sampling disabled: %s", exc)
+                self._gpu = None
+        if self._process is not None:
+            try:
+                self.cpu_samples.append(
+                    CpuSample(t=now, cpu_percent=self._process.cpu_percent(None),
+                              memory_percent=self._process.memory_percent())
+                )  # fmt: skip
+            except Exception as exc:
+                log.warning("psutil sampling failed, CPU sampling disabled: %s", exc)
+                self._process = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample_once()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ftbench-sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.sample_once()  # the tail of the run, so short runs have at least one sample
+
+    def gpu_summary(self, start: float, end: float) -> GpuSummary | None:
+        """This GPU averaged over samples in [start, end]; None when no GPU was sampled."""
+        window = [s for s in self.gpu_samples if start <= s.t <= end + self.interval] or self.gpu_samples
+        if not window:
+            return None
+        return GpuSummary(
+            compute_percent=_mean([s.compute_percent for s in window]),
+            memory_percent=_mean([s.memory_percent for s in window]),
+            power_watts=_mean([s.power_watts for s in window]),
+            power_percent=_mean([s.power_percent for s in window]),
+            memory_peak_percent=max(s.memory_percent for s in self.gpu_samples),
+        )
+
+    def cpu_summary(self, start: float, end: float) -> tuple[float, float]:
+        """(mean CPU %, mean memory %) of this process over samples in [start, end]."""
+        window = [s for s in self.cpu_samples if start <= s.t <= end + self.interval] or self.cpu_samples
+        return _mean([s.cpu_percent for s in window]), _mean([s.memory_percent for s in window])

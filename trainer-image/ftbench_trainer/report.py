@@ -1,0 +1,114 @@
+"""Where results and progress go: result file, termination message, and stdout progress lines.
+
+Progress lines (rank 0 only, at most one per `plan.output.progressIntervalSeconds`, plus the last
+step) are single lines on stdout, a fixed prefix then compact JSON, so a log reader can pick them
+out of the training library's own output::
+
+    FTBENCH_PROGRESS {"step": 12, "totalSteps": 100, "elapsedSeconds": 3.1,
+                      "tokensPerSecond": 5120.0, "etaSeconds": 22.7}
+
+- ``step``: optimizer steps finished; ``totalSteps``: the Trainer's planned total (max_steps, or
+  epochs x steps per epoch; a clock-based stop may end the run earlier).
+- ``tokensPerSecond``: padded tokens so far / elapsed, estimated as rank 0's count x world size
+  (the exact all-rank count is only exchanged once, at the end).
+- ``etaSeconds``: elapsed / step x remaining steps; absent before the first step.
+
+The final result is printed once as ``FTBENCH_RESULT <compact TrainerResult JSON>``.
+
+`ProgressSink` is the hook for other destinations (the operator's status patcher implements it
+with the same `ProgressUpdate`); `StdoutProgressSink` is the built-in one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TextIO
+
+from ftbench.contracts.results import TrainerResult
+
+log = logging.getLogger(__name__)
+
+PROGRESS_PREFIX = "FTBENCH_PROGRESS"
+RESULT_PREFIX = "FTBENCH_RESULT"
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    step: int
+    total_steps: int
+    elapsed_seconds: float
+    tokens_per_second: float
+    eta_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {
+            "step": self.step,
+            "totalSteps": self.total_steps,
+            "elapsedSeconds": round(self.elapsed_seconds, 3),
+            "tokensPerSecond": round(self.tokens_per_second, 3),
+        }
+        if self.eta_seconds is not None:
+            out["etaSeconds"] = round(self.eta_seconds, 3)
+        return out
+
+
+class ProgressSink(Protocol):
+    """Receives throttled progress from rank 0. Must be cheap and must not raise."""
+
+    def update(self, progress: ProgressUpdate) -> None: ...
+
+
+class StdoutProgressSink:
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream
+
+    def update(self, progress: ProgressUpdate) -> None:
+        stream = self.stream or sys.stdout
+        stream.write(f"{PROGRESS_PREFIX} {json.dumps(progress.to_dict(), separators=(',', ':'))}\n")
+        stream.flush()
+
+
+def parse_progress_line(line: str) -> dict[str, float | int] | None:
+    """The JSON of a progress line, or None for any other line (for log readers and tests)."""
+    if not line.startswith(PROGRESS_PREFIX + " "):
+        return None
+    return json.loads(line[len(PROGRESS_PREFIX) + 1 :])
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_result_file(result: TrainerResult, path: str | Path) -> Path:
+    """The full result, pretty-printed, replaced atomically (readers never see half a file)."""
+    path = Path(path)
+    _atomic_write(path, result.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n")
+    return path
+
+
+def write_termination_message(result: TrainerResult, path: str | Path) -> bool:
+    """The compact result (<= 4096 bytes) to the container's termination message file.
+
+    Best effort: outside a container the default /dev/termination-log may not be writable,
+    and that must not turn a finished measurement into a failure.
+    """
+    try:
+        Path(path).write_text(result.to_termination_message())
+        return True
+    except OSError as exc:
+        log.info("termination message not written to %s: %s", path, exc)
+        return False
+
+
+def print_result(result: TrainerResult, stream: TextIO | None = None) -> None:
+    stream = stream or sys.stdout
+    stream.write(f"{RESULT_PREFIX} {result.to_json()}\n")
+    stream.flush()

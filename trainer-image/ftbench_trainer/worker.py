@@ -1,0 +1,169 @@
+"""One training process: resolve model and dataset, train with the measuring callback, classify.
+
+Runs in-process for the direct launcher (one process, as seed 001 runs `tuning.sft_trainer`
+for <= 1 GPU) and as `python -m ftbench_trainer.worker` under `accelerate launch` otherwise.
+Every rank writes its own result to `<output dir>/ranks/rank-<N>.json`: the node-level launcher
+merges them, so an OOM on any rank classifies the run even when the other ranks then die of
+the broken collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from ftbench.contracts.plan import LaunchPlan
+from ftbench.contracts.results import (
+    EXIT_FAILED,
+    EXIT_GPU_OOM,
+    EXIT_OK,
+    Outcome,
+    RunEnvironment,
+    RunError,
+    TrainerResult,
+    classify_exception,
+)
+
+log = logging.getLogger(__name__)
+
+ERROR_MESSAGE_LIMIT = 1500
+REASONS = {Outcome.SUCCEEDED: "Succeeded", Outcome.GPU_OOM: "GpuOutOfMemory", Outcome.FAILED: "TrainingError"}
+EXIT_CODES = {Outcome.SUCCEEDED: EXIT_OK, Outcome.GPU_OOM: EXIT_GPU_OOM, Outcome.FAILED: EXIT_FAILED}
+
+
+def rank_result_path(plan: LaunchPlan, rank: int) -> Path:
+    return Path(plan.output.dir) / "ranks" / f"rank-{rank}.json"
+
+
+def exception_type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def failure_result(
+    exc: BaseException, *, trial: int | None = None, started_at: datetime | None = None
+) -> TrainerResult:
+    """Seed 001's is_valid logic: GPU OOM is a valid 'does not fit' measurement, the rest Failed."""
+    outcome = classify_exception(exc)
+    message = " ".join(str(exc).strip().splitlines()[:5]) or exception_type_name(exc)
+    return TrainerResult(
+        outcome=outcome,
+        is_valid=False if outcome == Outcome.GPU_OOM else None,
+        reason=REASONS[outcome],
+        error=RunError(type=exception_type_name(exc), message=message[:ERROR_MESSAGE_LIMIT]),
+        trial=trial,
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+    )
+
+
+def _version(dist: str) -> str:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return ""
+
+
+def resolve_model(plan: LaunchPlan) -> str:
+    """plan.model.ref as a local path or hub id; builds the tiny model there when `generated`."""
+    if plan.model.generated:
+        from ftbench_trainer.tiny_model import build_tiny_model
+
+        build_tiny_model(plan.model.ref)
+    return plan.model.ref
+
+
+def resolve_dataset(plan: LaunchPlan, tokenizer_path: str) -> str:
+    if plan.dataset.path:
+        return plan.dataset.path
+    from ftbench_trainer.datasets import generate_dataset
+
+    if not plan.dataset.generate_if_missing:
+        raise FileNotFoundError(f"dataset {plan.dataset.id} has no path and generateIfMissing is false")
+    return str(generate_dataset(plan.dataset.id, plan.data_dir, tokenizer=tokenizer_path, entries=plan.dataset.entries))
+
+
+def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
+    """Train once on this rank; never raises for training errors (they become the result)."""
+    from ftbench_trainer.measure import distributed
+
+    started = datetime.now(UTC)
+    try:
+        result = _train(plan, trial=trial, started=started)
+    except Exception as exc:
+        log.error("training failed:\n%s", traceback.format_exc())
+        result = failure_result(exc, trial=trial, started_at=started)
+    path = rank_result_path(plan, distributed.rank())
+    from ftbench_trainer.report import write_result_file
+
+    write_result_file(result, path)
+    return result
+
+
+def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> TrainerResult:
+    from transformers import AutoTokenizer
+
+    from ftbench_trainer.engines import EngineRun, run_engine
+    from ftbench_trainer.measure import distributed
+    from ftbench_trainer.measure.callback import MeasureCallback
+    from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
+    from ftbench_trainer.report import StdoutProgressSink
+
+    model_path = resolve_model(plan)
+    dataset_path = resolve_dataset(plan, model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    per_sample = mean_dataset_tokens(
+        dataset_path, plan.training.dataset_text_field, tokenizer, plan.training.model_max_length
+    )
+    callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=StdoutProgressSink())
+    engine_version = run_engine(EngineRun(plan, model_path, dataset_path, callback))
+    if callback.metrics is None:
+        raise RuntimeError("training ended without running on_train_end: no metrics")
+    import torch
+
+    environment = RunEnvironment(
+        engine=plan.engine.value,
+        engine_version=engine_version,
+        image=os.environ.get("FTBENCH_IMAGE", ""),
+        torch_version=torch.__version__,
+        transformers_version=_version("transformers"),
+        trl_version=_version("trl"),
+        peft_version=_version("peft"),
+        accelerate_version=_version("accelerate"),
+        gpu_name=callback.sampler.gpu_name,
+        number_nodes=max(1, callback.world_size // max(1, distributed.local_world_size())),
+        world_size=callback.world_size,
+        distributed_mode=callback.distributed_mode,
+        device="cpu" if plan.use_cpu or not torch.cuda.is_available() else "cuda",
+    )
+    return TrainerResult(
+        outcome=Outcome.SUCCEEDED,
+        is_valid=True,
+        reason=REASONS[Outcome.SUCCEEDED],
+        metrics=callback.metrics,
+        environment=environment,
+        trial=trial,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under `accelerate launch` (one per rank)."""
+    parser = argparse.ArgumentParser(prog="python -m ftbench_trainer.worker")
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--trial", type=int, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    result = run_worker(LaunchPlan.read(args.plan), trial=args.trial)
+    return EXIT_CODES[result.outcome]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
