@@ -1,0 +1,165 @@
+"""`ftbench run FILE`: validate, plan as the operator would, train locally, show and store results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from ftbench.api.stability import aggregate_trials, trial_outcome
+from ftbench.api.validation import validate_document
+from ftbench.cli.cmd_validate import catalog_from_args
+from ftbench.cli.documents import read_documents
+from ftbench.cli.main import UsageError
+from ftbench.cli.table import format_table
+from ftbench.local.home import ftbench_home, local_profile
+from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
+from ftbench.local.store import ResultsStore
+from ftbench.profile import load_profile
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run an experiment on this machine and print what it measured")
+    p.add_argument("file", metavar="FILE", help="a FineTuneExperiment YAML file (- for stdin)")
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    p.add_argument("--profile", metavar="FILE", help="cluster profile (storage paths, model map)")
+    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    p.add_argument("--python", metavar="PATH", help="interpreter that runs ftbench-trainer (default: per engine)")
+    p.add_argument("--dataset-entries", type=int, metavar="N", help="generate only N dataset entries (smoke runs)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the trainer's own output")
+    p.set_defaults(func=run)
+
+
+def _progress_printer(tty: bool):
+    def show(progress: dict[str, Any]) -> None:
+        step, total = progress.get("step", 0), progress.get("totalSteps", 0)
+        width = 30
+        done = int(width * step / total) if total else 0
+        eta = progress.get("etaSeconds")
+        text = (
+            f"[{'#' * done}{'.' * (width - done)}] step {step}/{total or '?'}  "
+            f"{progress.get('tokensPerSecond', 0.0):,.0f} tokens/s  ETA {'?' if eta is None else f'{eta:.0f}s'}"
+        )
+        sys.stderr.write(("\r" + text) if tty else text + "\n")
+        sys.stderr.flush()
+
+    return show
+
+
+HEADLINE = (
+    ("trainTokensPerSecond", "train tokens/s (padded, all ranks)"),
+    ("trainTokensPerGpuPerSecond", "train tokens/s per GPU"),
+    ("datasetTokensPerSecond", "dataset tokens/s"),
+    ("trainSamplesPerSecond", "samples/s"),
+    ("trainStepsPerSecond", "steps/s"),
+    ("trainRuntimeSeconds", "runtime (s)"),
+    ("trainSteps", "steps"),
+    ("trainTokens", "tokens (padded)"),
+    ("stepTimeP50Seconds", "step time p50 (s)"),
+    ("stepTimeP95Seconds", "step time p95 (s)"),
+    ("mfuPercent", "MFU %"),
+    ("gpuMemoryUtilizationPeakPercent", "GPU memory peak %"),
+    ("gpuComputeUtilizationAvgPercent", "GPU compute avg %"),
+    ("cpuComputeUtilizationPercent", "CPU %"),
+    ("stoppedBy", "stopped by"),
+)
+
+
+def results_table(outcome: RunOutcome) -> str:
+    if len(outcome.results) > 1:
+        stability = aggregate_trials(
+            [trial_outcome(r.trial if r.trial is not None else i, r) for i, r in enumerate(outcome.results)],
+            planned=len(outcome.results),
+        )
+        rows = [(t.index, t.outcome.value, t.reason, t.message[:60]) for t in stability.trials]
+        summary = (
+            f"f_no_error={stability.f_no_error:.2f}  f_gpu_oom={stability.f_gpu_oom:.2f}  "
+            f"f_other_error={stability.f_other_error:.2f}"
+        )
+        return format_table(("TRIAL", "OUTCOME", "REASON", "MESSAGE"), rows) + "\n" + summary
+    result = outcome.results[0]
+    rows: list[tuple[str, object]] = [("outcome", result.outcome.value), ("is_valid", result.is_valid)]
+    if result.error:
+        rows.append(("error", f"{result.error.type}: {result.error.message[:200]}"))
+    if result.metrics:
+        metrics = result.metrics.model_dump(by_alias=True)
+        rows += [(label, _fmt(metrics[key])) for key, label in HEADLINE]
+    if result.environment:
+        env = result.environment
+        rows += [("distributed mode", env.distributed_mode), ("world size", env.world_size), ("device", env.device)]
+    return format_table(("PROPERTY", "VALUE"), rows)
+
+
+def _fmt(value: object) -> str:
+    return f"{value:,.3f}" if isinstance(value, float) else str(value)
+
+
+def _load_spec(args: argparse.Namespace):
+    catalog = catalog_from_args(args)
+    try:
+        documents = list(read_documents([args.file]))
+    except (OSError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    if len(documents) != 1:
+        raise UsageError(f"{args.file}: expected one FineTuneExperiment, found {len(documents)} documents")
+    report = validate_document(documents[0].body, catalog)
+    if not report.ok or report.spec is None:
+        lines = "\n".join(f"  - {issue}" for issue in report.issues)
+        raise UsageError(f"{args.file} is invalid:\n{lines}")
+    return report.spec, documents[0].body["metadata"]["name"], catalog
+
+
+def run(args: argparse.Namespace) -> int:
+    spec, name, catalog = _load_spec(args)
+    home = ftbench_home()
+    base = load_profile(args.profile)
+    profile = local_profile(base, home)
+    if profile.model_map:
+        catalog = catalog.with_model_map(profile.model_map)
+    try:
+        local = prepare(spec, name, catalog, profile, home, dataset_entries=args.dataset_entries)
+        python = trainer_python(spec.engine, args.python)
+    except LocalRunError as err:
+        raise UsageError(str(err)) from err
+    store = ResultsStore(home / "results.db")
+    store.record(run_id=local.run_id, name=name, spec=spec, started_at=local.started_at, status="Running",
+                 results=[], run_dir=local.run_dir)  # fmt: skip
+    for note in local.plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"run {local.run_id}: {spec.experiment.value}, {spec.model}, engine {spec.engine.value} "
+          f"(logs: {local.log_path})", file=sys.stderr)  # fmt: skip
+    tty = sys.stderr.isatty()
+    outcome = execute(
+        local,
+        python,
+        on_progress=_progress_printer(tty),
+        on_output=(lambda line: print(line, file=sys.stderr)) if args.verbose else (lambda _: None),
+    )
+    if tty:
+        sys.stderr.write("\n")
+    store.record(run_id=local.run_id, name=name, spec=spec, started_at=local.started_at, status=outcome.status,
+                 results=outcome.results, run_dir=local.run_dir)  # fmt: skip
+    return _report(local, outcome, args.output)
+
+
+def _report(local: LocalRun, outcome: RunOutcome, fmt: str) -> int:
+    if outcome.status == "Interrupted":
+        print(f"interrupted: the trainer was stopped; partial logs in {local.log_path}", file=sys.stderr)
+        return 130
+    if not outcome.results:
+        print(f"failed: the trainer exited with code {outcome.returncode} without a result; see {local.log_path}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    payload = [json.loads(r.to_json()) for r in outcome.results]
+    if fmt == "json":
+        print(json.dumps(payload if len(payload) > 1 else payload[0], indent=2))
+    elif fmt == "yaml":
+        print(yaml.safe_dump(payload if len(payload) > 1 else payload[0], sort_keys=False), end="")
+    else:
+        print(results_table(outcome))
+    print(f"{outcome.status}: run {local.run_id} stored in {local.run_dir.parent.parent / 'results.db'}",
+          file=sys.stderr)  # fmt: skip
+    return 0 if outcome.status in ("Succeeded", "Invalid") else 1

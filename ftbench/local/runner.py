@@ -1,0 +1,195 @@
+"""`ftbench run`: the operator's plan, executed by the trainer as a local subprocess.
+
+The same `build_plan` the operator uses makes the plan; only the cluster profile differs (storage
+under FTBENCH_HOME). The trainer's stdout carries machine-readable progress (`FTBENCH_PROGRESS`)
+and result (`FTBENCH_RESULT`) lines, so this module needs neither torch nor a shared file layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ftbench.api.enums import Engine, Runtime
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+from ftbench.contracts.plan import ExperimentRef, LaunchPlan
+from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.profile import ClusterProfile
+from ftbench.render.plan import build_plan
+
+PROGRESS_PREFIX = "FTBENCH_PROGRESS "
+RESULT_PREFIX = "FTBENCH_RESULT "
+TRAINER_MODULE = "ftbench_trainer.main"
+INTERRUPT_GRACE_SECONDS = 30.0
+
+
+class LocalRunError(Exception):
+    """The experiment cannot run on this machine; the message says why and what to do."""
+
+
+@dataclass
+class LocalRun:
+    run_id: str
+    name: str
+    spec: FineTuneExperimentSpec
+    plan: LaunchPlan
+    run_dir: Path
+    plan_path: Path
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "trainer.log"
+
+
+@dataclass
+class RunOutcome:
+    status: str  # Succeeded | Invalid | Failed | Interrupted
+    results: list[TrainerResult]
+    returncode: int
+
+
+def local_gpu_count() -> int:
+    """GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else nvidia-smi's list, else 0."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def prepare(
+    spec: FineTuneExperimentSpec,
+    name: str,
+    catalog: Catalog,
+    profile: ClusterProfile,
+    home: Path,
+    *,
+    dataset_entries: int | None = None,
+    gpus_available: int | None = None,
+) -> LocalRun:
+    if spec.number_nodes != 1:
+        raise LocalRunError(
+            f"numberNodes is {spec.number_nodes}: multi-node runs need a cluster (ftbench render, or the operator); "
+            "set numberNodes to 1 to run here"
+        )
+    gpus = local_gpu_count() if gpus_available is None else gpus_available
+    if spec.number_gpus > gpus:
+        raise LocalRunError(
+            f"numberGpus is {spec.number_gpus} but this machine has {gpus} usable GPU(s); "
+            f"set numberGpus to at most {gpus} (0 runs on CPU)"
+        )
+    run_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+    run_dir = home / "runs" / run_id
+    plan = build_plan(
+        spec,
+        catalog,
+        profile,
+        ref=ExperimentRef(name=name, namespace="local"),
+        runtime=Runtime.JOB,
+        output_dir=str(run_dir / "output"),
+        dataset_entries=dataset_entries,
+    )
+    plan = plan.model_copy(
+        update={"output": plan.output.model_copy(update={"termination_message_path": str(run_dir / "termination-log")})}
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan_path = run_dir / "plan.json"
+    plan_path.write_text(plan.to_json())
+    (run_dir / "spec.json").write_text(json.dumps(spec.to_wire(), indent=2))
+    return LocalRun(run_id=run_id, name=name, spec=spec, plan=plan, run_dir=run_dir, plan_path=plan_path)
+
+
+def trainer_python(engine: Engine, explicit: str | None = None, search: list[Path] | None = None) -> str:
+    """The interpreter that has the engine installed.
+
+    trl runs in this environment; fms-hf-tuning pins an older stack and lives in its own (see
+    hack/setup-envs.sh), found through --python, FTBENCH_FMS_PYTHON, or ./.venv-fms.
+    """
+    if explicit:
+        return explicit
+    if engine == Engine.TRL:
+        return sys.executable
+    env = os.environ.get("FTBENCH_FMS_PYTHON")
+    if search is None:
+        search = [Path.cwd() / ".venv-fms/bin/python", Path(__file__).resolve().parents[2] / ".venv-fms/bin/python"]
+    candidates = [Path(env)] if env else search
+    for candidate in candidates:
+        if candidate.exists():
+            return str(candidate)
+    raise LocalRunError(
+        "engine fms-hf-tuning needs its own Python environment (its pins exclude current torch/trl): run "
+        "`bash hack/setup-envs.sh fms` and retry, pass --python PATH, or set engine: trl"
+    )
+
+
+def execute(
+    run: LocalRun,
+    python: str,
+    *,
+    on_progress: Callable[[dict[str, Any]], None] = lambda _: None,
+    on_output: Callable[[str], None] = lambda _: None,
+) -> RunOutcome:
+    """Run the trainer, stream its lines, and stop it cleanly on Ctrl-C (exit status 'Interrupted')."""
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    command = [python, "-m", TRAINER_MODULE, "--plan", str(run.plan_path)]
+    results: list[TrainerResult] = []
+    with run.log_path.open("w") as log:
+        # A new session: Ctrl-C reaches us only, and we forward one SIGINT to the whole trainer group
+        # (accelerate and its ranks) so it stops between steps instead of dying mid-write.
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if line.startswith(PROGRESS_PREFIX):
+                    on_progress(json.loads(line[len(PROGRESS_PREFIX) :]))
+                elif line.startswith(RESULT_PREFIX):
+                    results.append(TrainerResult.from_json(line[len(RESULT_PREFIX) :]))
+                else:
+                    on_output(line.rstrip("\n"))
+            returncode = proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)
+            return RunOutcome("Interrupted", results, 130)
+    return RunOutcome(_status(results), results, returncode)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGINT, INTERRUPT_GRACE_SECONDS), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _status(results: list[TrainerResult]) -> str:
+    """Seed semantics: GPU OOM is Invalid (a valid measurement), any other error Failed.
+
+    Several results are stability trials, whose OOMs and errors are themselves the measurement.
+    """
+    if not results:
+        return "Failed"
+    if len(results) > 1:
+        return "Succeeded"
+    return {Outcome.SUCCEEDED: "Succeeded", Outcome.GPU_OOM: "Invalid"}.get(results[0].outcome, "Failed")

@@ -1,0 +1,172 @@
+"""The local results store: one SQLite file, one row per run, the full result JSON kept verbatim.
+
+SQLite because it is in the standard library, survives concurrent `ftbench run`s, and exports to
+CSV/JSON without a server. The headline columns exist so `ftbench results` can list runs without
+parsing every JSON blob.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts.results import TrainerResult
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    experiment TEXT NOT NULL,
+    engine TEXT NOT NULL,
+    model TEXT NOT NULL,
+    number_gpus INTEGER NOT NULL,
+    batch_size INTEGER NOT NULL,
+    model_max_length INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    is_valid INTEGER,
+    train_tokens_per_second REAL,
+    run_dir TEXT NOT NULL,
+    spec_json TEXT NOT NULL,
+    results_json TEXT NOT NULL
+)
+"""
+
+# Columns of `ftbench results` and of the CSV export, in order.
+EXPORT_COLUMNS = (
+    "id",
+    "name",
+    "started_at",
+    "finished_at",
+    "experiment",
+    "engine",
+    "model",
+    "number_gpus",
+    "batch_size",
+    "model_max_length",
+    "status",
+    "is_valid",
+    "train_tokens_per_second",
+)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    name: str
+    started_at: str
+    finished_at: str | None
+    experiment: str
+    engine: str
+    model: str
+    number_gpus: int
+    batch_size: int
+    model_max_length: int
+    status: str
+    is_valid: bool | None
+    train_tokens_per_second: float | None
+    run_dir: str
+    spec: dict[str, Any]
+    results: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**{c: getattr(self, c) for c in EXPORT_COLUMNS}, "spec": self.spec, "results": self.results}
+
+
+class ResultsStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.execute(SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            yield db
+
+    def record(
+        self,
+        *,
+        run_id: str,
+        name: str,
+        spec: FineTuneExperimentSpec,
+        started_at: datetime,
+        status: str,
+        results: list[TrainerResult],
+        run_dir: Path,
+    ) -> None:
+        """Insert or update a run (called at start with no results, and again at the end)."""
+        headline = next((r for r in results if r.metrics is not None), None)
+        valid = [r.is_valid for r in results if r.is_valid is not None]
+        is_valid = None if not valid else all(valid)
+        row = (
+            run_id,
+            name,
+            started_at.isoformat(),
+            datetime.now(UTC).isoformat() if results else None,
+            spec.experiment.value,
+            spec.engine.value,
+            spec.model,
+            spec.number_gpus,
+            spec.batch_size,
+            spec.model_max_length,
+            status,
+            None if is_valid is None else int(is_valid),
+            headline.metrics.train_tokens_per_second if headline and headline.metrics else None,
+            str(run_dir),
+            json.dumps(spec.to_wire()),
+            json.dumps([json.loads(r.to_json()) for r in results]),
+        )
+        with self._connect() as db:
+            db.execute(f"INSERT OR REPLACE INTO runs VALUES ({','.join('?' * len(row))})", row)
+
+    def runs(self) -> list[RunRecord]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM runs ORDER BY started_at").fetchall()
+        return [_record(row) for row in rows]
+
+    def export(self, fmt: str) -> str:
+        runs = self.runs()
+        if fmt == "json":
+            return json.dumps([r.as_dict() for r in runs], indent=2)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(EXPORT_COLUMNS)
+        for run in runs:
+            writer.writerow([getattr(run, c) for c in EXPORT_COLUMNS])
+        return buffer.getvalue()
+
+
+def _record(row: tuple) -> RunRecord:
+    (run_id, name, started, finished, experiment, engine, model, gpus, batch, seq, status, valid, tps, run_dir) = row[
+        :14
+    ]
+    return RunRecord(
+        id=run_id,
+        name=name,
+        started_at=started,
+        finished_at=finished,
+        experiment=experiment,
+        engine=engine,
+        model=model,
+        number_gpus=gpus,
+        batch_size=batch,
+        model_max_length=seq,
+        status=status,
+        is_valid=None if valid is None else bool(valid),
+        train_tokens_per_second=tps,
+        run_dir=run_dir,
+        spec=json.loads(row[14]),
+        results=json.loads(row[15]),
+    )

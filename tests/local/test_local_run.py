@@ -1,0 +1,132 @@
+"""`ftbench run` and `ftbench results`: real training of the tiny model on CPU, and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import load_catalog
+from ftbench.cli import main
+from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.local.home import local_profile
+from ftbench.local.runner import LocalRunError, prepare, trainer_python
+from ftbench.local.store import ResultsStore
+
+EXPERIMENT = """apiVersion: ftbench.io/v1alpha1
+kind: FineTuneExperiment
+metadata: {{name: {name}}}
+spec:
+  experiment: finetune_lora_benchmark-v1.0.0
+  engine: trl
+  model: ftbench-tiny-llama
+  datasetId: news-chars-512-entries-4096
+  modelMaxLength: 256
+  numberGpus: 0
+  batchSize: 2
+  gradientAccumulationSteps: 1
+  maxSteps: {steps}
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FTBENCH_HOME", str(tmp_path / "home"))
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(var, "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return tmp_path / "home"
+
+
+def spec(**overrides: object) -> FineTuneExperimentSpec:
+    base = {"model": "ftbench-tiny-llama", "modelMaxLength": 64, "numberGpus": 0, "batchSize": 2}
+    return FineTuneExperimentSpec.model_validate({**base, **overrides})
+
+
+def test_multi_node_and_missing_gpus_are_refused(home: Path) -> None:
+    catalog, profile = load_catalog(), local_profile(home=home)
+    with pytest.raises(LocalRunError, match="multi-node runs need a cluster"):
+        prepare(spec(numberNodes=2), "x", catalog, profile, home, gpus_available=0)
+    with pytest.raises(LocalRunError, match="this machine has 0 usable GPU"):
+        prepare(spec(numberGpus=2, batchSize=2, gpuModel="G"), "x", catalog, profile, home, gpus_available=0)
+
+
+def test_fms_engine_without_its_environment_says_how_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FTBENCH_FMS_PYTHON", str(tmp_path / "nope"))
+    with pytest.raises(LocalRunError, match=r"hack/setup-envs\.sh fms"):
+        trainer_python(spec(engine="fms-hf-tuning").engine)
+    monkeypatch.delenv("FTBENCH_FMS_PYTHON")
+    with pytest.raises(LocalRunError, match=r"hack/setup-envs\.sh fms"):
+        trainer_python(spec().engine, search=[tmp_path / "missing"])
+    assert trainer_python(spec(engine="trl").engine) == sys.executable
+
+
+def test_plan_storage_moves_under_home(home: Path) -> None:
+    run = prepare(spec(), "x", load_catalog(), local_profile(home=home), home, gpus_available=0)
+    assert run.plan.model.ref == str(home / "models" / "ftbench-tiny-llama")
+    assert run.plan.data_dir == str(home / "data")
+    assert run.plan.output.termination_message_path.startswith(str(run.run_dir))
+    assert json.loads(run.plan_path.read_text())["experimentRef"]["name"] == "x"
+
+
+def test_store_round_trip_and_exports(home: Path) -> None:
+    from datetime import UTC, datetime
+
+    store = ResultsStore(home / "results.db")
+    store.record(run_id="r1", name="a", spec=spec(), started_at=datetime.now(UTC), status="Failed",
+                 results=[TrainerResult(outcome=Outcome.FAILED)], run_dir=home)  # fmt: skip
+    [run] = store.runs()
+    assert (run.status, run.is_valid, run.results[0]["outcome"]) == ("Failed", None, "Failed")
+    assert store.export("csv").splitlines()[1].startswith("r1,a,")
+    assert json.loads(store.export("json"))[0]["spec"]["model"] == "ftbench-tiny-llama"
+
+
+@pytest.mark.training
+def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("trl")
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT.format(name="local", steps=6))
+    assert main(["run", str(path), "-o", "json", "--dataset-entries", "32"]) == 0
+    result = TrainerResult.model_validate(json.loads(capsys.readouterr().out))
+    assert result.outcome == Outcome.SUCCEEDED and result.metrics is not None
+    assert result.metrics.train_steps == 6 and result.metrics.train_tokens > 0
+    assert main(["results"]) == 0
+    assert "local" in capsys.readouterr().out
+    [stored] = ResultsStore(home / "results.db").runs()
+    assert stored.status == "Succeeded" and stored.train_tokens_per_second == result.metrics.train_tokens_per_second
+
+
+@pytest.mark.training
+def test_ctrl_c_stops_the_run_cleanly(home: Path, tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    path = tmp_path / "long.yaml"
+    path.write_text(EXPERIMENT.format(name="long", steps=100000))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ftbench", "run", str(path), "--dataset-entries", "32"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+    )  # fmt: skip
+    runs = home / "runs"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # wait until the trainer is stepping
+        logs = list(runs.glob("*/trainer.log"))
+        if logs and "FTBENCH_PROGRESS" in logs[0].read_text():
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the trainer never reported progress")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    [stored] = ResultsStore(home / "results.db").runs()
+    assert stored.status == "Interrupted"
+    leftover = subprocess.run(["pgrep", "-f", str(runs)], capture_output=True, text=True).stdout.strip()
+    assert not leftover, f"trainer processes left behind: {leftover}"
