@@ -1,0 +1,181 @@
+"""The Helm chart, rendered by real Helm: lint-clean, schema-valid objects, least-privilege RBAC,
+an operator Deployment that matches the image, and a cluster profile that survives values -> ConfigMap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from ftbench.crd import CRD_FILENAME, crd_yaml
+from ftbench.profile import ClusterProfile
+from tests.ship.chart import (
+    CHART,
+    NAMESPACED_VALUES,
+    REPO,
+    ROCE_VALUES,
+    VALUE_SETS,
+    by_kind,
+    chart_crds,
+    helm,
+    notes,
+    one,
+    render,
+)
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="dev extra kubernetes-validate not installed")
+# The oldest schema kubernetes-validate ships and the newest it knows.
+KUBERNETES_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
+# prometheus-operator kinds have no schema in kubernetes-validate; checked structurally below.
+CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor"}
+
+
+def test_chart_crds_are_the_generated_crd() -> None:
+    committed = (CHART / "crds" / CRD_FILENAME).read_text()
+    assert committed == crd_yaml(), f"helm/ftbench/crds is stale: run `ftbench crd -o helm/ftbench/crds`"
+    assert committed == (REPO / "crds" / CRD_FILENAME).read_text()
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_lint_is_clean(name: str) -> None:
+    result = helm().lint(str(CHART), values=VALUE_SETS[name], strict=True)
+    assert result["errors"] == [], result
+    assert result["messages"] == [], result
+
+
+def test_schema_rejects_unknown_values() -> None:
+    """values.schema.json closes every section, so a typo fails the install instead of being ignored."""
+    helm_python = helm()
+    with pytest.raises(helm_python.HelmError, match="namespace"):
+        render({"watch": {"namespace": ["a"]}})
+    with pytest.raises(helm_python.HelmError, match="runAsNonRoot"):
+        render({"podSecurityContext": {"runAsNonRoot": False}})
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_objects_validate_against_kubernetes_schemas(name: str, version: str) -> None:
+    # The CRD's CEL rules carry fieldPath/reason (Kubernetes >= 1.28; older servers drop them).
+    crds = chart_crds() if version == KUBERNETES_VERSIONS[-1] else []
+    for obj in [*render(VALUE_SETS[name]), *crds]:
+        if obj["kind"] in CUSTOM_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {version}: {err}")
+
+
+def test_monitors_select_the_metrics_port() -> None:
+    objects = render(VALUE_SETS["monitors"])
+    service = one(objects, "Service")
+    selector = one(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    for kind, endpoints in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        monitor = one(objects, kind)
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= {**selector, **service["metadata"]["labels"]}.items()
+        assert monitor["spec"][endpoints][0]["port"] == "metrics"
+    assert not by_kind(render(), "ServiceMonitor"), "monitors need prometheus-operator: off by default"
+
+
+def _container(objects: list[dict]) -> dict[str, Any]:
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_deployment_is_one_hardened_replica() -> None:
+    objects = render()
+    deployment = one(objects, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = _container(objects)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]], "a read-only root needs a writable /tmp"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert "--standalone" in container["args"]
+    assert "--all-namespaces" in container["args"]
+
+
+def test_operator_module_is_the_images() -> None:
+    """The chart's `kopf run -m MODULE` and Dockerfile.operator's must name the same module."""
+    args = _container(render())["args"]
+    module = args[args.index("-m") + 1]
+    assert f'"-m", "{module}"' in (REPO / "Dockerfile.operator").read_text()
+
+
+def test_namespaced_mode_watches_only_the_listed_namespaces() -> None:
+    objects = render(NAMESPACED_VALUES)
+    args = _container(objects)["args"]
+    assert "--all-namespaces" not in args
+    assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=team-a", "--namespace=team-b"]
+    operator_roles = [r for r in by_kind(objects, "Role") if r["metadata"]["name"] == "ftb-ftbench"]
+    assert sorted(r["metadata"]["namespace"] for r in operator_roles) == ["team-a", "team-b"]
+    # Cluster-wide, the operator only discovers CRDs and namespaces.
+    (cluster_role,) = by_kind(objects, "ClusterRole")
+    assert {res for rule in cluster_role["rules"] for res in rule["resources"]} == {
+        "customresourcedefinitions",
+        "namespaces",
+    }
+    assert {verb for rule in cluster_role["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
+    trainer_accounts = {
+        sa["metadata"]["namespace"]
+        for sa in by_kind(objects, "ServiceAccount")
+        if sa["metadata"]["name"] == "ftbench-trainer"
+    }
+    assert trainer_accounts == {"ftbench", "team-a", "team-b"}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_no_rule_grants_secrets_or_wildcards(name: str) -> None:
+    for role in [o for o in render(VALUE_SETS[name]) if o["kind"] in ("Role", "ClusterRole")]:
+        for rule in role["rules"]:
+            assert "secrets" not in rule["resources"], role["metadata"]["name"]
+            assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"], role["metadata"]["name"]
+
+
+def test_trainer_role_is_progress_only() -> None:
+    role = next(r for r in by_kind(render(), "Role") if r["metadata"]["name"] == "ftbench-trainer")
+    assert role["rules"] == [
+        {"apiGroups": ["ftbench.io"], "resources": ["finetuneexperiments/status"], "verbs": ["patch"]}
+    ]
+
+
+@pytest.mark.parametrize(("values", "account"), [({}, "ftbench-trainer"), (ROCE_VALUES, "ftbench-trainer")])
+def test_profile_configmap_is_a_valid_cluster_profile(values: dict, account: str) -> None:
+    objects = render(values)
+    config_map = one(objects, "ConfigMap")
+    profile = ClusterProfile.model_validate(yaml.safe_load(config_map["data"]["profile.yaml"]))
+    assert profile.service_account == account, "pods need the account the trainer Role is bound to"
+    expected = ClusterProfile.model_validate({**values.get("clusterProfile", {}), "serviceAccount": account})
+    assert profile == expected
+    volumes = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "cluster-profile", "configMap": {"name": config_map["metadata"]["name"]}} in volumes
+
+
+def test_profile_change_restarts_the_operator() -> None:
+    def checksum(values: dict) -> str:
+        return one(render(values), "Deployment")["spec"]["template"]["metadata"]["annotations"][
+            "checksum/cluster-profile"
+        ]
+
+    assert checksum({}) != checksum(ROCE_VALUES)
+
+
+def test_notes_show_how_to_apply_and_read_results() -> None:
+    text = notes()
+    assert "kubectl apply -n ftbench -f examples/" in text
+    assert "kubectl get fte" in text
+    example = text.split("-f ", 1)[1].split()[0]
+    assert (REPO / example).is_file(), f"NOTES.txt names {example}, which does not exist"
