@@ -33,7 +33,7 @@ CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor"}
 
 def test_chart_crds_are_the_generated_crd() -> None:
     committed = (CHART / "crds" / CRD_FILENAME).read_text()
-    assert committed == crd_yaml(), f"helm/ftbench/crds is stale: run `ftbench crd -o helm/ftbench/crds`"
+    assert committed == crd_yaml(), "helm/ftbench/crds is stale: run `ftbench crd -o helm/ftbench/crds`"
     assert committed == (REPO / "crds" / CRD_FILENAME).read_text()
 
 
@@ -74,7 +74,9 @@ def test_monitors_select_the_metrics_port() -> None:
     for kind, endpoints in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
         monitor = one(objects, kind)
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-        assert monitor["spec"]["selector"]["matchLabels"].items() <= {**selector, **service["metadata"]["labels"]}.items()
+        assert (
+            monitor["spec"]["selector"]["matchLabels"].items() <= {**selector, **service["metadata"]["labels"]}.items()
+        )
         assert monitor["spec"][endpoints][0]["port"] == "metrics"
     assert not by_kind(render(), "ServiceMonitor"), "monitors need prometheus-operator: off by default"
 

@@ -39,11 +39,8 @@ def instructions(name: str) -> list[Instruction]:
 
 
 def build_args(name: str) -> dict[str, str]:
-    return dict(
-        (i.args.split("=", 1) + [""])[:2]  # type: ignore[misc]
-        for i in instructions(name)
-        if i.keyword == "ARG"
-    )
+    pairs = (i.args.partition("=") for i in instructions(name) if i.keyword == "ARG")
+    return {key: value for key, _, value in pairs}
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
@@ -110,7 +107,7 @@ def test_trainer_build_args_match_the_api() -> None:
     text = (REPO / "Dockerfile.trainer").read_text()
     for engine in Engine:
         assert f'"{engine.value}"' in text, f"Dockerfile.trainer does not handle ENGINE={engine.value}"
-    assert "pip install --no-deps \"fms-hf-tuning==${FMS_HF_TUNING_VERSION}\"" in text
+    assert 'pip install --no-deps "fms-hf-tuning==${FMS_HF_TUNING_VERSION}"' in text
     assert {"FLASH_ATTN", "BASE_IMAGE"} <= set(args)
 
 
