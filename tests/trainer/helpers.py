@@ -106,3 +106,20 @@ def current_python() -> str:
 def dataset_rows(path: str | Path, field: str = "output") -> list[str]:
     with open(path) as fh:
         return [json.loads(line)[field] for line in fh if line.strip()]
+
+
+def independent_lengths(model_dir: Path | str, dataset_path: Path | str, max_length: int) -> list[int]:
+    """Tokens per entry as both engines feed them: the whole row tokenized (BOS) + EOS, truncated.
+
+    Computed with the tokenizer alone, not with any trainer code: the reference for the counts.
+    """
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    return [min(len(tok(text)["input_ids"]) + 1, max_length) for text in dataset_rows(dataset_path)]
+
+
+def dataset_file(data_dir: Path) -> Path:
+    files = sorted(data_dir.glob("news-chars-512-entries-4096-*.jsonl"))
+    assert len(files) == 1, files
+    return files[0]

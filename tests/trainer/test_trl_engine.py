@@ -1,0 +1,168 @@
+"""Real trl training on CPU through `ftbench-trainer`: full, LoRA and prompt tuning, exact counts.
+
+Each run is a subprocess (like a pod): accelerate and torch.distributed keep process-wide state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import (
+    dataset_file,
+    independent_lengths,
+    make_plan,
+    read_result,
+    run_trainer,
+    tail,
+    write_plan,
+)
+
+from ftbench.api.enums import Experiment, Runtime
+from ftbench.contracts.results import EXIT_OK, Outcome, TrainerResult
+from ftbench_trainer.report import parse_progress_line
+
+pytestmark = [pytest.mark.training, pytest.mark.slow]
+PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+def _train(tmp: Path, model: Path, data: Path, **spec: object) -> tuple[TrainerResult, str]:
+    plan = make_plan(tmp, model, data, **spec)  # type: ignore[arg-type]
+    proc = run_trainer(PYTHON, write_plan(plan, tmp))
+    assert proc.returncode == EXIT_OK, tail(proc)
+    result = read_result(plan)
+    # The termination message is the same result, compact and within Kubernetes' limit.
+    message = (tmp / "termination-log").read_bytes()
+    assert len(message) <= 4096
+    assert TrainerResult.from_json(message.decode()) == TrainerResult.from_json(result.to_json())
+    return result, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("experiment", "frozen_base"),
+    [(Experiment.FULL, False), (Experiment.LORA, True), (Experiment.PROMPT_TUNING, True)],
+    ids=["full", "lora", "pt"],
+)
+def test_trl_trains_and_reports(
+    tmp_path: Path, tiny_model_dir: Path, data_dir: Path, experiment: Experiment, frozen_base: bool
+) -> None:
+    result, stdout = _train(tmp_path, tiny_model_dir, data_dir, experiment=experiment, maxSteps=3)
+    assert result.outcome == Outcome.SUCCEEDED and result.is_valid is True
+    m, env = result.metrics, result.environment
+    assert m is not None and env is not None
+    assert env.engine == "trl" and env.world_size == 1 and env.distributed_mode == "NO" and env.device == "cpu"
+    assert m.train_steps == 3 and m.stopped_by == "maxSteps"
+    assert m.train_samples == 12  # 3 steps x batch 4
+    assert 0 < m.train_non_padding_tokens <= m.train_tokens
+    assert m.train_runtime_seconds > 0
+    assert m.train_steps_per_second == pytest.approx(3 / m.train_runtime_seconds)
+    assert m.train_tokens_per_second == pytest.approx(m.train_tokens / m.train_runtime_seconds)
+    assert m.dataset_tokens_per_second > 0
+    # GPU metrics are 0.0 on CPU (seed 001), never an error; CPU use was sampled.
+    assert m.gpu_compute_utilization_avg_percent == 0.0 and m.gpu_power_max_watts == 0.0 and m.mfu_percent == 0.0
+    assert m.cpu_compute_utilization_percent > 0
+    assert (m.trainable_parameters < m.model_parameters / 10) == frozen_base
+    progress = [p for p in map(parse_progress_line, stdout.splitlines()) if p]
+    assert [p["step"] for p in progress] == [1, 2, 3]  # interval 0 in the test plan: every step
+    assert all(p["totalSteps"] == 3 for p in progress)
+
+
+def test_token_counts_equal_an_independent_count(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:
+    """One step over the whole dataset (batch 16 of 16 entries): the counts do not depend on order.
+
+    Non-padding tokens = sum of entry lengths; padded = 16 x the longest entry (right padding to
+    the batch's longest row), both from the tokenizer alone.
+    """
+    result, _ = _train(tmp_path, tiny_model_dir, data_dir, batchSize=16, maxSteps=1)
+    lengths = independent_lengths(tiny_model_dir, dataset_file(data_dir), 1024)
+    assert len(lengths) == 16
+    m = result.metrics
+    assert m is not None
+    assert m.train_samples == 16
+    assert m.train_non_padding_tokens == sum(lengths)
+    assert m.train_tokens == 16 * max(lengths)
+    assert m.train_tokens > m.train_non_padding_tokens  # the rows really differ in length
+
+
+def test_two_processes_on_cpu_sum_their_tokens(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:
+    """A real 2-process DDP run over gloo (the CPU notes' accelerate settings) for one epoch.
+
+    Each rank sees half the entries, so the all-reduced non-padding count over the epoch equals
+    the whole dataset's; an FSDP request on CPU must be reported as what really ran.
+    """
+    plan = make_plan(
+        tmp_path,
+        tiny_model_dir,
+        data_dir,
+        numberNodes=2,
+        distributedBackend="FSDP",
+        runtime=Runtime.INDEXED_JOB,
+        maxSteps=-1,
+        numTrainEpochs=1.0,
+    )
+    # Both processes on this machine: one node with two processes (the notes' verified setup).
+    plan = plan.model_copy(
+        update={
+            "topology": plan.topology.model_copy(update={"number_nodes": 1, "processes_per_node": 2}),
+            "accelerate_config": {**(plan.accelerate_config or {}), "num_machines": 1},
+            "rendezvous": plan.rendezvous.model_copy(update={"source": "local"}),
+        }
+    )
+    assert plan.launcher == "accelerate" and plan.topology.per_device_batch_size == 2
+    proc = run_trainer(PYTHON, write_plan(plan, tmp_path))
+    assert proc.returncode == EXIT_OK, tail(proc)
+    result = read_result(plan)
+    m, env = result.metrics, result.environment
+    assert m is not None and env is not None
+    assert env.world_size == 2 and env.number_nodes == 1
+    assert env.distributed_mode not in ("NO", "FSDP")  # accelerate only enables FSDP on GPU backends
+    assert m.train_steps == 4 and m.train_samples == 16 and m.stopped_by == "completed"
+    lengths = independent_lengths(tiny_model_dir, dataset_file(data_dir), 1024)
+    assert m.train_non_padding_tokens == sum(lengths)
+
+
+def test_two_nodes_indexed_job_rendezvous(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:
+    """Two 'pods' of an Indexed Job on this machine: JOB_COMPLETION_INDEX is each one's node rank."""
+    import os
+    import subprocess
+
+    from helpers import OFFLINE_ENV
+
+    plan = make_plan(
+        tmp_path,
+        tiny_model_dir,
+        data_dir,
+        numberNodes=2,
+        distributedBackend="DDP",
+        runtime=Runtime.INDEXED_JOB,
+        maxSteps=2,
+    )
+    assert plan.rendezvous.source == "indexedjob"
+    path = write_plan(plan, tmp_path)
+    env = {**os.environ, **OFFLINE_ENV}
+    pods = [
+        subprocess.Popen(
+            [str(PYTHON), "-m", "ftbench_trainer.main", "--plan", str(path)],
+            env={**env, "JOB_COMPLETION_INDEX": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    results = []
+    for pod in pods:
+        out, _ = pod.communicate(timeout=300)
+        assert pod.returncode == EXIT_OK, out[-4000:]
+        line = next(x for x in out.splitlines() if x.startswith("FTBENCH_RESULT "))
+        results.append(TrainerResult.from_json(line.split(" ", 1)[1]))
+    for r in results:
+        assert r.environment is not None and r.metrics is not None
+        assert r.environment.world_size == 2 and r.environment.number_nodes == 2
+        assert r.metrics.train_steps == 2 and r.metrics.train_samples == 8  # 2 steps x 2 ranks x 2
+    assert results[0].metrics == results[1].metrics  # every node reports the same all-reduced numbers
