@@ -1,0 +1,40 @@
+"""`ftbench docs -o docs`: write the reference pages generated from the models and catalogs.
+
+`--check` writes nothing and exits 1 when a committed page differs from what the code generates,
+so CI (and tests/ship/test_docs.py) catch a field added without regenerating its documentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ftbench.docs_gen import generate_all
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("docs", help="write the generated reference docs (CRD, experiments, metrics, cluster profile)")
+    p.add_argument("-o", "--output-dir", metavar="DIR", default="docs", help="docs directory (default: docs)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any generated page is stale")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.output_dir)
+    stale = []
+    for relative, text in generate_all().items():
+        path = root / relative
+        current = path.read_text() if path.is_file() else None
+        if current == text:
+            continue
+        if args.check:
+            stale.append(str(path))
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
+    if stale:
+        print(f"stale: {', '.join(stale)}; run `ftbench docs -o {root}`", file=sys.stderr)
+        return 1
+    return 0
