@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from ftbench_trainer.datasets import (
     DATASET_GENERATORS,
     GENERATOR_VERSION,

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from ftbench_trainer.tiny_model import MARKER, RESPONSE_TEMPLATE, SPECIAL_TOKENS, build_tiny_model
 
 pytest.importorskip("torch")
