@@ -1,0 +1,67 @@
+"""`ftbench render`: reviewable YAML on stdout, validation issues on stderr with exit 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ftbench.cli import main
+
+EXPERIMENT = """apiVersion: ftbench.io/v1alpha1
+kind: FineTuneExperiment
+metadata: {name: two-nodes, namespace: team}
+spec: {model: llama3.1-8b, modelMaxLength: 2048, numberGpus: 16, numberNodes: 2, batchSize: 16,
+       gpuModel: NVIDIA-A100-SXM4-80GB, enableRoce: true}
+"""
+BAD = """apiVersion: ftbench.io/v1alpha1
+kind: FineTuneExperiment
+metadata: {name: bad}
+spec: {model: llama3.1-8b, modelMaxLength: 2048, numberGpus: 2, batchSize: 3, gpuModel: X}
+"""
+
+
+def _objects(out: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_render_prints_multi_document_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT)
+    assert main(["render", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert [o["kind"] for o in _objects(out)] == ["ConfigMap", "Service", "Job"]
+    assert all(o["metadata"]["namespace"] == "team" for o in _objects(out))
+    assert "two-nodes: runtime IndexedJob" in out and "enableRoce is ignored" not in out
+
+
+def test_render_runtime_profile_namespace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, profile = tmp_path / "exp.yaml", tmp_path / "profile.yaml"
+    path.write_text(EXPERIMENT)
+    profile.write_text("roce: {network: multi-nic-network}\n")
+    assert main(["render", str(path), "--runtime", "PyTorchJob", "--profile", str(profile), "-n", "other"]) == 0
+    objects = _objects(capsys.readouterr().out)
+    (job,) = [o for o in objects if o["kind"] == "PyTorchJob"]
+    assert job["metadata"]["namespace"] == "other"
+    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    assert template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "multi-nic-network"
+
+
+def test_render_invalid_spec_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD)
+    assert main(["render", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "bad: invalid" in captured.err and "[is_valid.1]" in captured.err
+    assert captured.out == ""
+
+
+def test_render_impossible_runtime_and_bad_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, profile = tmp_path / "exp.yaml", tmp_path / "profile.yaml"
+    path.write_text(EXPERIMENT)
+    assert main(["render", str(path), "--runtime", "Job"]) == 1
+    assert "cannot render" in capsys.readouterr().err
+    profile.write_text("gpuResourse: typo\n")
+    assert main(["render", str(path), "--profile", str(profile)]) == 2
+    assert "cluster profile" in capsys.readouterr().err
