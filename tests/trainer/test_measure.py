@@ -159,3 +159,34 @@ def test_token_counter_commits_only_batches_the_model_consumed() -> None:
     assert (c.samples, c.padded_tokens, c.non_padding_tokens) == (4, 10, 8)
     assert c.padded_length_squared == 2 * 9 + 2 * 4
     assert counter.uncounted_forwards == 0
+
+
+def test_gpu_metrics_are_min_avg_max_over_per_gpu_means() -> None:
+    pytest.importorskip("transformers")
+    from ftbench_trainer.measure.callback import _gpu_spread
+    from ftbench_trainer.measure.system import GpuSample, GpuSummary
+
+    # Per-GPU means from samples (seed note 1), then the spread across GPUs.
+    s = SystemSampler(local_rank=0, use_gpu=False, interval=1.0)
+    s.gpu_samples = [GpuSample(t, c, m, w, p) for t, c, m, w, p in [(1, 10, 20, 100, 20), (2, 30, 60, 300, 60)]]
+    one = s.gpu_summary(0, 2)
+    assert one == GpuSummary(20, 40, 200, 40, 60)
+    spread = _gpu_spread([one, GpuSummary(40, 60, 400, 80, 70)])
+    assert spread["gpu_compute_utilization_min_percent"] == 20
+    assert spread["gpu_compute_utilization_avg_percent"] == 30
+    assert spread["gpu_compute_utilization_max_percent"] == 40
+    assert spread["gpu_power_avg_watts"] == 300 and spread["gpu_power_max_percent"] == 80
+    assert all(v == 0.0 for v in _gpu_spread([]).values())
+
+
+def test_nvml_device_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ftbench_trainer.measure.system import nvml_device_index
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert nvml_device_index(1) == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert nvml_device_index(1) == "5"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc,GPU-def")
+    assert nvml_device_index(0) == "GPU-abc"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert nvml_device_index(0) is None

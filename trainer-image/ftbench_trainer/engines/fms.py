@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from importlib.metadata import version
+from typing import Any
 
 from ftbench.contracts.fms_args import sft_trainer_args
 from ftbench_trainer.engines import EngineRun
@@ -28,6 +29,12 @@ def parse(args: list[str]) -> tuple:
 
 
 def run_fms(run: EngineRun) -> str:
+    train_fms(run, [run.callback])
+    return version("fms-hf-tuning")
+
+
+def train_fms(run: EngineRun, callbacks: list[Any]) -> Any:
+    """`tuning.sft_trainer.train` on the seed's arguments with `callbacks`; returns the trainer."""
     from tuning import sft_trainer
 
     args = sft_trainer_args(run.plan, dataset_path=run.dataset_path, model_path=run.model_path)
@@ -45,8 +52,7 @@ def run_fms(run: EngineRun) -> str:
         tracker_configs,
         _exp_metadata,
     ) = parse(args)
-    # The aim/file trackers are the seed's measurement path; ours replaces them.
-    sft_trainer.train(
+    trainer, _info, _tc = sft_trainer.train(
         model_args=model_args,
         data_args=data_args,
         train_args=training_args,
@@ -54,10 +60,10 @@ def run_fms(run: EngineRun) -> str:
         quantization_config=quantization_config,
         trainer_controller_args=trainer_controller_args,
         tracker_configs=tracker_configs,
-        additional_callbacks=[run.callback],
+        additional_callbacks=callbacks or None,
         quantized_lora_config=quantized_lora_config,
         fusedops_kernels_config=fusedops_kernels_config,
         attention_and_distributed_packing_config=attention_and_distributed_packing_config,
         fast_moe_config=fast_moe_config,
     )
-    return version("fms-hf-tuning")
+    return trainer

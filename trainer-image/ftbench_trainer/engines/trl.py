@@ -88,9 +88,9 @@ def sft_config(plan: LaunchPlan) -> Any:
     )
 
 
-def run_trl(run: EngineRun) -> str:
+def build_trainer(run: EngineRun, callbacks: list[Any]) -> Any:
+    """The SFTTrainer for `run` with `callbacks` (the benchmark builds one without ours)."""
     import torch
-    import trl
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
@@ -110,13 +110,18 @@ def run_trl(run: EngineRun) -> str:
         dtype=getattr(torch, t.torch_dtype.value),
         attn_implementation="flash_attention_2" if t.use_flash_attn else "sdpa",
     )
-    trainer = SFTTrainer(
+    return SFTTrainer(
         model=model,
         args=sft_config(plan),
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config(plan, run.model_path),
-        callbacks=[run.callback],
+        callbacks=callbacks,
     )
-    trainer.train()
+
+
+def run_trl(run: EngineRun) -> str:
+    import trl
+
+    build_trainer(run, [run.callback]).train()
     return trl.__version__

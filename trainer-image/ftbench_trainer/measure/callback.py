@@ -262,19 +262,8 @@ class MeasureCallback(TrainerCallback):
         tokens_per_second = rate(tokens)
         dataset_tps = rate(samples * self.dataset_tokens_per_sample)
         return Metrics(
-            gpu_compute_utilization_min_percent=min((g.compute_percent for g in gpu), default=0.0),
-            gpu_compute_utilization_avg_percent=_avg([g.compute_percent for g in gpu]),
-            gpu_compute_utilization_max_percent=max((g.compute_percent for g in gpu), default=0.0),
-            gpu_memory_utilization_min_percent=min((g.memory_percent for g in gpu), default=0.0),
-            gpu_memory_utilization_avg_percent=_avg([g.memory_percent for g in gpu]),
-            gpu_memory_utilization_max_percent=max((g.memory_percent for g in gpu), default=0.0),
+            **_gpu_spread(gpu),
             gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=0.0),
-            gpu_power_min_percent=min((g.power_percent for g in gpu), default=0.0),
-            gpu_power_avg_percent=_avg([g.power_percent for g in gpu]),
-            gpu_power_max_percent=max((g.power_percent for g in gpu), default=0.0),
-            gpu_power_min_watts=min((g.power_watts for g in gpu), default=0.0),
-            gpu_power_avg_watts=_avg([g.power_watts for g in gpu]),
-            gpu_power_max_watts=max((g.power_watts for g in gpu), default=0.0),
             gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports),
             gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
             cpu_compute_utilization_percent=_avg([r.cpu_percent for r in reports]),
@@ -310,6 +299,26 @@ class MeasureCallback(TrainerCallback):
 
 def _avg(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+# Metrics field stem, GpuSummary attribute, unit suffix.
+_GPU_FIELDS = (
+    ("gpu_compute_utilization", "compute_percent", "percent"),
+    ("gpu_memory_utilization", "memory_percent", "percent"),
+    ("gpu_power", "power_percent", "percent"),
+    ("gpu_power", "power_watts", "watts"),
+)
+
+
+def _gpu_spread(gpus: list[GpuSummary]) -> dict[str, float]:
+    """Seed note 1: min/avg/max across GPUs of each GPU's mean over the run (0.0 without GPUs)."""
+    out: dict[str, float] = {}
+    for stem, attr, unit in _GPU_FIELDS:
+        values = [getattr(g, attr) for g in gpus]
+        out[f"{stem}_min_{unit}"] = min(values, default=0.0)
+        out[f"{stem}_avg_{unit}"] = _avg(values)
+        out[f"{stem}_max_{unit}"] = max(values, default=0.0)
+    return out
 
 
 def _synchronize(use_cpu: bool) -> None:

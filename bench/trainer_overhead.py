@@ -1,0 +1,161 @@
+"""Overhead of ftbench's measurement: the same training with and without `MeasureCallback`.
+
+Not a test: run it by hand (and on a GPU when one is available) and copy the table into
+docs/benchmarks.md::
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/trainer_overhead.py --engine trl
+    OMP_NUM_THREADS=1 .venv-fms/bin/python bench/trainer_overhead.py --engine fms-hf-tuning
+
+Both variants build the trainer through ftbench's engine code (same model, data, seed and
+hyperparameters) in one process, after one discarded warm-up run, interleaved in ABBA order so drift in the
+machine's speed hits both alike. Both carry the same trivial `StepClock` callback, and steps/s is
+taken from its timestamps over steps 2..N (the first step holds one-off setup), so the ratio
+isolates what `MeasureCallback` adds: collator wrapping, the forward hook, per-step bookkeeping,
+the sampler thread, and the final gather. Target: ratio >= 0.99.
+
+With --gpu the plan trains on the GPU (number_gpus 1); --model-dir can point at a bigger model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ftbench.api.enums import Runtime
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import load_catalog
+from ftbench.contracts.plan import ExperimentRef, LaunchPlan
+from ftbench.profile import ClusterProfile
+from ftbench.render.plan import build_plan
+from ftbench_trainer.engines import EngineRun
+from ftbench_trainer.measure.callback import MeasureCallback
+from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
+from ftbench_trainer.worker import resolve_dataset, resolve_model
+
+
+class StepClock(TrainerCallback):
+    """Step-end timestamps; identical in both variants."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.ends.append(time.perf_counter())
+
+    def steps_per_second(self) -> float:
+        return (len(self.ends) - 1) / (self.ends[-1] - self.ends[0])
+
+
+def bench_plan(work: Path, args: argparse.Namespace) -> LaunchPlan:
+    spec = FineTuneExperimentSpec.model_validate(
+        {
+            "experiment": args.experiment,
+            "engine": args.engine,
+            "model": "ftbench-tiny-llama",
+            "modelMaxLength": args.max_length,
+            "numberGpus": 1 if args.gpu else 0,
+            "gpuModel": "bench" if args.gpu else "",
+            "batchSize": args.batch_size,
+            "datasetId": "news-chars-512-entries-4096",
+            "torchDtype": "bfloat16" if args.gpu else "float32",
+            "gradientAccumulationSteps": 1,
+            "gradientCheckpointing": False,
+            "maxSteps": args.steps,
+        }
+    )
+    profile = ClusterProfile.model_validate(
+        {"storage": {"dataDir": str(work / "data"), "modelRoot": str(work / "models")}, "flashAttention": False}
+    )
+    plan = build_plan(
+        spec, load_catalog(), profile, ref=ExperimentRef(name="bench"), runtime=Runtime.JOB,
+        output_dir=str(work / "out"), dataset_entries=args.entries,
+    )  # fmt: skip
+    model = plan.model.model_copy(update={"ref": args.model_dir or plan.model.ref, "generated": not args.model_dir})
+    output = plan.output.model_copy(update={"progress_interval_seconds": 1e9})
+    return plan.model_copy(update={"model": model, "output": output})
+
+
+def train_once(run: EngineRun, measured: bool) -> float:
+    clock = StepClock()
+    callbacks: list[Any] = [clock] + ([run.callback] if measured else [])
+    if run.plan.engine.value == "trl":
+        from ftbench_trainer.engines.trl import build_trainer
+
+        build_trainer(run, callbacks).train()
+    else:
+        from ftbench_trainer.engines.fms import train_fms
+
+        train_fms(run, callbacks)
+    return clock.steps_per_second()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--engine", default="trl", choices=["trl", "fms-hf-tuning"])
+    parser.add_argument("--experiment", default="finetune_full_benchmark-v1.0.0")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--entries", type=int, default=256)
+    parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--model-dir", default=None, help="a model directory instead of the tiny model")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    work = Path(tempfile.mkdtemp(prefix="ftbench-bench-"))
+    plan = bench_plan(work, args)
+    model_path = resolve_model(plan)
+    dataset_path = resolve_dataset(plan, model_path)
+    from transformers import AutoTokenizer
+
+    per_sample = mean_dataset_tokens(
+        dataset_path, "output", AutoTokenizer.from_pretrained(model_path), plan.training.model_max_length
+    )
+    bare: list[float] = []
+    measured: list[float] = []
+    metrics = None
+
+    def new_run() -> EngineRun:
+        return EngineRun(plan, model_path, dataset_path, MeasureCallback(plan, dataset_tokens_per_sample=per_sample))
+
+    train_once(new_run(), measured=False)  # warm caches, allocator and lazy imports; discarded
+    for i in range(args.repeats):
+        # ABBA order: a slow drift of the machine does not favour either variant.
+        for is_measured in (False, True) if i % 2 == 0 else (True, False):
+            run = new_run()
+            (measured if is_measured else bare).append(train_once(run, measured=is_measured))
+            metrics = run.callback.metrics if is_measured else metrics
+    ratio = statistics.median(measured) / statistics.median(bare)
+    figures = {
+        "engine": args.engine,
+        "experiment": args.experiment,
+        "device": "cuda" if args.gpu else "cpu",
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "bareStepsPerSecond": bare,
+        "ftbenchStepsPerSecond": measured,
+        "ratioOfMedians": ratio,
+        "ftbenchMetrics": metrics.model_dump(by_alias=True) if metrics else None,
+    }
+    print(json.dumps(figures, indent=2))
+    print(
+        f"| {args.engine} | {figures['device']} | {args.steps} | {statistics.median(bare):.2f} "
+        f"| {statistics.median(measured):.2f} | {ratio:.4f} |"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
