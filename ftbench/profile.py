@@ -142,7 +142,7 @@ class Security(ApiModel):
 class ClusterProfile(ApiModel):
     """Everything cluster-specific that the manifests need; experiments never carry any of it."""
 
-    images: Images = Field(default_factory=Images)
+    images: Images = Field(default_factory=Images, description="Trainer images per engine and fms-hf-tuning version.")
     gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name of a GPU.")
     gpu_node_label: str = Field("nvidia.com/gpu.product", description="Node label compared with spec.gpuModel.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node selector for training pods.")
@@ -153,12 +153,18 @@ class ClusterProfile(ApiModel):
     shm_size: Annotated[str, Field(pattern=QUANTITY)] | None = Field(
         None, description="sizeLimit of the /dev/shm memory emptyDir; unset: no limit beyond the pod's memory."
     )
-    security: Security = Field(default_factory=Security)
+    security: Security = Field(
+        default_factory=Security, description="Non-root pod security (RoCE runs may need root: roce.runAsRoot)."
+    )
     pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on training pods.")
     pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on training pods.")
-    storage: Storage = Field(default_factory=Storage)
-    roce: Roce = Field(default_factory=Roce)
-    features: Features = Field(default_factory=Features)
+    storage: Storage = Field(
+        default_factory=Storage, description="Volumes for model weights and datasets, HF_HOME, catalog roots."
+    )
+    roce: Roce = Field(default_factory=Roce, description="RDMA over Converged Ethernet for multi-node runs (seed 002).")
+    features: Features = Field(
+        default_factory=Features, description="What the cluster supports (Kubernetes version, training operator)."
+    )
     service_account: str | None = Field(None, description="ServiceAccount of training pods (progress reports).")
     report_progress: bool = Field(
         True, description="Trainer rank 0 patches status.progress (needs the chart's trainer Role)."
