@@ -127,3 +127,23 @@ def test_missing_model_fails_in_a_real_run(tmp_path: Path, tiny_model_dir: Path)
     assert proc.returncode == EXIT_FAILED, tail(proc)
     result = read_result(plan)
     assert result.outcome == Outcome.FAILED and result.error is not None and result.error.type
+
+
+def test_launch_failure_is_reported(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PyTorchJob pod without the operator's env cannot find its place: Failed, with the reason."""
+    from ftbench.api.enums import Runtime
+
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    plan = make_plan(
+        tmp_path,
+        tiny_model_dir,
+        tmp_path / "data",
+        numberNodes=2,
+        distributedBackend="DDP",
+        runtime=Runtime.PYTORCH_JOB,
+    )
+    assert plan.rendezvous.source == "pytorchjob"
+    assert trainer_main.main(["--plan", str(write_plan(plan, tmp_path))]) == EXIT_FAILED
+    result = read_result(plan)
+    assert result.error is not None and result.error.type.endswith("RendezvousEnvError")
