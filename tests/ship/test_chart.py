@@ -105,6 +105,8 @@ def test_deployment_is_one_hardened_replica() -> None:
     assert container["resources"]["requests"] and container["resources"]["limits"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FTBENCH_OPERATOR_METRICS_PORT"] == "9090"
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     assert "--standalone" in container["args"]
     assert "--all-namespaces" in container["args"]
@@ -162,8 +164,12 @@ def test_profile_configmap_is_a_valid_cluster_profile(values: dict, account: str
     assert profile.service_account == account, "pods need the account the trainer Role is bound to"
     expected = ClusterProfile.model_validate({**values.get("clusterProfile", {}), "serviceAccount": account})
     assert profile == expected
-    volumes = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "cluster-profile", "configMap": {"name": config_map["metadata"]["name"]}} in volumes
+    # How ftbench_operator.settings finds it, and the label its ConfigMap watch selects on.
+    env = {e["name"]: e.get("value") for e in _container(objects)["env"]}
+    assert env["FTBENCH_OPERATOR_PROFILE_CONFIG_MAP"] == config_map["metadata"]["name"]
+    assert env["FTBENCH_OPERATOR_PROFILE_KEY"] in config_map["data"]
+    assert "POD_NAMESPACE" in env
+    assert config_map["metadata"]["labels"]["ftbench.io/profile"] == "true"
 
 
 def test_profile_change_restarts_the_operator() -> None:
