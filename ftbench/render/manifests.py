@@ -49,6 +49,8 @@ class RenderError(PlanError):
 
 @dataclass(frozen=True)
 class Rendered:
+    """One attempt, rendered: the objects in creation order, their names, and the plan they carry."""
+
     runtime: Runtime
     names: ChildNames
     plan: LaunchPlan

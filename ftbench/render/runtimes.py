@@ -157,7 +157,8 @@ def stability_jobs(inputs: PodInputs, meta: WorkloadMeta, names: ChildNames) -> 
     """The trials as one Job each, for clusters without Indexed Jobs.
 
     Applied together they would run at once: the operator creates `names.workloads` one at a time,
-    each after the previous one finished, to keep the trials sequential.
+    each after the previous one finished, to keep the trials sequential. Each Job carries the
+    run's activeDeadlineSeconds, so there it limits a trial rather than the whole run.
     """
     spec: Obj = {"backoffLimit": 0, "completions": 1, "parallelism": 1}
     return [
