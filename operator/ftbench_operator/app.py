@@ -1,0 +1,205 @@
+"""Every event the operator reacts to, in one place; the bodies live in `handlers/`.
+
+Run: `kopf run --standalone -A -m ftbench_operator.app` (cluster-wide) or with
+`--namespace NS` (namespaced), or `python -m ftbench_operator`, which adds the liveness
+endpoint. Reactions:
+
+- FineTuneExperiment create/resume -> validate, render, create children (`handle_start`);
+  spec update -> ignored with a condition (`handle_spec_change`); the `ftbench.io/retry`
+  annotation -> attempt N + 1 (`handle_retry`); every event -> metrics.
+- Pods, Jobs and PyTorchJobs labelled `app.kubernetes.io/managed-by: ftbench` -> a sync of
+  their experiment (`handle_follow`). Pods are also indexed, so a sync reads them from memory.
+- ConfigMaps labelled `ftbench.io/profile: "true"` -> the cluster profile (`profile_source`).
+
+No timers or daemons (they would add finalizers), no on.delete handlers: deletion is left to
+owner references and the garbage collector, so a delete never hangs when the operator is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL
+from ftbench.render.names import label_value
+from ftbench_operator.children import ACCEPTED_SPEC_ANNOTATION
+from ftbench_operator.classify import summarize_pod
+from ftbench_operator.context import OperatorContext
+from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
+from ftbench_operator.handlers.handle_retry import RETRY_ANNOTATION, retry
+from ftbench_operator.handlers.handle_spec_change import spec_changed
+from ftbench_operator.handlers.handle_start import start_or_resume
+from ftbench_operator.kube import Kube, connect
+from ftbench_operator.metrics import OperatorMetrics
+from ftbench_operator.profile_source import PROFILE_LABEL, ProfileSource
+from ftbench_operator.settings import OperatorSettings
+
+FTE = (GROUP, VERSION, PLURAL)
+MANAGED = {"app.kubernetes.io/managed-by": "ftbench"}
+KOPF_PREFIX = f"kopf.{GROUP}"  # kopf's own bookkeeping annotations, apart from user-facing ones
+FINALIZER = f"{GROUP}/finalizer"  # declared for kopf; nothing here requires one, so none is added
+HANDLER_BACKOFF = 5.0
+
+
+def _ctx(memo: kopf.Memo) -> OperatorContext:
+    return memo["ctx"]
+
+
+def _syncer(memo: kopf.Memo) -> Syncer:
+    return memo["syncer"]
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    opts = OperatorSettings.from_env()
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX,
+        key="last-handled-configuration",
+        ignored_fields=[("metadata", "annotations", ACCEPTED_SPEC_ANNOTATION)],
+    )
+    settings.watching.server_timeout = opts.watch_server_timeout_seconds
+    settings.watching.client_timeout = opts.watch_client_timeout_seconds
+    settings.posting.level = logging.WARNING  # Events come from explicit kopf.event calls, not logs
+    kube = Kube(connect(), threads=opts.api_threads)
+    profiles = ProfileSource(opts.profile_file, opts.profile_key)
+    minor = await kube.server_minor()
+    profiles.set_server_features(minor, training_operator=await kube.has_crd("pytorchjobs.kubeflow.org"))
+    if opts.profile_namespace and opts.profile_file is None:
+        found = await kube.get_config_map(opts.profile_namespace, opts.profile_config_map)
+        if found is not None:
+            profiles.update_from_config_map(found)
+    metrics = OperatorMetrics()
+    metrics.start(opts.metrics_port)
+    ctx = OperatorContext(settings=opts, kube=kube, profiles=profiles, metrics=metrics)
+    memo["ctx"] = ctx
+    memo["syncer"] = Syncer(ctx)
+    logger.info("ftbench operator ready: Kubernetes 1.%s, profile from %s", minor, profiles.origin)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    if "syncer" in memo:
+        await _syncer(memo).stop()
+    if "ctx" in memo:
+        _ctx(memo).kube.close()
+
+
+@kopf.on.probe(id="profile")
+def profile_probe(memo: kopf.Memo, **_: Any) -> str:
+    """Part of the liveness/readiness answer: where the profile came from, and its last error."""
+    profiles = _ctx(memo).profiles
+    return profiles.origin if profiles.error is None else f"{profiles.origin} (error: {profiles.error})"
+
+
+# Indexes: small tuples, so a sync reads children from memory instead of listing them.
+
+
+@kopf.index(*FTE)
+def experiments(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], str]:
+    """(namespace, experiment label value) -> experiment name: labels hash names over 63 chars."""
+    return {(namespace, label_value(name)): name}
+
+
+@kopf.index("pods", labels=MANAGED)
+def ftbench_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    if EXPERIMENT_LABEL not in labels:
+        return {}
+    return {pod_index_key(namespace, labels[EXPERIMENT_LABEL], labels.get(ATTEMPT_LABEL, "0")): summarize_pod(body)}
+
+
+# The experiment itself.
+
+
+@kopf.on.create(*FTE, backoff=HANDLER_BACKOFF)
+async def create(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    with _ctx(memo).metrics.timed("create"):
+        await start_or_resume(_ctx(memo), body, patch)
+
+
+@kopf.on.resume(*FTE, backoff=HANDLER_BACKOFF)
+async def resume(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    with _ctx(memo).metrics.timed("resume"):
+        if RETRY_ANNOTATION in body.metadata.annotations:
+            await retry(_ctx(memo), body, patch)
+        await start_or_resume(_ctx(memo), body, patch)
+
+
+@kopf.on.update(*FTE, field="spec", backoff=HANDLER_BACKOFF)
+async def update_spec(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    with _ctx(memo).metrics.timed("spec_change"):
+        await spec_changed(_ctx(memo), body)
+
+
+@kopf.on.update(*FTE, annotations={RETRY_ANNOTATION: kopf.PRESENT}, backoff=HANDLER_BACKOFF)
+async def retry_requested(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    with _ctx(memo).metrics.timed("retry"):
+        await retry(_ctx(memo), body, patch)
+
+
+@kopf.on.event(*FTE)
+async def experiment_event(type: str, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    if "ctx" not in memo:
+        return
+    if type == "DELETED":
+        _ctx(memo).forget(namespace, name)
+    else:
+        _ctx(memo).metrics.observe(body)
+
+
+# Children: every change requests a sync of the experiment they belong to.
+
+
+def _request_sync(memo: kopf.Memo, experiments: kopf.Index[Any, Any], namespace: str, labels: kopf.Labels) -> None:
+    value = labels.get(EXPERIMENT_LABEL)
+    if value is None or "syncer" not in memo:
+        return
+    for name in experiments.get((namespace, value), ()):
+        _syncer(memo).request(namespace, name)
+
+
+@kopf.on.event("pods", labels=MANAGED)
+async def pod_event(
+    namespace: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    experiments: kopf.Index[Any, Any],
+    ftbench_pods: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    if "ctx" in memo:
+        _ctx(memo).pods = ftbench_pods
+    _request_sync(memo, experiments, namespace, labels)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=MANAGED)
+async def workload_event(
+    namespace: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    experiments: kopf.Index[Any, Any],
+    ftbench_pods: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    if "ctx" in memo:
+        _ctx(memo).pods = ftbench_pods
+    _request_sync(memo, experiments, namespace, labels)
+
+
+@kopf.on.event("", "v1", "configmaps", labels={PROFILE_LABEL: "true"})
+async def profile_config_map(type: str, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    ctx = _ctx(memo)
+    opts = ctx.settings
+    if ctx.settings.profile_file is not None or name != opts.profile_config_map:
+        return
+    if opts.profile_namespace and namespace != opts.profile_namespace:
+        return
+    if type == "DELETED":
+        ctx.profiles.reset()
+    else:
+        ctx.profiles.update_from_config_map(body)

@@ -1,0 +1,428 @@
+"""What happened to a run, decided from the children alone: pure functions, no API calls.
+
+The operator reduces every Pod and workload (Job / PyTorchJob) to a small frozen summary
+(`summarize_pod`, `summarize_workload`; the pod summaries live in a kopf index) and `classify`
+turns the summaries of one attempt into an `Observation`: the phase, a precise CamelCase
+reason, and the trainer's result read from the rank-0 pod's termination message. Keeping this
+pure is what lets the unit tests cover every failure mode without a cluster, and makes a
+restarted operator reach the same verdict from the same objects (no in-memory history).
+
+Precedence, most specific first: a deleted workload; the rank-0 trainer's own result (it knows
+GPU OOM from other errors); the Job's DeadlineExceeded (it kills pods, whose exits would
+otherwise read as plain failures); pod-level evidence (host OOM kill, eviction, exit codes);
+the workload's own Failed condition; image pulls failing for longer than the grace period;
+then Running / Pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from ftbench.api.status import Phase
+from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
+from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
+
+# Reasons (CamelCase, as in metav1.Condition) the operator writes; docs and tests use these names.
+RESULTS_RECORDED = "ResultsRecorded"
+GPU_OOM = "GpuOutOfMemory"
+INVALID_SPEC = "InvalidSpec"
+NOT_RUNNABLE = "NotRunnable"
+HOST_OOM_KILLED = "OOMKilled"
+EVICTED = "Evicted"
+IMAGE_PULL = "ImagePullBackOff"
+CONTAINER_CONFIG = "CreateContainerConfigError"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+CHILD_DELETED = "ChildDeleted"
+BACKOFF_LIMIT = "BackoffLimitExceeded"
+TRAINING_ERROR = "TrainingError"
+POD_FAILED = "PodFailed"
+NO_RESULT = "NoResult"
+WORKLOAD_FAILED = "WorkloadFailed"
+PENDING = "Pending"
+RUNNING = "Running"
+TRIALS_COMPLETED = "TrialsCompleted"
+
+PYTORCH_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+PYTORCH_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+TRIAL_LABEL = "ftbench.io/trial"
+TRAINER_CONTAINERS = ("trainer", "pytorch")
+# Waiting reasons that never heal by themselves, and ones that may (registry hiccups, a
+# ConfigMap that appears late): the latter fail the run only after the grace period.
+FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+PERSISTENT_WAITING = {"ImagePullBackOff": IMAGE_PULL, "ErrImagePull": IMAGE_PULL, CONTAINER_CONFIG: CONTAINER_CONFIG}
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """The trainer container's current state: waiting, running or terminated (or unknown)."""
+
+    state: str = ""
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class PodSummary:
+    """What the operator needs from one training pod (hashable, small: it lives in an index)."""
+
+    name: str
+    phase: str
+    created: str
+    reason: str = ""
+    message: str = ""
+    start_time: str | None = None
+    replica_type: str | None = None
+    replica_index: int | None = None
+    completion_index: int | None = None
+    trial_label: int | None = None
+    container: ContainerState = ContainerState()
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class WorkloadSummary:
+    """A Job or PyTorchJob: its name and whether (and why) it finished."""
+
+    kind: str
+    name: str
+    succeeded: bool = False
+    failed: bool = False
+    reason: str = ""
+    message: str = ""
+    trial_label: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    index: int
+    outcome: Outcome
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The verdict on one attempt. `result` is set for a trainer-reported outcome."""
+
+    phase: Phase
+    reason: str
+    message: str = ""
+    result: TrainerResult | None = None
+    start_time: str | None = None
+    trials: tuple[TrialResult, ...] = ()
+    next_trial: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _container_state(pod_status: Mapping[str, Any]) -> ContainerState:
+    statuses = pod_status.get("containerStatuses") or []
+    chosen = next((s for s in statuses if s.get("name") in TRAINER_CONTAINERS), statuses[0] if statuses else None)
+    if not chosen:
+        return ContainerState()
+    for kind in ("terminated", "waiting", "running"):
+        detail = (chosen.get("state") or {}).get(kind)
+        if detail is not None:
+            return ContainerState(
+                state=kind,
+                reason=str(detail.get("reason") or ""),
+                message=str(detail.get("message") or ""),
+                exit_code=_int(detail.get("exitCode")),
+            )
+    return ContainerState()
+
+
+def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
+    """Reduce a Pod to a `PodSummary`; never raises on odd input (bad input must not crash us)."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return PodSummary(
+        name=str(meta.get("name", "")),
+        phase=str(status.get("phase") or "Pending"),
+        created=str(meta.get("creationTimestamp") or ""),
+        reason=str(status.get("reason") or ""),
+        message=str(status.get("message") or ""),
+        start_time=status.get("startTime"),
+        replica_type=(labels.get(PYTORCH_REPLICA_TYPE) or None),
+        replica_index=_int(labels.get(PYTORCH_REPLICA_INDEX)),
+        completion_index=_int(annotations.get(JOB_COMPLETION_INDEX_ANNOTATION)),
+        trial_label=_int(labels.get(TRIAL_LABEL)),
+        container=_container_state(status),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def summarize_workload(body: Mapping[str, Any]) -> WorkloadSummary:
+    """Job: Complete/Failed conditions. PyTorchJob: the Succeeded/Failed condition that is True."""
+    meta = body.get("metadata") or {}
+    conditions = (body.get("status") or {}).get("conditions") or []
+    true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
+    failed = true.get("Failed")
+    return WorkloadSummary(
+        kind=str(body.get("kind", "")),
+        name=str(meta.get("name", "")),
+        succeeded="Complete" in true or "Succeeded" in true,
+        failed=failed is not None,
+        reason=str((failed or {}).get("reason") or ""),
+        message=str((failed or {}).get("message") or ""),
+        trial_label=_int((meta.get("labels") or {}).get(TRIAL_LABEL)),
+    )
+
+
+def rank_of(pod: PodSummary, trials: int) -> int:
+    """Node rank: PyTorchJob Master 0 / Worker i -> i + 1; Indexed Job completion index; else 0.
+
+    Stability pods are single-node trials: their completion index is the trial, not a rank.
+    """
+    if pod.replica_type:
+        return 0 if pod.replica_type.lower() == "master" else (pod.replica_index or 0) + 1
+    if trials > 1:
+        return 0
+    return pod.completion_index or 0
+
+
+def trial_of(pod: PodSummary) -> int | None:
+    return pod.trial_label if pod.trial_label is not None else pod.completion_index
+
+
+def parse_result(message: str) -> TrainerResult | None:
+    """The trainer's result from a termination message, or None (a crash log tail, truncation)."""
+    text = message.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        return TrainerResult.from_json(text)
+    except (ValueError, ValidationError):
+        return None
+
+
+def _latest_per(pods: Iterable[PodSummary], key: Any) -> dict[Any, PodSummary]:
+    """One pod per rank/trial: a replacement pod (a retry by the runtime) supersedes the old one."""
+    out: dict[Any, PodSummary] = {}
+    for pod in sorted(pods, key=lambda p: (p.created, p.name)):
+        out[key(pod)] = pod
+    return out
+
+
+def _elapsed(since: str | None, now: datetime) -> float:
+    if not since:
+        return 0.0
+    try:
+        start = datetime.fromisoformat(since.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (now - start).total_seconds()
+
+
+def pod_failure(pod: PodSummary, rank: int | None = None) -> Observation | None:
+    """A terminated or evicted pod's verdict from Kubernetes' own signals (no trainer result)."""
+    where = f"pod {pod.name}" + (f" (rank {rank})" if rank else "")
+    c = pod.container
+    if pod.reason == "Evicted":
+        return Observation(Phase.FAILED, EVICTED, f"{where} was evicted: {pod.message}".rstrip(": "))
+    if c.state != "terminated" and pod.phase != "Failed":
+        return None
+    if c.reason == "OOMKilled":
+        return Observation(
+            Phase.FAILED, HOST_OOM_KILLED, f"{where} was killed by the host's memory limit (OOMKilled, not GPU OOM)"
+        )
+    if c.exit_code == EXIT_GPU_OOM:
+        return Observation(Phase.INVALID, GPU_OOM, f"{where} exited with the trainer's GPU OOM code {EXIT_GPU_OOM}")
+    if c.exit_code == 0 and c.state == "terminated":
+        return Observation(Phase.FAILED, NO_RESULT, f"{where} exited 0 without a trainer result")
+    tail = c.message.strip().splitlines()[-1][:300] if c.message.strip() else ""
+    detail = f"exit code {c.exit_code}" if c.exit_code is not None else (pod.reason or "failed")
+    return Observation(
+        Phase.FAILED,
+        POD_FAILED,
+        f"{where} failed ({detail}{', ' + c.reason if c.reason else ''})" + (f": {tail}" if tail else ""),
+    )
+
+
+def result_observation(result: TrainerResult, pod: PodSummary) -> Observation:
+    """The trainer's own verdict: Succeeded with metrics, GPU OOM (a valid measurement) or Failed."""
+    start = pod.start_time
+    if result.outcome == Outcome.SUCCEEDED and result.metrics is not None:
+        return Observation(Phase.SUCCEEDED, RESULTS_RECORDED, "results recorded", result, start)
+    error = f"{result.error.type}: {result.error.message}" if result.error else ""
+    if result.outcome == Outcome.GPU_OOM:
+        return Observation(
+            Phase.INVALID, GPU_OOM, error or "the configuration does not fit in GPU memory", result, start
+        )
+    if result.outcome == Outcome.SUCCEEDED:
+        return Observation(Phase.FAILED, NO_RESULT, "the trainer reported success without metrics", result, start)
+    return Observation(Phase.FAILED, result.reason or TRAINING_ERROR, error or "training failed", result, start)
+
+
+def _waiting_failure(pods: Iterable[PodSummary], now: datetime, grace_seconds: float) -> Observation | None:
+    for pod in pods:
+        c = pod.container
+        if c.state != "waiting":
+            continue
+        if c.reason in FATAL_WAITING:
+            return Observation(Phase.FAILED, IMAGE_PULL, f"pod {pod.name}: {c.reason}: {c.message}".rstrip(": "))
+        reason = PERSISTENT_WAITING.get(c.reason)
+        waited = _elapsed(pod.start_time or pod.created, now)
+        if reason and waited >= grace_seconds:
+            return Observation(
+                Phase.FAILED, reason, f"pod {pod.name}: {c.reason} for {waited:.0f}s: {c.message}".rstrip(": ")
+            )
+    return None
+
+
+def _progress(pods: Iterable[PodSummary]) -> Observation:
+    pods = list(pods)
+    running = [p for p in pods if p.phase == "Running" or p.container.state in ("running", "terminated")]
+    starts = sorted(p.start_time for p in running if p.start_time)
+    if running:
+        return Observation(
+            Phase.RUNNING,
+            RUNNING,
+            f"{len(running)} of {len(pods)} pods running",
+            start_time=starts[0] if starts else None,
+        )
+    return Observation(Phase.PENDING, PENDING, "waiting for pods to start")
+
+
+def classify_run(
+    workloads: Iterable[WorkloadSummary],
+    pods: Iterable[PodSummary],
+    *,
+    workload_missing: bool,
+    now: datetime,
+    image_pull_grace_seconds: float = 300.0,
+) -> Observation:
+    """One run (one trial), any number of nodes. See the module docstring for the precedence."""
+    if workload_missing:
+        return Observation(Phase.FAILED, CHILD_DELETED, "the run's workload was deleted by hand; retry to run again")
+    live = [p for p in pods if not p.deleting or p.container.state == "terminated"]
+    by_rank = _latest_per(live, lambda p: rank_of(p, 1))
+    rank0 = by_rank.get(0)
+    if rank0 is not None and rank0.container.state == "terminated":
+        result = parse_result(rank0.container.message)
+        if result is not None:
+            return result_observation(result, rank0)
+    workloads = list(workloads)
+    failed = [w for w in workloads if w.failed]
+    if any(w.reason == DEADLINE_EXCEEDED for w in failed):
+        w = next(w for w in failed if w.reason == DEADLINE_EXCEEDED)
+        return Observation(
+            Phase.FAILED, DEADLINE_EXCEEDED, f"{w.kind} {w.name}: {w.message or 'activeDeadlineSeconds reached'}"
+        )
+    for rank, pod in sorted(by_rank.items()):
+        verdict = pod_failure(pod, rank)
+        if verdict is not None:
+            return verdict
+    if failed:
+        w = failed[0]
+        if w.reason == "PodFailurePolicy":
+            return Observation(Phase.INVALID, GPU_OOM, f"{w.kind} {w.name}: {w.message}")
+        return Observation(
+            Phase.FAILED, w.reason or WORKLOAD_FAILED, f"{w.kind} {w.name} failed: {w.message}".rstrip(": ")
+        )
+    waiting = _waiting_failure(by_rank.values(), now, image_pull_grace_seconds)
+    if waiting is not None:
+        return waiting
+    if any(w.succeeded for w in workloads):
+        return Observation(Phase.FAILED, NO_RESULT, "the workload completed but the rank-0 pod left no trainer result")
+    return _progress(by_rank.values())
+
+
+def trial_outcome(pod: PodSummary, index: int) -> TrialResult | None:
+    """A finished trial's outcome (None while the trial pod runs)."""
+    if pod.container.state == "terminated":
+        result = parse_result(pod.container.message)
+        if result is not None:
+            error = f"{result.error.type}: {result.error.message}" if result.error else ""
+            reason = {Outcome.SUCCEEDED: RESULTS_RECORDED, Outcome.GPU_OOM: GPU_OOM}.get(
+                result.outcome, result.reason or TRAINING_ERROR
+            )
+            return TrialResult(index, result.outcome, reason, error)
+    verdict = pod_failure(pod)
+    if verdict is None:
+        return None
+    outcome = Outcome.GPU_OOM if verdict.phase == Phase.INVALID else Outcome.FAILED
+    return TrialResult(index, outcome, verdict.reason, verdict.message)
+
+
+def classify_trials(
+    workloads: Iterable[WorkloadSummary],
+    pods: Iterable[PodSummary],
+    *,
+    trials: int,
+    workload_missing: bool,
+    one_job_per_trial: bool,
+    now: datetime,
+    image_pull_grace_seconds: float = 300.0,
+) -> Observation:
+    """The stability experiment: `trials` sequential single-node runs, aggregated as they finish.
+
+    A trial that fails is a measurement, not the end of the experiment. With one Job per trial
+    (clusters without Indexed Jobs) `next_trial` tells the caller which Job to create next.
+    """
+    if workload_missing:
+        return Observation(Phase.FAILED, CHILD_DELETED, "a trial workload was deleted by hand; retry to run again")
+    live = [p for p in pods if trial_of(p) is not None and (not p.deleting or p.container.state == "terminated")]
+    by_trial = _latest_per(live, trial_of)
+    done = tuple(
+        outcome for i, pod in sorted(by_trial.items()) if i < trials and (outcome := trial_outcome(pod, i)) is not None
+    )
+    start = min((p.start_time for p in by_trial.values() if p.start_time), default=None)
+    if len(done) >= trials:
+        return Observation(
+            Phase.SUCCEEDED, TRIALS_COMPLETED, f"{trials} trials finished", start_time=start, trials=done
+        )
+    workloads = list(workloads)
+    if one_job_per_trial:
+        created = {w.trial_label for w in workloads}
+        finished = {t.index for t in done}
+        if created <= finished and (nxt := len(created)) < trials:
+            return Observation(
+                Phase.RUNNING,
+                RUNNING,
+                f"{len(done)} of {trials} trials finished",
+                start_time=start,
+                trials=done,
+                next_trial=nxt,
+            )
+    elif any(w.failed for w in workloads) and not any(
+        p.container.state in ("", "waiting", "running") for p in by_trial.values()
+    ):
+        w = next(w for w in workloads if w.failed)
+        return Observation(
+            Phase.FAILED,
+            w.reason or WORKLOAD_FAILED,
+            f"{w.kind} {w.name} stopped after {len(done)} of {trials} trials: {w.message}".rstrip(": "),
+            start_time=start,
+            trials=done,
+        )
+    waiting = _waiting_failure(by_trial.values(), now, image_pull_grace_seconds)
+    if waiting is not None:
+        return Observation(waiting.phase, waiting.reason, waiting.message, start_time=start, trials=done)
+    progress = _progress(by_trial.values())
+    if done and progress.phase == Phase.PENDING:
+        progress = Observation(Phase.RUNNING, RUNNING, "between trials")
+    return Observation(
+        progress.phase,
+        progress.reason,
+        f"{len(done)} of {trials} trials finished",
+        start_time=start or progress.start_time,
+        trials=done,
+    )

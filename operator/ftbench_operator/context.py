@@ -1,0 +1,52 @@
+"""Everything the handlers share within one operator process, built in `on.startup` (kopf memo).
+
+Also the per-experiment lock: kopf serialises change handlers per object, but the follow path
+(`handlers.handle_follow`) runs from child events; both write the experiment's status, so both
+take the experiment's lock and read the object fresh inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from ftbench_operator.kube import Kube
+from ftbench_operator.metrics import OperatorMetrics
+from ftbench_operator.profile_source import ProfileSource
+from ftbench_operator.settings import OperatorSettings
+
+log = logging.getLogger("ftbench_operator")
+Key = tuple[str, str]
+
+
+@dataclass
+class OperatorContext:
+    settings: OperatorSettings
+    kube: Kube
+    profiles: ProfileSource
+    metrics: OperatorMetrics
+    locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
+    # Set by the first pod event; the follow path reads pods from it (no API list per event).
+    pods: kopf.Index[Any, Any] | None = None
+
+    def lock(self, namespace: str, name: str) -> asyncio.Lock:
+        return self.locks.setdefault((namespace, name), asyncio.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        lock = self.locks.get((namespace, name))
+        if lock is not None and not lock.locked():
+            del self.locks[(namespace, name)]
+        self.metrics.forget(namespace, name)
+
+
+def event(body: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+    """A Kubernetes Event on the experiment (kopf posts it in the background, never raising here)."""
+    try:
+        kopf.event(dict(body), type="Warning" if warning else "Normal", reason=reason, message=message[:1024])
+    except Exception:  # posting is best effort; a missing event must not fail a reconcile
+        log.exception("could not queue event %s", reason)

@@ -1,0 +1,157 @@
+"""Follow a running attempt: children -> `classify` -> status. Runs from child events.
+
+Pod, Job and PyTorchJob events only *request* a sync of their experiment; requests for an
+experiment that is already syncing are coalesced into one more pass, so a burst of pod updates
+costs one or two API round trips. A failed pass (API error) is retried with exponential backoff:
+kopf does not retry event handlers, and a lost sync would leave a finished run Running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ftbench.api import effective
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.status import Phase
+from ftbench.catalog import load_catalog
+from ftbench.render.names import label_value
+from ftbench_operator import children, status
+from ftbench_operator.classify import (
+    Observation,
+    PodSummary,
+    classify_run,
+    classify_trials,
+    summarize_workload,
+)
+from ftbench_operator.context import OperatorContext, event
+from ftbench_operator.kube import KubeError
+
+log = logging.getLogger(__name__)
+MAX_BACKOFF_SECONDS = 60.0
+Key = tuple[str, str]
+
+
+def pod_index_key(namespace: str, experiment_label: str, attempt: str) -> tuple[str, str, str]:
+    return (namespace, experiment_label, attempt)
+
+
+def trials_of(spec: Mapping[str, Any]) -> int:
+    try:
+        return effective.trials(FineTuneExperimentSpec.model_validate(spec), load_catalog())
+    except Exception:  # an unparsable spec never started a run; one trial is the safe reading
+        return 1
+
+
+class Syncer:
+    """Coalescing, retrying sync requests, one task per experiment at most."""
+
+    def __init__(self, ctx: OperatorContext) -> None:
+        self.ctx = ctx
+        self.tasks: dict[Key, asyncio.Task[None]] = {}
+        self.dirty: set[Key] = set()
+
+    def request(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        if key in self.tasks:
+            self.dirty.add(key)
+            return
+        self.tasks[key] = asyncio.create_task(self._run(key), name=f"sync {namespace}/{name}")
+
+    async def _run(self, key: Key) -> None:
+        delay = self.ctx.settings.api_retry_delay_seconds
+        try:
+            while True:
+                self.dirty.discard(key)
+                try:
+                    async with self.ctx.lock(*key):
+                        with self.ctx.metrics.timed("follow"):
+                            await sync_once(self.ctx, *key)
+                except KubeError as err:
+                    log.warning("sync %s/%s failed (%s); retrying in %.0fs", *key, err, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, MAX_BACKOFF_SECONDS)
+                    self.dirty.add(key)
+                except Exception:
+                    log.exception("sync %s/%s failed; retrying in %.0fs", *key, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, MAX_BACKOFF_SECONDS)
+                    self.dirty.add(key)
+                if key not in self.dirty:
+                    return
+        finally:
+            self.tasks.pop(key, None)
+
+    async def stop(self) -> None:
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+
+def observe(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    workload_bodies: list[Mapping[str, Any]],
+    pods: list[PodSummary],
+    trials: int,
+) -> Observation:
+    """Classify one attempt from its workloads and pods (pure apart from the clock)."""
+    job = (body.get("status") or {}).get("job") or {}
+    workloads = [summarize_workload(w) for w in workload_bodies]
+    missing = job.get("name") not in {w.name for w in workloads}
+    now = status.utcnow()
+    grace = ctx.settings.image_pull_grace_seconds
+    if trials > 1:
+        per_trial = any(w.trial_label is not None for w in workloads)
+        return classify_trials(
+            workloads,
+            pods,
+            trials=trials,
+            workload_missing=missing,
+            one_job_per_trial=per_trial,
+            now=now,
+            image_pull_grace_seconds=grace,
+        )
+    return classify_run(workloads, pods, workload_missing=missing, now=now, image_pull_grace_seconds=grace)
+
+
+async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any] | None = None) -> None:
+    """Bring one experiment's status up to date with its children. Caller holds the lock."""
+    body = body if body is not None else await ctx.kube.get_experiment(namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    current = body.get("status") or {}
+    job = current.get("job")
+    if current.get("phase") in status.TERMINAL or not job:
+        return
+    attempt = int(current.get("attempt") or 0)
+    spec, _ = children.accepted_spec(body)
+    trials = trials_of(spec)
+    selector = children.attempt_selector(name, attempt)
+    workloads = await ctx.kube.list(job["apiVersion"], job["kind"], namespace, selector)
+    index = ctx.pods or {}
+    pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
+    obs = observe(ctx, body, workloads, pods, trials)
+    if obs.next_trial is not None:
+        await start_trial(ctx, body, spec, attempt, obs.next_trial)
+    desired = status.Builder(current, body["metadata"].get("generation"), status.utcnow()).observed(obs, trials=trials)
+    patch = status.diff(current, desired)
+    if not patch:
+        return
+    await ctx.kube.patch_experiment_status(namespace, name, patch)
+    if patch.get("phase"):
+        failed = obs.phase in (Phase.FAILED, Phase.INVALID)
+        event(body, obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed)
+
+
+async def start_trial(
+    ctx: OperatorContext, body: Mapping[str, Any], spec: Mapping[str, Any], attempt: int, trial: int
+) -> None:
+    """One Job per trial: create trial `trial`'s Job now that the previous trial finished."""
+    rendered = children.render(body, FineTuneExperimentSpec.model_validate(spec), ctx.profiles.current(), attempt)
+    obj = children.trial_object(rendered, trial)
+    if obj is not None:
+        await children.create_all(ctx.kube, [obj], body)
+        event(body, "TrialStarted", f"trial {trial} of attempt {attempt} created")

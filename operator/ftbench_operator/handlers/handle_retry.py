@@ -1,0 +1,56 @@
+"""Retry: the `ftbench.io/retry` annotation re-runs a failed experiment as attempt N + 1.
+
+The status is reset to the new attempt *before* the old children are deleted, so the deletion
+events of attempt N are not mistaken for a child deleted by hand. The annotation is removed
+when the retry is done (or refused), which makes it a one-shot request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from ftbench.api.status import Phase
+from ftbench_operator import children, status
+from ftbench_operator.classify import GPU_OOM
+from ftbench_operator.context import OperatorContext, event
+from ftbench_operator.handlers.handle_start import start_attempt
+
+RETRY_ANNOTATION = "ftbench.io/retry"
+
+
+def retryable(current: Mapping[str, Any]) -> bool:
+    """Failed runs, and GPU OOM runs (the cluster or images may have changed); not invalid specs."""
+    phase = current.get("phase")
+    if phase == Phase.FAILED.value:
+        return True
+    return phase == Phase.INVALID.value and str(current.get("invalidReason", "")).startswith(GPU_OOM)
+
+
+async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    async with ctx.lock(namespace, name):
+        fresh = await ctx.kube.get_experiment(namespace, name)
+        if fresh is None:
+            return
+        patch.metadata.annotations[RETRY_ANNOTATION] = None
+        current = fresh.get("status") or {}
+        if not retryable(current):
+            event(
+                fresh,
+                "RetryIgnored",
+                f"retry only re-runs Failed or GPU-OOM experiments; phase is {current.get('phase')}",
+                warning=True,
+            )
+            return
+        attempt = int(current.get("attempt") or 0) + 1
+        builder = status.Builder(current, fresh["metadata"].get("generation"), status.utcnow())
+        await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, builder.retrying(attempt)))
+        await children.delete_owned(ctx.kube, fresh, children.attempt_selector(name, other_than=attempt))
+        event(fresh, "Retrying", f"attempt {attempt} replaces attempt {attempt - 1}")
+        refreshed = await ctx.kube.get_experiment(namespace, name)
+        if refreshed is not None:
+            await start_attempt(ctx, refreshed, attempt, None)

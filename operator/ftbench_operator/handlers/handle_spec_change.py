@@ -1,0 +1,29 @@
+"""Spec edits after creation. Current clusters reject them (CEL `self == oldSelf` in the CRD);
+older ones (< 1.25) store them, so the operator ignores them and says so in a condition: the
+spec is the record of what was measured."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ftbench_operator import children, status
+from ftbench_operator.context import OperatorContext, event
+
+
+async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    async with ctx.lock(namespace, name):
+        fresh = await ctx.kube.get_experiment(namespace, name)
+        if fresh is None:
+            return
+        _, accepted_generation = children.accepted_spec(fresh)
+        current = fresh.get("status") or {}
+        builder = status.Builder(current, fresh["metadata"].get("generation"), status.utcnow())
+        desired = builder.spec_change_ignored(accepted_generation)
+        patch = status.diff(current, desired)
+        if patch:
+            await ctx.kube.patch_experiment_status(namespace, name, patch)
+            ignored = status.condition(desired, status.SPEC_CHANGE_IGNORED) or {}
+            event(fresh, "SpecChangeIgnored", str(ignored.get("message", "")), warning=True)

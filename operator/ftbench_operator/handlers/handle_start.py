@@ -1,0 +1,76 @@
+"""Create and resume: validate the accepted spec, render, create the children, record it.
+
+One idempotent path for a new experiment and for one found at operator start. Order matters
+for restart safety: children are created *before* `status.job` is written, so an operator
+killed in between finds no `status.job`, creates again (409: exists) and records it; one killed
+after finds `status.job` and only follows the run (a workload missing then was deleted by hand).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from ftbench.api.validation import validate_spec_dict
+from ftbench.catalog import load_catalog
+from ftbench.render.plan import PlanError
+from ftbench_operator import children, status
+from ftbench_operator.classify import INVALID_SPEC, NOT_RUNNABLE
+from ftbench_operator.context import OperatorContext, event
+from ftbench_operator.handlers.handle_follow import sync_once
+
+
+async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    async with ctx.lock(namespace, name):
+        fresh = await ctx.kube.get_experiment(namespace, name)
+        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+            return
+        current = fresh.get("status") or {}
+        if current.get("phase") in status.TERMINAL:
+            return
+        if current.get("job"):
+            await sync_once(ctx, namespace, name, fresh)
+            return
+        await start_attempt(ctx, fresh, int(current.get("attempt") or 0), patch)
+
+
+async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: int, patch: kopf.Patch | None) -> None:
+    """Validate, render and create attempt `attempt`; record the accepted spec on first sight."""
+    meta = body["metadata"]
+    namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+    current = body.get("status") or {}
+    spec_dict, accepted_generation = children.accepted_spec(body)
+    if patch is not None and children.ACCEPTED_SPEC_ANNOTATION not in (meta.get("annotations") or {}):
+        patch.metadata.annotations[children.ACCEPTED_SPEC_ANNOTATION] = children.accepted_spec_annotation(
+            spec_dict, accepted_generation
+        )
+    builder = status.Builder(current, generation, status.utcnow())
+    report = validate_spec_dict(spec_dict, load_catalog())
+    if not report.ok or report.spec is None:
+        await _invalid(ctx, body, builder, INVALID_SPEC, report.summary())
+        return
+    try:
+        rendered = children.render(body, report.spec, ctx.profiles.current(), attempt)
+    except PlanError as err:
+        await _invalid(ctx, body, builder, NOT_RUNNABLE, str(err))
+        return
+    if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
+        await children.delete_owned(ctx.kube, body, children.attempt_selector(name, other_than=attempt))
+    created = await children.create_all(ctx.kube, children.initial_objects(rendered), body)
+    desired = builder.started(attempt, children.workload_ref(rendered))
+    await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, desired))
+    if created:
+        event(body, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}")
+
+
+async def _invalid(
+    ctx: OperatorContext, body: Mapping[str, Any], builder: status.Builder, reason: str, message: str
+) -> None:
+    meta = body["metadata"]
+    desired = builder.invalid_spec(reason, message)
+    await ctx.kube.patch_experiment_status(meta["namespace"], meta["name"], status.diff(builder.current, desired))
+    event(body, reason, message, warning=True)

@@ -1,0 +1,114 @@
+"""Prometheus metrics (kopf has none of its own): state of experiments and of the operator.
+
+- `ftbench_experiments{phase}`: experiments by phase (from the watch, so it is right after a
+  restart too);
+- `ftbench_reconcile_duration_seconds{handler}` and `ftbench_reconcile_errors_total{handler,kind}`;
+- `ftbench_result_*{namespace,name,model,experiment,gpus}`: each succeeded experiment's headline
+  results, so results can be graphed and compared across experiments.
+
+One registry per `OperatorMetrics` (tests build their own; the operator uses the default one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter as Tally
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from ftbench.api.status import Phase
+
+RESULT_LABELS = ("namespace", "name", "model", "experiment", "gpus")
+# status.results field -> metric name (units in the names, as the results schema has them).
+HEADLINE_RESULTS = {
+    "trainTokensPerSecond": "ftbench_result_train_tokens_per_second",
+    "trainTokensPerGpuPerSecond": "ftbench_result_train_tokens_per_gpu_per_second",
+    "datasetTokensPerSecond": "ftbench_result_dataset_tokens_per_second",
+    "trainRuntimeSeconds": "ftbench_result_train_runtime_seconds",
+    "gpuMemoryUtilizationPeakPercent": "ftbench_result_gpu_memory_utilization_peak_percent",
+    "gpuComputeUtilizationAvgPercent": "ftbench_result_gpu_compute_utilization_avg_percent",
+    "mfuPercent": "ftbench_result_mfu_percent",
+}
+Key = tuple[str, str]
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self.experiments = Gauge("ftbench_experiments", "Experiments by phase.", ["phase"], registry=registry)
+        self.reconcile_seconds = Histogram(
+            "ftbench_reconcile_duration_seconds",
+            "Time spent in a handler.",
+            ["handler"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=registry,
+        )
+        self.errors = Counter(
+            "ftbench_reconcile_errors_total", "Handler failures by kind.", ["handler", "kind"], registry=registry
+        )
+        self.results = {
+            field: Gauge(name, f"status.results.{field} of succeeded experiments.", RESULT_LABELS, registry=registry)
+            for field, name in HEADLINE_RESULTS.items()
+        }
+        self._phases: dict[Key, str] = {}
+        self._result_labels: dict[Key, tuple[str, ...]] = {}
+
+    def start(self, port: int) -> None:
+        if port:
+            start_http_server(port, registry=self.registry)
+
+    @contextmanager
+    def timed(self, handler: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        except Exception as err:
+            self.errors.labels(handler, type(err).__name__).inc()
+            raise
+        finally:
+            self.reconcile_seconds.labels(handler).observe(time.perf_counter() - start)
+
+    def observe(self, body: Mapping[str, Any]) -> None:
+        """Record one experiment's phase and (if it succeeded) its headline results."""
+        meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        self._phases[key] = str(status.get("phase") or Phase.PENDING.value)
+        self._publish_phases()
+        results = status.get("results") if status.get("phase") == Phase.SUCCEEDED.value else None
+        if not isinstance(results, Mapping):
+            self._drop_results(key)
+            return
+        labels = (
+            *key,
+            str(spec.get("model", "")),
+            str(spec.get("experiment", "")),
+            str(spec.get("numberGpus", "")),
+        )
+        if self._result_labels.get(key) not in (None, labels):
+            self._drop_results(key)
+        self._result_labels[key] = labels
+        for field, gauge in self.results.items():
+            value = results.get(field)
+            if isinstance(value, int | float):
+                gauge.labels(*labels).set(value)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._phases.pop((namespace, name), None)
+        self._drop_results((namespace, name))
+        self._publish_phases()
+
+    def _drop_results(self, key: Key) -> None:
+        labels = self._result_labels.pop(key, None)
+        if labels is None:
+            return
+        for gauge in self.results.values():
+            with suppress(KeyError):
+                gauge.remove(*labels)
+
+    def _publish_phases(self) -> None:
+        counts = Tally(self._phases.values())
+        for phase in Phase:
+            self.experiments.labels(phase.value).set(counts.get(phase.value, 0))

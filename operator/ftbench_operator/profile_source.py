@@ -1,0 +1,94 @@
+"""The cluster profile the operator renders with: a ConfigMap in-cluster, a file for local runs.
+
+Re-read on change (the ConfigMap through a watch, the file by its mtime) so a chart upgrade or
+an edited file applies to the next experiment without a restart. A broken profile never stops
+the operator: it is logged and the last good one stays in use.
+
+`features` a profile leaves unset are taken from the server (its Kubernetes minor version and
+whether the PyTorchJob CRD is installed): the same profile then works on a 1.20 test control
+plane and on a current cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ftbench.profile import ClusterProfile, Features
+
+log = logging.getLogger(__name__)
+
+PROFILE_LABEL = "ftbench.io/profile"
+
+
+class ProfileError(ValueError):
+    """The profile document is not valid YAML or not a ClusterProfile."""
+
+
+def parse_profile(text: str) -> ClusterProfile:
+    try:
+        data = yaml.safe_load(text) or {}
+        return ClusterProfile.model_validate(data)
+    except (yaml.YAMLError, ValidationError, TypeError) as err:
+        raise ProfileError(str(err)) from err
+
+
+class ProfileSource:
+    """Holds the current profile; `current()` applies server-detected features where unset."""
+
+    def __init__(self, file: Path | None = None, config_map_key: str = "profile.yaml") -> None:
+        self.file = file
+        self.key = config_map_key
+        self._profile = ClusterProfile()
+        self._file_mtime: float | None = None
+        self._server_features: Features | None = None
+        self.origin = "defaults"
+        self.error: str | None = None
+
+    def set_server_features(self, minor: int | None, *, training_operator: bool) -> None:
+        if minor is not None:
+            self._server_features = Features.for_kubernetes(minor, training_operator=training_operator)
+
+    def current(self) -> ClusterProfile:
+        self._refresh_file()
+        profile = self._profile
+        if self._server_features is not None and "features" not in profile.model_fields_set:
+            profile = profile.model_copy(update={"features": self._server_features})
+        return profile
+
+    def update_from_config_map(self, body: Mapping[str, Any]) -> bool:
+        """Take the profile from a ConfigMap body (or go back to defaults if it lost the key)."""
+        text = ((body.get("data") or {}).get(self.key)) or ""
+        name = (body.get("metadata") or {}).get("name", "?")
+        return self._set(text, f"configmap/{name}")
+
+    def reset(self) -> None:
+        self._profile, self.origin, self.error = ClusterProfile(), "defaults", None
+
+    def _refresh_file(self) -> None:
+        if self.file is None:
+            return
+        try:
+            mtime = self.file.stat().st_mtime
+        except OSError as err:
+            self.error = f"{self.file}: {err}"
+            return
+        if mtime != self._file_mtime:
+            self._file_mtime = mtime
+            self._set(self.file.read_text(), str(self.file))
+
+    def _set(self, text: str, origin: str) -> bool:
+        try:
+            profile = parse_profile(text)
+        except ProfileError as err:
+            self.error = f"{origin}: {err}"
+            log.error("ignoring invalid cluster profile from %s (keeping %s): %s", origin, self.origin, err)
+            return False
+        self._profile, self.origin, self.error = profile, origin, None
+        log.info("cluster profile loaded from %s", origin)
+        return True

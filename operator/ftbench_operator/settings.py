@@ -1,0 +1,51 @@
+"""The operator's configuration: one frozen object read from the environment at startup.
+
+Plain pydantic (pydantic-settings is not a dependency): every field is `FTBENCH_OPERATOR_<NAME>`
+in upper case, so the Helm chart sets them as container env and tests set them per subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ENV_PREFIX = "FTBENCH_OPERATOR_"
+
+
+class OperatorSettings(BaseModel):
+    """Knobs an operator deployment may need to turn; defaults suit a production cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus port; 0 disables the endpoint.")
+    profile_config_map: str = Field(
+        "ftbench-profile", description="ConfigMap holding the cluster profile (key `profileKey`)."
+    )
+    profile_namespace: str | None = Field(
+        None, description="Namespace of the profile ConfigMap; unset: the operator's own namespace (POD_NAMESPACE)."
+    )
+    profile_key: str = Field("profile.yaml", description="Key of the profile YAML in the ConfigMap.")
+    profile_file: Path | None = Field(None, description="Profile YAML file for local runs (re-read when it changes).")
+    image_pull_grace_seconds: float = Field(
+        300.0, ge=0, description="How long ImagePullBackOff/ErrImagePull may persist before the run fails."
+    )
+    watch_server_timeout_seconds: int = Field(300, ge=1, description="Watch request timeout asked of the server.")
+    watch_client_timeout_seconds: int = Field(330, ge=1, description="Client-side watch timeout (> server's).")
+    api_threads: int = Field(8, ge=1, le=64, description="Threads for blocking Kubernetes API calls.")
+    api_retry_delay_seconds: float = Field(5.0, gt=0, description="First backoff delay after an API error.")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
+        """Read `FTBENCH_OPERATOR_*`; unknown variables are ignored, bad values raise (fail fast at startup)."""
+        environ = os.environ if environ is None else environ
+        values = {
+            name: environ[ENV_PREFIX + name.upper()]
+            for name in cls.model_fields
+            if ENV_PREFIX + name.upper() in environ
+        }
+        if "profile_namespace" not in values and environ.get("POD_NAMESPACE"):
+            values["profile_namespace"] = environ["POD_NAMESPACE"]
+        return cls.model_validate(values)

@@ -1,0 +1,147 @@
+"""The real operator (`python -m ftbench_operator`) as a subprocess against the test control plane.
+
+A subprocess rather than `KopfRunner`: the restart test kills it with SIGKILL mid-run, as a node
+failure would, and its log file is printed when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_testkit import TEST_PROFILE, Kubelet
+
+from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from ftbench.crd import crd
+from ftbench.devcluster.crds import install_crd
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OperatorProcess:
+    """Start/kill/restart the operator; `log()` returns what it printed so far."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path, profile: dict[str, Any] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.workdir = workdir
+        self.profile_file = workdir / "profile.yaml"
+        self.profile_file.write_text(yaml.safe_dump(profile if profile is not None else TEST_PROFILE))
+        self.log_file = workdir / "operator.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = _free_port()
+        self.health_port = _free_port()
+
+    def start(self) -> OperatorProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "FTBENCH_OPERATOR_METRICS_PORT": str(self.metrics_port),
+            "FTBENCH_OPERATOR_PROFILE_FILE": str(self.profile_file),
+            "FTBENCH_OPERATOR_IMAGE_PULL_GRACE_SECONDS": "5",
+            "FTBENCH_OPERATOR_API_RETRY_DELAY_SECONDS": "0.5",
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")]),
+        }
+        log = self.log_file.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ftbench_operator", f"--liveness=http://127.0.0.1:{self.health_port}/healthz"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1).read()
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"operator not healthy after 60s:\n{self.log()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def metrics(self) -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+
+
+@pytest.fixture(scope="session")
+def experiment_crd(kube_api: Any) -> str:
+    """The FineTuneExperiment CRD (tests/k8s has its own fixture; conftests do not cross folders)."""
+    return install_crd(kube_api, crd())
+
+
+@pytest.fixture(scope="session")
+def operator(
+    control_plane: Any, experiment_crd: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(control_plane.kubeconfig, tmp_path_factory.mktemp("operator")).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def kubelet(kube_api: Any, namespace: str) -> Kubelet:
+    return Kubelet(kube_api, namespace)
+
+
+@pytest.fixture
+def create_experiment(kube_api: Any, namespace: str) -> Callable[..., dict[str, Any]]:
+    from kubernetes.client import CustomObjectsApi
+
+    custom = CustomObjectsApi(kube_api)
+
+    def create(spec: dict[str, Any], name: str | None = None, **metadata: Any) -> dict[str, Any]:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": name or f"fte-{uuid.uuid4().hex[:6]}", **metadata},
+            "spec": spec,
+        }
+        return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    return create
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On failure, attach the operator's log tail to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "operator" in getattr(item, "funcargs", {}):
+        proc = item.funcargs["operator"]
+        report.sections.append(("operator log (tail)", proc.log()[-6000:]))
