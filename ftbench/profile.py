@@ -1,7 +1,7 @@
 """The cluster profile: everything cluster-specific, kept out of experiments.
 
 One YAML document (Helm values -> ConfigMap for the operator; `--profile FILE` for the CLI). The
-defaults work on a plain GPU cluster; docs/cluster-profile.md is generated from these fields.
+defaults work on a plain GPU cluster; docs/reference/cluster-profile.md is generated from these fields.
 """
 
 from __future__ import annotations

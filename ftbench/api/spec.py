@@ -1,7 +1,7 @@
 """`FineTuneExperiment.spec`: every parameter of seed 001's experiments, camelCase on the wire.
 
 The field names are the seed's parameter names in camelCase (`batch_size` -> `batchSize`), except
-`model_name` which is `model`; docs/crd-reference.md lists the mapping. Parameters whose default
+`model_name` which is `model`; docs/reference/crd.md lists the mapping. Parameters whose default
 depends on the experiment (`torchDtype`, `distributedBackend`, `r`, `loraAlpha`) have no static
 default: `None` means "the experiment's default", resolved in `ftbench.api.effective`. This keeps
 the CRD able to tell "not set" from "set to the default", which experiment rules need.
