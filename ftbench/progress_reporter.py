@@ -1,0 +1,261 @@
+"""Live progress from the trainer's rank 0 into `FineTuneExperiment.status.progress`.
+
+The channel: rank 0 merge-patches *only* `status.progress` through the status subresource,
+with its pod's service account. The operator never writes `progress` while a run is active, so
+there is one writer per field. RBAC the trainer's service account needs (a namespaced Role,
+granted by the Helm chart)::
+
+    - apiGroups: ["ftbench.io"]
+      resources: ["finetuneexperiments/status"]
+      verbs: ["patch"]
+
+The status subresource ignores changes to spec and metadata, so the pod cannot edit the
+experiment it measures.
+
+Reporting must never fail or slow training: `report()` only stores the latest values and wakes
+a daemon thread that sends them; at most one report per `min_interval_seconds` (10 s) is
+accepted, except a `final` one; errors (no permission, API server away, timeouts) are logged,
+counted and otherwise ignored. Imports only the standard library (no kopf, no torch, no
+kubernetes client), so the trainer image and tests can use it anywhere.
+
+Usage (what `ftbench_trainer` calls)::
+
+    reporter = ProgressReporter.from_plan(plan)          # None when not in a cluster / disabled
+    if reporter:
+        reporter.report(step, total, tokens_per_second, eta)   # throttled, non-blocking
+        ...
+        reporter.close()                                  # flushes the last report (<= timeout)
+
+`ProgressReporter` also implements the trainer's `ProgressSink` protocol (`update(progress)`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+GROUP, VERSION, PLURAL = "ftbench.io", "v1alpha1", "finetuneexperiments"
+DEFAULT_MIN_INTERVAL_SECONDS = 10.0
+DEFAULT_TIMEOUT_SECONDS = 5.0
+# Environment the rendered pods set (ftbench.contracts.env); read by name to stay import-light.
+NAMESPACE_ENV = "FTBENCH_NAMESPACE"
+TRIAL_ENV = "FTBENCH_TRIAL_INDEX"
+
+
+@dataclass(frozen=True)
+class ApiEndpoint:
+    """Where and how to reach the API server. The token file is re-read on every request
+    because projected service-account tokens rotate (about hourly)."""
+
+    server: str
+    token: str | None = None
+    token_file: Path | None = None
+    ca_file: Path | None = None
+
+    @classmethod
+    def in_cluster(
+        cls, environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
+    ) -> ApiEndpoint | None:
+        environ = os.environ if environ is None else environ
+        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
+        token_file = sa_dir / "token"
+        if not host or not token_file.exists():
+            return None
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        ca = sa_dir / "ca.crt"
+        return cls(server=f"https://{host}:{port}", token_file=token_file, ca_file=ca if ca.exists() else None)
+
+    def bearer(self) -> str:
+        if self.token_file is not None:
+            return self.token_file.read_text().strip()
+        return self.token or ""
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+
+
+class _Progress(Protocol):
+    """The trainer's ProgressUpdate (duck-typed, to avoid importing the trainer)."""
+
+    step: int
+    total_steps: int
+    tokens_per_second: float
+    eta_seconds: float | None
+
+
+def progress_body(
+    step: int, total: int, tokens_per_second: float, eta: float | None, trial: int | None, now: datetime
+) -> dict[str, Any]:
+    """The `status.progress` object (field names and bounds of ftbench.api.status.Progress)."""
+    step, total = max(0, int(step)), max(0, int(total))
+    progress: dict[str, Any] = {
+        "step": step,
+        "totalSteps": total,
+        "percent": round(min(100.0, 100.0 * step / total), 2) if total else 0.0,
+        "tokensPerSecond": round(max(0.0, float(tokens_per_second)), 3),
+        "lastUpdateTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if eta is not None:
+        progress["etaSeconds"] = round(max(0.0, float(eta)), 1)
+    if trial is not None:
+        progress["trial"] = trial
+    return progress
+
+
+class ProgressReporter:
+    """Throttled, non-blocking, failure-proof `status.progress` patches for one experiment."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        endpoint: ApiEndpoint,
+        *,
+        trial: int | None = None,
+        min_interval_seconds: float = DEFAULT_MIN_INTERVAL_SECONDS,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.namespace, self.name, self.endpoint, self.trial = namespace, name, endpoint, trial
+        self.min_interval = min_interval_seconds
+        self.timeout = timeout_seconds
+        self.clock = clock
+        self.sent = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._last_accepted: float | None = None
+        self._pending: dict[str, Any] | None = None
+        self._busy = False
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_plan(cls, plan: Any, environ: Mapping[str, str] | None = None, **kwargs: Any) -> ProgressReporter | None:
+        """For a `LaunchPlan`: None unless the plan asks for reports and the pod can reach the API."""
+        environ = os.environ if environ is None else environ
+        try:
+            if not plan.output.report_progress_to_kubernetes:
+                return None
+            ref = plan.experiment_ref
+            namespace = environ.get(NAMESPACE_ENV) or ref.namespace
+            endpoint = ApiEndpoint.in_cluster(environ)
+            if not (ref.name and namespace and endpoint):
+                return None
+            trial = int(environ[TRIAL_ENV]) if environ.get(TRIAL_ENV, "").isdigit() else None
+            kwargs.setdefault("min_interval_seconds", plan.output.progress_interval_seconds)
+            return cls(namespace, ref.name, endpoint, trial=trial, **kwargs)
+        except Exception as err:  # a reporter that cannot be built is no reason to stop training
+            log.warning("progress reports to Kubernetes disabled: %s", err)
+            return None
+
+    @property
+    def url(self) -> str:
+        return (
+            f"{self.endpoint.server.rstrip('/')}/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/"
+            f"{PLURAL}/{self.name}/status"
+        )
+
+    def report(
+        self, step: int, total: int, tokens_per_second: float, eta: float | None = None, *, final: bool = False
+    ) -> bool:
+        """Queue a report; False when throttled (or closed). Never raises, never blocks on I/O."""
+        try:
+            now = self.clock()
+            with self._cond:
+                if self._closed:
+                    return False
+                if not final and self._last_accepted is not None and now - self._last_accepted < self.min_interval:
+                    return False
+                self._last_accepted = now
+                self._pending = progress_body(step, total, tokens_per_second, eta, self.trial, datetime.now(UTC))
+                self._ensure_thread()
+                self._cond.notify_all()
+            return True
+        except Exception as err:
+            self._record_failure(err)
+            return False
+
+    def update(self, progress: _Progress) -> None:
+        """The trainer's ProgressSink protocol."""
+        self.report(progress.step, progress.total_steps, progress.tokens_per_second, progress.eta_seconds)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the queued report was sent (or failed); True if nothing is left."""
+        deadline = self.clock() + (self.timeout if timeout is None else timeout)
+        with self._cond:
+            while self._pending is not None or self._busy:
+                left = deadline - self.clock()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (bounded by `timeout`), then stop the sender thread."""
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ftbench-progress", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                if self._pending is None:
+                    return
+                body, self._pending, self._busy = self._pending, None, True
+            try:
+                self._send(body)
+                self.sent += 1
+            except Exception as err:
+                self._record_failure(err)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _send(self, progress: dict[str, Any]) -> None:
+        data = json.dumps({"status": {"progress": progress}}).encode()
+        request = urllib.request.Request(
+            self.url,
+            data=data,
+            method="PATCH",
+            headers={
+                "Content-Type": "application/merge-patch+json",
+                "Accept": "application/json",
+                "Authorization": f"Bearer {self.endpoint.bearer()}",
+            },
+        )
+        context = self.endpoint.ssl_context() if self.url.startswith("https") else None
+        with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
+            response.read()
+
+    def _record_failure(self, err: BaseException) -> None:
+        self.failures += 1
+        detail = err.read().decode(errors="replace")[:300] if isinstance(err, urllib.error.HTTPError) else ""
+        self.last_error = f"{type(err).__name__}: {err} {detail}".strip()
+        # Log the first failure and then every 10th: a broken channel must not flood the training log.
+        if self.failures == 1 or self.failures % 10 == 0:
+            log.warning("progress report %d failed (training continues): %s", self.failures, self.last_error)
