@@ -57,8 +57,10 @@ class Volume(ApiModel):
 
 class Storage(ApiModel):
     models: Volume = Field(
-        default_factory=lambda: Volume(claim_name="hf-models-pvc", mount_path="/hf-models-pvc", read_only=True),
-        description="Model weights (seed 001's hf-models-pvc). Catalog paths are relative to modelRoot.",
+        default_factory=lambda: Volume(claim_name="hf-models-pvc", mount_path="/hf-models-pvc"),
+        description="Model weights (seed 001's hf-models-pvc). Catalog paths are relative to modelRoot. Writable "
+        "by default because hfHome (seed 002) lives on it and Hugging Face writes its cache and locks there; "
+        "set readOnly when hfHome points elsewhere.",
     )
     data: Volume = Field(
         default_factory=lambda: Volume(claim_name="ray-disorch-storage", mount_path="/data"),
