@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "ftbench.cli.cmd_catalog",
     "ftbench.cli.cmd_crd",
     "ftbench.cli.cmd_render",
+    "ftbench.cli.cmd_dev",
     "ftbench.cli.cmd_docs",
     "ftbench.cli.cmd_run",
     "ftbench.cli.cmd_results",
