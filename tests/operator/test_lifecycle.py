@@ -1,20 +1,256 @@
-"""The operator against the real control plane: the test plays the kubelet."""
+"""The operator against the real control plane: the test plays the kubelet.
+
+Each test creates experiments in its own namespace and drives the pods the Job controller
+creates through the states a kubelet would report.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
+
 import pytest
-from operator_testkit import lora_spec, success_result
+from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+from operator_testkit import (
+    failed_result,
+    lora_spec,
+    oom_result,
+    success_result,
+    ts,
+    wait_for,
+)
+
+from ftbench.api.resource import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.k8s
 
 
-def test_valid_experiment_succeeds_with_results(operator, kubelet, create_experiment):
-    fte = create_experiment(lora_spec())
-    name = fte["metadata"]["name"]
+def conditions(fte):
+    return {c["type"]: c for c in fte["status"].get("conditions", [])}
+
+
+def events(kube_api, namespace, name):
+    items = CoreV1Api(kube_api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    return {e.reason for e in items}
+
+
+def test_valid_experiment_succeeds_with_results_in_columns(
+    operator, kubelet, create_experiment, kube_api, namespace, control_plane
+):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    pending = kubelet.wait_phase(name, "Pending")
+    assert pending["status"]["job"] == {"apiVersion": "batch/v1", "kind": "Job", "name": f"{name}-a0"}
+    assert conditions(pending)["Valid"]["status"] == "True"
+    job = BatchV1Api(kube_api).read_namespaced_job(f"{name}-a0", namespace)
+    assert job.metadata.owner_references[0].kind == "FineTuneExperiment"
+    config_map = CoreV1Api(kube_api).read_namespaced_config_map(f"{name}-a0-plan", namespace)
+    assert config_map.metadata.owner_references[0].name == name
+
     pod = kubelet.wait_pods(1)[0]
     kubelet.run(pod)
-    kubelet.wait_phase(name, "Running")
+    running = kubelet.wait_phase(name, "Running")
+    assert conditions(running)["Running"]["status"] == "True" and running["status"]["startTime"]
     kubelet.finish(pod, success_result())
     done = kubelet.wait_phase(name, "Succeeded")
-    assert done["status"]["results"]["trainTokensPerSecond"] == 1234.5
-    assert done["status"]["isValid"] is True
+    status = done["status"]
+    assert status["results"]["trainTokensPerSecond"] == 1234.5
+    assert status["environment"]["gpuName"] == "NVIDIA A100"
+    assert status["isValid"] is True and status["completionTime"]
+    assert conditions(done)["Succeeded"]["status"] == "True"
+    assert conditions(done)["Valid"]["lastTransitionTime"] == conditions(pending)["Valid"]["lastTransitionTime"]
+
+    out = subprocess.run(
+        ["kubectl", "get", "fte", name, "-n", namespace],
+        env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    row = out.splitlines()[1].split()
+    assert row[:2] == [name, "Succeeded"] and "1234.5" in row and "87.5" in row and "true" in row
+    wait_for(lambda: {"Started", "ResultsRecorded"} <= events(kube_api, namespace, name), 10, what="events")
+    metrics = operator.metrics()
+    assert (
+        f'ftbench_result_train_tokens_per_second{{experiment="finetune_lora_benchmark-v1.0.0",gpus="1",model="llama3.1-8b",name="{name}",namespace="{namespace}"}} 1234.5'
+        in metrics
+    )
+    assert 'ftbench_experiments{phase="Succeeded"}' in metrics
+
+
+def test_invalid_spec_creates_nothing(operator, kubelet, create_experiment, kube_api, namespace):
+    name = create_experiment(lora_spec(numberGpus=2, batchSize=3))["metadata"]["name"]
+    fte = kubelet.wait_phase(name, "Invalid")
+    assert fte["status"]["isValid"] is False
+    assert "is_valid.1" in fte["status"]["invalidReason"]
+    valid = conditions(fte)["Valid"]
+    assert valid["status"] == "False" and valid["reason"] == "InvalidSpec" and "is_valid.1" in valid["message"]
+    assert valid["observedGeneration"] == fte["metadata"]["generation"]
+    assert not BatchV1Api(kube_api).list_namespaced_job(namespace).items
+    wait_for(lambda: "InvalidSpec" in events(kube_api, namespace, name), 10, what="InvalidSpec event")
+
+
+def test_gpu_oom_is_invalid(operator, kubelet, create_experiment):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    pod = kubelet.wait_pods(1)[0]
+    kubelet.finish(pod, oom_result())
+    fte = kubelet.wait_phase(name, "Invalid")
+    assert fte["status"]["isValid"] is False
+    assert fte["status"]["invalidReason"].startswith("GpuOutOfMemory")
+    assert "results" not in fte["status"]
+    assert conditions(fte)["Succeeded"]["reason"] == "GpuOutOfMemory"
+
+
+def _host_oom(kubelet, pod):
+    kubelet.terminate(pod, 137, "", reason="OOMKilled")
+
+
+def _evicted(kubelet, pod):
+    kubelet.core.patch_namespaced_pod_status(
+        pod.metadata.name,
+        kubelet.namespace,
+        {"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}},
+    )
+
+
+def _image_pull(kubelet, pod):
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+    kubelet.write(pod, "Pending", waiting, started=ts(-60))
+
+
+def _trainer_failed(kubelet, pod):
+    kubelet.finish(pod, failed_result())
+
+
+def _crash_without_result(kubelet, pod):
+    kubelet.terminate(pod, 1, "Traceback (most recent call last):\nRuntimeError: NCCL timeout")
+
+
+@pytest.mark.parametrize(
+    ("play", "reason", "words"),
+    [
+        (_host_oom, "OOMKilled", "host's memory limit"),
+        (_evicted, "Evicted", "low on resource"),
+        (_image_pull, "ImagePullBackOff", "Back-off pulling image"),
+        (_trainer_failed, "TrainingError", "ValueError"),
+        (_crash_without_result, "PodFailed", "NCCL timeout"),
+    ],
+)
+def test_other_failures_fail_with_a_precise_reason(operator, kubelet, create_experiment, play, reason, words):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    pod = kubelet.wait_pods(1)[0]
+    play(kubelet, pod)
+    fte = kubelet.wait_phase(name, "Failed")
+    assert conditions(fte)["Succeeded"]["reason"] == reason
+    assert words in fte["status"]["message"]
+    assert "isValid" not in fte["status"] and "results" not in fte["status"]
+
+
+def test_deadline_exceeded(operator, kubelet, create_experiment):
+    name = create_experiment(lora_spec(run={"activeDeadlineSeconds": 1}))["metadata"]["name"]
+    pod = kubelet.wait_pods(1)[0]
+    kubelet.run(pod)
+    fte = kubelet.wait_phase(name, "Failed", timeout=60)
+    assert conditions(fte)["Succeeded"]["reason"] == "DeadlineExceeded"
+
+
+def test_retry_annotation_starts_next_attempt(operator, kubelet, create_experiment, kube_api, namespace):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    pod = kubelet.wait_pods(1)[0]
+    _crash_without_result(kubelet, pod)
+    kubelet.wait_phase(name, "Failed")
+    CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": {"ftbench.io/retry": "1"}}}
+    )
+    wait_for(lambda: kubelet.experiment(name)["status"].get("attempt") == 1, what="attempt 1")
+    new_pod = kubelet.wait_pods(1, selector="ftbench.io/attempt=1")[0]
+    wait_for(
+        lambda: [j.metadata.name for j in BatchV1Api(kube_api).list_namespaced_job(namespace).items] == [f"{name}-a1"],
+        what="only the new attempt's Job",
+    )
+    kubelet.finish(new_pod, success_result())
+    fte = kubelet.wait_phase(name, "Succeeded")
+    assert fte["status"]["attempt"] == 1 and fte["status"]["job"]["name"] == f"{name}-a1"
+    assert "ftbench.io/retry" not in fte["metadata"].get("annotations", {})
+
+
+def test_retry_of_a_succeeded_experiment_is_ignored(operator, kubelet, create_experiment, kube_api, namespace):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    kubelet.finish(kubelet.wait_pods(1)[0], success_result())
+    kubelet.wait_phase(name, "Succeeded")
+    CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": {"ftbench.io/retry": "now"}}}
+    )
+    wait_for(
+        lambda: "ftbench.io/retry" not in kubelet.experiment(name)["metadata"].get("annotations", {}),
+        what="annotation consumed",
+    )
+    fte = kubelet.experiment(name)
+    assert fte["status"]["phase"] == "Succeeded" and fte["status"]["attempt"] == 0
+    wait_for(lambda: "RetryIgnored" in events(kube_api, namespace, name), 10, what="RetryIgnored event")
+
+
+def test_stability_aggregates_five_trials(operator, kubelet, create_experiment):
+    spec = lora_spec(experiment="finetune_full_stability-v1.0.0", numberGpus=8, batchSize=8)
+    name = create_experiment(spec)["metadata"]["name"]
+    plays = [success_result, oom_result, success_result, failed_result, success_result]
+    for trial, make in enumerate(plays):
+        pod = kubelet.wait_pods(1, selector=f"ftbench.io/trial={trial}")[0]
+        kubelet.run(pod)
+        kubelet.finish(pod, make(trial=trial), exit_code=0)  # FTBENCH_TRIAL_FAILURE_EXIT_ZERO
+        if trial < len(plays) - 1:
+            wait_for(
+                lambda t=trial: (
+                    (kubelet.experiment(name)["status"].get("stability") or {}).get("trialsFinished") == t + 1
+                ),
+                what=f"trial {trial} aggregated",
+            )
+    fte = kubelet.wait_phase(name, "Succeeded")
+    stability = fte["status"]["stability"]
+    assert stability["trialsFinished"] == 5 and stability["trialsPlanned"] == 5
+    assert stability["fNoError"] == 0.6 and stability["fGpuOom"] == 0.2 and stability["fOtherError"] == 0.2
+    assert [t["outcome"] for t in stability["trials"]] == ["Succeeded", "GpuOom", "Succeeded", "Failed", "Succeeded"]
+
+
+def test_child_deleted_by_hand_fails_and_is_not_recreated(operator, kubelet, create_experiment, kube_api, namespace):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    kubelet.wait_phase(name, "Pending")
+    BatchV1Api(kube_api).delete_namespaced_job(f"{name}-a0", namespace, propagation_policy="Background")
+    fte = kubelet.wait_phase(name, "Failed")
+    assert conditions(fte)["Succeeded"]["reason"] == "ChildDeleted"
+    time.sleep(1)
+    assert not BatchV1Api(kube_api).list_namespaced_job(namespace).items
+
+
+def test_spec_change_is_ignored_with_a_condition(operator, kubelet, create_experiment, kube_api, namespace):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    kubelet.wait_phase(name, "Pending")
+    CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"spec": {"batchSize": 8}}
+    )
+    fte = wait_for(
+        lambda: "SpecChangeIgnored" in conditions(f := kubelet.experiment(name)) and f, what="SpecChangeIgnored"
+    )
+    ignored = conditions(fte)["SpecChangeIgnored"]
+    assert ignored["status"] == "True" and ignored["reason"] == "SpecImmutable"
+    assert fte["status"]["observedGeneration"] == fte["metadata"]["generation"] == 2
+    jobs = BatchV1Api(kube_api).list_namespaced_job(namespace).items
+    assert [j.metadata.name for j in jobs] == [f"{name}-a0"]
+    kubelet.finish(kubelet.wait_pods(1)[0], success_result())
+    assert kubelet.wait_phase(name, "Succeeded")["status"]["results"]
+
+
+def test_deleting_the_experiment_garbage_collects_children(operator, kubelet, create_experiment, kube_api, namespace):
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    kubelet.wait_pods(1)
+    CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    batch, core = BatchV1Api(kube_api), CoreV1Api(kube_api)
+    wait_for(
+        lambda: (
+            not batch.list_namespaced_job(namespace).items
+            and not core.list_namespaced_config_map(namespace, label_selector="ftbench.io/experiment").items
+        ),
+        timeout=90,
+        interval=1,
+        what="children garbage-collected",
+    )
