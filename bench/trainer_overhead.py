@@ -13,6 +13,12 @@ taken from its timestamps over steps 2..N (the first step holds one-off setup), 
 isolates what `MeasureCallback` adds: collator wrapping, the forward hook, per-step bookkeeping,
 the sampler thread, and the final gather. Target: ratio >= 0.99.
 
+On a shared or small CPU machine run-to-run noise (tens of %) swamps a 1% effect, so the
+benchmark also times ftbench's own code directly: every callback event, the collator-side
+`count_batch`, the forward hook and the sampler's `sample_once` are wrapped with perf_counter
+accumulators, and `measurementShareOfStepTime` = that time / the run's total step time. That
+figure does not depend on the machine's other load and is the one to hold against the 1% budget.
+
 With --gpu the plan trains on the GPU (number_gpus 1); --model-dir can point at a bigger model.
 """
 
@@ -55,6 +61,47 @@ class StepClock(TrainerCallback):
         return (len(self.ends) - 1) / (self.ends[-1] - self.ends[0])
 
 
+class CostMeter:
+    """Wall time spent inside ftbench's measurement code during one run."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+
+    def wrap(self, fn: Any) -> Any:
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t0
+                self.calls += 1
+
+        return timed
+
+
+def instrument(callback: MeasureCallback, meter: CostMeter) -> None:
+    """Route the callback's events and per-batch/per-sample functions through `meter`."""
+    from ftbench_trainer.measure import tokens
+
+    for name in ("on_train_begin", "on_step_begin", "on_step_end", "on_train_end"):
+        setattr(callback, name, meter.wrap(getattr(callback, name)))
+    callback.tokens.on_forward = meter.wrap(callback.tokens.on_forward)  # type: ignore[method-assign]
+    callback.sampler.sample_once = meter.wrap(callback.sampler.sample_once)  # type: ignore[method-assign]
+    if not hasattr(tokens.count_batch, "__wrapped_by_bench__"):
+        original = tokens.count_batch
+
+        def counted(batch: Any) -> Any:
+            return meter_ref[0].wrap(original)(batch)
+
+        counted.__wrapped_by_bench__ = True  # type: ignore[attr-defined]
+        tokens.count_batch = counted
+    meter_ref[0] = meter
+
+
+meter_ref: list[CostMeter] = [CostMeter()]
+
+
 def bench_plan(work: Path, args: argparse.Namespace) -> LaunchPlan:
     spec = FineTuneExperimentSpec.model_validate(
         {
@@ -85,6 +132,7 @@ def bench_plan(work: Path, args: argparse.Namespace) -> LaunchPlan:
 
 
 def train_once(run: EngineRun, measured: bool) -> float:
+    """Train; returns steps/s over steps 2..N."""
     clock = StepClock()
     callbacks: list[Any] = [clock] + ([run.callback] if measured else [])
     if run.plan.engine.value == "trl":
@@ -123,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     bare: list[float] = []
     measured: list[float] = []
+    shares: list[float] = []
     metrics = None
 
     def new_run() -> EngineRun:
@@ -133,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         # ABBA order: a slow drift of the machine does not favour either variant.
         for is_measured in (False, True) if i % 2 == 0 else (True, False):
             run = new_run()
+            meter = CostMeter()
+            instrument(run.callback, meter)
             (measured if is_measured else bare).append(train_once(run, measured=is_measured))
-            metrics = run.callback.metrics if is_measured else metrics
+            if is_measured and run.callback.metrics is not None:
+                metrics = run.callback.metrics
+                shares.append(meter.seconds / metrics.train_runtime_seconds)
     ratio = statistics.median(measured) / statistics.median(bare)
     figures = {
         "engine": args.engine,
@@ -145,12 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         "bareStepsPerSecond": bare,
         "ftbenchStepsPerSecond": measured,
         "ratioOfMedians": ratio,
+        "measurementShareOfStepTime": shares,
         "ftbenchMetrics": metrics.model_dump(by_alias=True) if metrics else None,
     }
     print(json.dumps(figures, indent=2))
     print(
         f"| {args.engine} | {figures['device']} | {args.steps} | {statistics.median(bare):.2f} "
-        f"| {statistics.median(measured):.2f} | {ratio:.4f} |"
+        f"| {statistics.median(measured):.2f} | {ratio:.4f} | {100 * statistics.median(shares):.3f}% |"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
