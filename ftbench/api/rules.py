@@ -226,50 +226,9 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
             when + "self.numberNodes == 1",
         )
 
-    dtypes = [d.value for d in exp.torch_dtypes]
-
-    def dtype_allowed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        if s.experiment != exp.name or s.torch_dtype is None or s.torch_dtype in exp.torch_dtypes:
-            return None
-        return f"{name} allows torchDtype {' or '.join(dtypes)}, not {s.torch_dtype.value}; remove torchDtype"
-
-    yield Rule(
-        f"experiment.{_short(exp)}.torch-dtype",
-        "torchDtype",
-        f"{name}: torchDtype in {dtypes}",
-        dtype_allowed,
-        when + "!has(self.torchDtype) || self.torchDtype in " + _cel_list(dtypes),
-    )
-
-    backends = [b.value for b in exp.backends]
-
-    def backend_allowed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        if s.experiment != exp.name or s.distributed_backend is None or s.distributed_backend in exp.backends:
-            return None
-        return f"{name} uses distributedBackend {' or '.join(backends)}; remove distributedBackend"
-
-    yield Rule(
-        f"experiment.{_short(exp)}.backend",
-        "distributedBackend",
-        f"{name}: backend in {backends}",
-        backend_allowed,
-        when + "!has(self.distributedBackend) || self.distributedBackend in " + _cel_list(backends),
-    )
-
-    engines = [e.value for e in exp.engines]
-
-    def engine_allowed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        if s.experiment != exp.name or s.engine in exp.engines:
-            return None
-        return f"{name} needs engine {' or '.join(engines)} (its fused GPTQ kernels are fms-acceleration plugins)"
-
-    yield Rule(
-        f"experiment.{_short(exp)}.engine",
-        "engine",
-        f"{name}: engine in {engines}",
-        engine_allowed,
-        when + "self.engine in " + _cel_list(engines),
-    )
+    yield _allowed_values_rule(exp, "torch_dtype", "torch-dtype", [d.value for d in exp.torch_dtypes])
+    yield _allowed_values_rule(exp, "distributed_backend", "backend", [b.value for b in exp.backends])
+    yield _allowed_values_rule(exp, "engine", "engine", [e.value for e in exp.engines])
 
     if not exp.lora:
         lora_fields = ("r", "lora_alpha", "target_modules")
@@ -290,6 +249,28 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
 
     if exp.allowed is not None:
         yield _only_allowed_rule(exp)
+
+
+def _allowed_values_rule(exp: ExperimentEntry, field_name: str, suffix: str, allowed: list[str]) -> Rule:
+    """`field` must be one of the experiment's values; an unset optional field (None) means its default."""
+    name, alias = exp.name.value, _camel(field_name)
+    optional = FineTuneExperimentSpec.model_fields[field_name].default is None
+
+    def check(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        value = getattr(s, field_name)
+        if s.experiment != exp.name or value is None or value in allowed:
+            return None
+        fix = f"remove {alias}" if optional else f"set {alias} to {' or '.join(allowed)}"
+        return f"{name} allows {alias} {' or '.join(allowed)}, not {value.value}; {fix}"
+
+    unset = f"!has(self.{alias}) || " if optional else ""
+    return Rule(
+        f"experiment.{_short(exp)}.{suffix}",
+        alias,
+        f"{name}: {alias} in {allowed}",
+        check,
+        f"self.experiment != '{name}' || {unset}self.{alias} in {_cel_list(allowed)}",
+    )
 
 
 def _only_allowed_rule(exp: ExperimentEntry) -> Rule:
