@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Regenerate every generated file from its one source (the pydantic models and catalogs).
+# Tests fail when any of these is stale: run this after changing ftbench/api, catalogs or results.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+FTBENCH="${FTBENCH:-.venv/bin/ftbench}"
+"$FTBENCH" crd -o crds
+"$FTBENCH" crd -o helm/ftbench/crds
+"$FTBENCH" docs -o docs
