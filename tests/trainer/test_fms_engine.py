@@ -10,7 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import dataset_file, independent_lengths, make_plan, read_result, run_trainer, tail, write_plan
+from helpers import (
+    dataset_file,
+    independent_lengths,
+    make_plan,
+    read_result,
+    run_trainer,
+    tail,
+    two_processes_one_node,
+    write_plan,
+)
 
 from ftbench.api.enums import Experiment
 from ftbench.contracts.results import EXIT_OK, Outcome
@@ -78,3 +87,27 @@ def test_fms_token_counts_equal_an_independent_count(
     assert m.train_samples == 16
     assert m.train_non_padding_tokens == sum(lengths)
     assert m.train_tokens == 16 * max(lengths)
+
+
+def test_fms_two_processes_on_cpu(tmp_path: Path, fms_python: Path, fms_dirs: tuple[Path, Path]) -> None:
+    """fms-hf-tuning under `accelerate launch` with 2 gloo processes: one epoch, summed counts.
+
+    Unlike the trl run, fms-hf-tuning 3.2.2 (transformers 4.55) on 2 CPU processes does not
+    partition the epoch between the ranks: instrumenting the collator showed 5 of 16 rows trained
+    by both ranks (and 5 by none). The counts are exact for what was trained, so here they can
+    only be bounded by the dataset's shortest and longest rows, not equal the dataset's sum.
+    """
+    model_dir, data_dir = fms_dirs
+    plan = two_processes_one_node(
+        tmp_path, model_dir, data_dir, engine="fms-hf-tuning", distributedBackend="DDP", maxSteps=-1
+    )
+    proc = run_trainer(fms_python, write_plan(plan, tmp_path))
+    assert proc.returncode == EXIT_OK, tail(proc)
+    result = read_result(plan)
+    m, env = result.metrics, result.environment
+    assert m is not None and env is not None
+    assert env.world_size == 2 and env.distributed_mode == "MULTI_CPU"
+    assert m.train_steps == 4 and m.train_samples == 16
+    lengths = independent_lengths(model_dir, dataset_file(data_dir), 1024)
+    assert 16 * min(lengths) <= m.train_non_padding_tokens <= 16 * max(lengths)
+    assert m.train_tokens >= m.train_non_padding_tokens

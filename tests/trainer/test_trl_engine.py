@@ -15,6 +15,7 @@ from helpers import (
     read_result,
     run_trainer,
     tail,
+    two_processes_one_node,
     write_plan,
 )
 
@@ -95,23 +96,8 @@ def test_two_processes_on_cpu_sum_their_tokens(tmp_path: Path, tiny_model_dir: P
     Each rank sees half the entries, so the all-reduced non-padding count over the epoch equals
     the whole dataset's; an FSDP request on CPU must be reported as what really ran.
     """
-    plan = make_plan(
-        tmp_path,
-        tiny_model_dir,
-        data_dir,
-        numberNodes=2,
-        distributedBackend="FSDP",
-        runtime=Runtime.INDEXED_JOB,
-        maxSteps=-1,
-        numTrainEpochs=1.0,
-    )
-    # Both processes on this machine: one node with two processes (the notes' verified setup).
-    plan = plan.model_copy(
-        update={
-            "topology": plan.topology.model_copy(update={"number_nodes": 1, "processes_per_node": 2}),
-            "accelerate_config": {**(plan.accelerate_config or {}), "num_machines": 1},
-            "rendezvous": plan.rendezvous.model_copy(update={"source": "local"}),
-        }
+    plan = two_processes_one_node(
+        tmp_path, tiny_model_dir, data_dir, distributedBackend="FSDP", maxSteps=-1, numTrainEpochs=1.0
     )
     assert plan.launcher == "accelerate" and plan.topology.per_device_batch_size == 2
     proc = run_trainer(PYTHON, write_plan(plan, tmp_path))
