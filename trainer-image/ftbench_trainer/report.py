@@ -27,9 +27,12 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from ftbench.contracts.results import TrainerResult
+
+if TYPE_CHECKING:
+    from ftbench.progress_reporter import ProgressReporter
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,32 @@ class StdoutProgressSink:
         stream = self.stream or sys.stdout
         stream.write(f"{PROGRESS_PREFIX} {json.dumps(progress.to_dict(), separators=(',', ':'))}\n")
         stream.flush()
+
+
+class TeeProgressSink:
+    """The log line for every update, and ``status.progress`` patches when the plan asks for them.
+
+    ``reporter`` is ``ftbench.progress_reporter.ProgressReporter.from_plan(plan)`` (None when the
+    plan does not report or the pod cannot reach the API). The callback already throttles to the
+    plan's interval and always reports the last step, so that one is sent as ``final`` (never
+    throttled by the reporter). ``close`` waits, bounded, for the last patch to go out.
+    """
+
+    def __init__(self, reporter: ProgressReporter | None, stream: TextIO | None = None) -> None:
+        self.stdout = StdoutProgressSink(stream)
+        self.reporter = reporter
+
+    def update(self, progress: ProgressUpdate) -> None:
+        self.stdout.update(progress)
+        if self.reporter is not None:
+            final = progress.total_steps > 0 and progress.step >= progress.total_steps
+            self.reporter.report(
+                progress.step, progress.total_steps, progress.tokens_per_second, progress.eta_seconds, final=final
+            )
+
+    def close(self) -> None:
+        if self.reporter is not None:
+            self.reporter.close()
 
 
 def parse_progress_line(line: str) -> dict[str, float | int] | None:

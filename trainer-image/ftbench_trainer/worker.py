@@ -109,11 +109,12 @@ def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
 def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> TrainerResult:
     from transformers import AutoTokenizer
 
+    from ftbench.progress_reporter import ProgressReporter
     from ftbench_trainer.engines import EngineRun, run_engine
     from ftbench_trainer.measure import distributed
     from ftbench_trainer.measure.callback import MeasureCallback
     from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
-    from ftbench_trainer.report import StdoutProgressSink
+    from ftbench_trainer.report import TeeProgressSink
 
     model_path = resolve_model(plan)
     dataset_path = resolve_dataset(plan, model_path)
@@ -121,8 +122,12 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     per_sample = mean_dataset_tokens(
         dataset_path, plan.training.dataset_text_field, tokenizer, plan.training.model_max_length
     )
-    callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=StdoutProgressSink())
-    engine_version = run_engine(EngineRun(plan, model_path, dataset_path, callback))
+    progress = TeeProgressSink(ProgressReporter.from_plan(plan))
+    callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress)
+    try:
+        engine_version = run_engine(EngineRun(plan, model_path, dataset_path, callback))
+    finally:
+        progress.close()
     if callback.metrics is None:
         raise RuntimeError("training ended without running on_train_end: no metrics")
     import torch

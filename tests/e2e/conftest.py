@@ -1,0 +1,74 @@
+"""Fixtures of the end-to-end tests: one cluster (kubelet + operator) for the package.
+
+See e2e_kit for why the components are started once and how the kubelet is kept to these tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from e2e_kit import PYTORCHJOB_CRD_FILE, SERVE_LABEL, TRAINER_RULES, Cluster
+
+from ftbench.crd import crd
+from ftbench.devcluster.crds import install_crd
+from ftbench.devcluster.devup import seed_models
+
+
+@pytest.fixture(scope="package")
+def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The CRDs, the seeded tiny model, the local kubelet and the operator, up for the package.
+
+    The PyTorchJob CRD goes in before the operator starts, so that kopf watches PyTorchJobs from
+    the beginning; without the upstream fixture the 2-node test skips and the others still run.
+    """
+    install_crd(kube_api, crd())
+    if PYTORCHJOB_CRD_FILE.exists():
+        install_crd(kube_api, yaml.safe_load(PYTORCHJOB_CRD_FILE.read_text()))
+    cluster = Cluster(control_plane, kube_api, tmp_path_factory.mktemp("e2e"))
+    if seed_models(cluster.kubelet_dir / "pvc") is None:
+        pytest.skip("the trainer extra (ftbench_trainer, torch) is not installed")
+    try:
+        cluster.kubelet.start()
+        cluster.operator.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def ns(cluster: Cluster, namespace: str) -> str:
+    """A fresh namespace served by the package's kubelet, where the trainer may report progress."""
+    from kubernetes.client import RbacAuthorizationV1Api
+
+    cluster.core.patch_namespace(namespace, {"metadata": {"labels": {SERVE_LABEL[0]: SERVE_LABEL[1]}}})
+    rbac = RbacAuthorizationV1Api(cluster.api)
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "ftbench-trainer"}, "rules": TRAINER_RULES})
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "ftbench-trainer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ftbench-trainer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+        },
+    )
+    return namespace
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On failure, attach the operator's and the kubelet's log tails, and the pods' logs."""
+    outcome = yield
+    report = outcome.get_result()
+    cluster = getattr(item, "funcargs", {}).get("cluster")
+    if report.failed and isinstance(cluster, Cluster):
+        report.sections.append(("operator log (tail)", cluster.operator.log()[-6000:]))
+        report.sections.append(("kubelet log (tail)", cluster.kubelet.log()[-4000:]))
+        namespace = item.funcargs.get("ns")
+        if namespace:
+            for pod in cluster.pods(namespace, selector=""):
+                report.sections.append(
+                    (f"pod {pod.metadata.name} log (tail)", cluster.pod_log(namespace, pod.metadata.name))
+                )

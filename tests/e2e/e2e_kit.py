@@ -1,0 +1,228 @@
+"""The end-to-end tests' cluster: control plane, local kubelet, real operator (fixtures in conftest).
+
+Everything is real except the container image: the operator (``python -m ftbench_operator``) and
+the local kubelet (``python -m ftbench.devcluster.kubelet``) run as subprocesses against the
+session's 1.20 control plane, and the kubelet runs the rendered pods' ``ftbench-trainer`` on the
+CPU with the tiny model. Both processes start once for the whole package (starting them and
+seeding the model costs more than most tests), and the restart test kills and restarts them in
+place, so they are objects with ``start``/``kill`` rather than plain fixtures.
+
+The kubelet only serves namespaces labelled for it, so pods of other test folders sharing the
+control plane (which expect to play the kubelet themselves) stay Pending as they expect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from ftbench.devcluster.devup import default_operator_command
+from ftbench.devcluster.kubelet import kill_all_pods
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_DIR = Path(os.environ.get("FTBENCH_SHARED_DIR", REPO.parent / "shared"))
+PYTORCHJOB_CRD_FILE = SHARED_DIR / "fixtures" / "kubeflow" / "kubeflow.org_pytorchjobs.v1.9.2.yaml"
+NODE = f"e2e-{uuid.uuid4().hex[:6]}"
+SERVE_LABEL = ("ftbench.dev/local-kubelet", NODE)
+# Offline, single-threaded CPU training: nothing is downloaded and two ranks share 2 cores fairly.
+TRAINER_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+# A 1.20 cluster (no Indexed Jobs, no podFailurePolicy) with the training operator, which the
+# tests play. Storage stays the default: `seed_models` puts the tiny model where it points.
+PROFILE: dict[str, Any] = {
+    "features": {"indexedJobs": False, "podFailurePolicy": False, "trainingOperator": True},
+}
+# What the Helm chart grants the trainer (ftbench.progress_reporter), bound here to the
+# namespace's default ServiceAccount, which the training pods use when the profile names none.
+TRAINER_RULES = [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]}]
+TERMINAL = ("Succeeded", "Failed")
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+
+def poll(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+    """``check()`` until it returns something truthy; API errors while objects appear count as no."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            if value := check():
+                return value
+        except Exception as err:
+            last = err
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
+
+
+class Component:
+    """A long-running subprocess (operator or kubelet) that tests may kill and start again.
+
+    ``kill`` sends SIGKILL to the process only, not its group: a crashed kubelet leaves its
+    containers running (the next one adopts them), and a crashed operator has no children.
+    """
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path, ready: Callable[[], bool]):
+        self.name, self.argv, self.env, self.log_file, self.ready = name, argv, env, log, ready
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        with self.log_file.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                start_new_session=True,
+            )  # fmt: skip
+        poll(lambda: self._alive() and self.ready(), timeout, f"{self.name} ready")
+
+    def _alive(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+        return True
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(20)
+        self.proc = None
+
+    def stop(self) -> None:
+        try:
+            self.kill(signal.SIGTERM)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+
+class Cluster:
+    """The package's cluster: API access, the two components, and experiment helpers."""
+
+    def __init__(self, control_plane: Any, kube_api: Any, workdir: Path) -> None:
+        from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+
+        self.control_plane, self.api, self.workdir = control_plane, kube_api, workdir
+        self.core, self.batch, self.custom = CoreV1Api(kube_api), BatchV1Api(kube_api), CustomObjectsApi(kube_api)
+        self.kubelet_dir = workdir / "kubelet"
+        self.kubelet_dir.mkdir()
+        env = {**os.environ, **TRAINER_ENV, "KUBECONFIG": str(control_plane.kubeconfig)}
+        kubelet_argv = [
+            sys.executable, "-m", "ftbench.devcluster.kubelet", "--kubeconfig", str(control_plane.kubeconfig),
+            "--node-name", NODE, "--state-dir", str(self.kubelet_dir), "--gpus", "0", "--interval", "0.2",
+            "--namespace-label", "=".join(SERVE_LABEL), *(a for k in TRAINER_ENV for a in ("--pass-env", k)),
+        ]  # fmt: skip
+        self.kubelet = Component("kubelet", kubelet_argv, env, workdir / "kubelet.log", self._node_ready)
+        operator_argv = default_operator_command()
+        if operator_argv is None:
+            pytest.skip("the operator extra (kopf, ftbench_operator) is not installed")
+        profile = workdir / "profile.yaml"
+        profile.write_text(yaml.safe_dump(PROFILE))
+        operator_env = {
+            **env,
+            "FTBENCH_OPERATOR_PROFILE_FILE": str(profile),
+            "FTBENCH_OPERATOR_METRICS_PORT": "0",
+            "FTBENCH_OPERATOR_API_RETRY_DELAY_SECONDS": "0.5",
+        }
+        liveness = next(a for a in operator_argv if a.startswith("--liveness=")).partition("=")[2]
+        self.operator = Component(
+            "operator", operator_argv, operator_env, workdir / "operator.log", lambda: _http_ok(liveness)
+        )
+
+    def _node_ready(self) -> bool:
+        node = self.core.read_node(NODE)
+        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+    def close(self) -> None:
+        self.operator.stop()
+        self.kubelet.stop()
+        kill_all_pods(self.kubelet_dir)
+        self.control_plane.request("DELETE", f"/api/v1/nodes/{NODE}")
+
+    # -- experiments ------------------------------------------------------------------------------
+
+    def apply(self, namespace: str, name: str, spec: Obj) -> None:
+        """``kubectl apply`` of the CR, as a user would create it."""
+        doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
+        subprocess.run(
+            ["kubectl", "apply", "-n", namespace, "-f", "-"],
+            input=json.dumps(doc).encode(), env={**os.environ, "KUBECONFIG": str(self.control_plane.kubeconfig)},
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+
+    def experiment(self, namespace: str, name: str) -> Obj:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    def follow(self, namespace: str, name: str, timeout: float, on_poll: Callable[[], None] | None = None) -> Follow:
+        """Poll the experiment until it ends, recording each status seen on the way."""
+        seen: list[Obj] = []
+
+        def done() -> Obj | None:
+            if on_poll is not None:
+                on_poll()
+            status = self.experiment(namespace, name).get("status") or {}
+            if not seen or seen[-1] != status:
+                seen.append(status)
+            return status if status.get("phase") in TERMINAL else None
+
+        final = poll(done, timeout, f"experiment {namespace}/{name} to finish", interval=0.1)
+        return Follow(final, seen)
+
+    def pods(self, namespace: str, selector: str = "app.kubernetes.io/managed-by=ftbench") -> list[Any]:
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def pod_log(self, namespace: str, pod: str) -> str:
+        """The container log the local kubelet keeps (there is no log endpoint on this node)."""
+        logs = sorted(self.kubelet_dir.glob(f"pods/{namespace}_{pod}_*/containers/*/log"))
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs)
+
+
+class Follow:
+    """An experiment's final status and every distinct status observed before it."""
+
+    def __init__(self, final: Obj, seen: list[Obj]) -> None:
+        self.final, self.seen = final, seen
+
+    def progress_while_running(self) -> list[Obj]:
+        return [s["progress"] for s in self.seen if s.get("progress") and s.get("phase") not in TERMINAL]
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def tiny_lora_spec(**extra: Any) -> Obj:
+    """LoRA on the tiny model on the CPU, small enough for seconds per run.
+
+    modelMaxLength 256: with 128 the chars datasets' prompts leave no response and trl drops
+    every row. The chars dataset is generated at its default size, which takes a moment.
+    """
+    return {
+        "experiment": "finetune_lora_benchmark-v1.0.0",
+        "engine": "trl",
+        "model": "ftbench-tiny-llama",
+        "datasetId": "news-chars-512-entries-4096",
+        "modelMaxLength": 256,
+        "numberGpus": 0,
+        "batchSize": 2,
+        "gradientAccumulationSteps": 1,
+        "maxSteps": 10,
+        "torchDtype": "float32",
+        "gradientCheckpointing": False,
+        **extra,
+    }
