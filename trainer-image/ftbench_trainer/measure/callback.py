@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback
@@ -291,10 +291,6 @@ class MeasureCallback(TrainerCallback):
             trainable_parameters=self.trainable_parameters,
             stopped_by=self.stopped_by,
         )
-
-    def rank_debug(self) -> dict[str, Any]:
-        """This rank's raw counts (tests compare them with an independent count)."""
-        return asdict(self.tokens.committed)
 
 
 def _avg(values: list[float]) -> float:
