@@ -73,6 +73,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
         found = await kube.get_config_map(opts.profile_namespace, opts.profile_config_map)
         if found is not None:
             profiles.update_from_config_map(found)
+    profiles.current()  # load the file now: a broken one is reported at startup
     metrics = OperatorMetrics()
     metrics.start(opts.metrics_port)
     ctx = OperatorContext(settings=opts, kube=kube, profiles=profiles, metrics=metrics)
@@ -116,13 +117,19 @@ def ftbench_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any)
 
 
 @kopf.on.create(*FTE, backoff=HANDLER_BACKOFF)
-async def create(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+async def create(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any
+) -> None:
+    _ctx(memo).pods = ftbench_pods
     with _ctx(memo).metrics.timed("create"):
         await start_or_resume(_ctx(memo), body, patch)
 
 
 @kopf.on.resume(*FTE, backoff=HANDLER_BACKOFF)
-async def resume(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+async def resume(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any
+) -> None:
+    _ctx(memo).pods = ftbench_pods
     with _ctx(memo).metrics.timed("resume"):
         if RETRY_ANNOTATION in body.metadata.annotations:
             await retry(_ctx(memo), body, patch)

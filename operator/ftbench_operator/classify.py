@@ -246,6 +246,8 @@ def pod_failure(pod: PodSummary, rank: int | None = None) -> Observation | None:
     if c.exit_code == EXIT_GPU_OOM:
         return Observation(Phase.INVALID, GPU_OOM, f"{where} exited with the trainer's GPU OOM code {EXIT_GPU_OOM}")
     if c.exit_code == 0 and c.state == "terminated":
+        if rank:  # other ranks finish normally; only rank 0 owes a result
+            return None
         return Observation(Phase.FAILED, NO_RESULT, f"{where} exited 0 without a trainer result")
     tail = c.message.strip().splitlines()[-1][:300] if c.message.strip() else ""
     detail = f"exit code {c.exit_code}" if c.exit_code is not None else (pod.reason or "failed")

@@ -60,7 +60,13 @@ class OperatorProcess:
         }
         log = self.log_file.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ftbench_operator", f"--liveness=http://127.0.0.1:{self.health_port}/healthz"],
+            [
+                sys.executable,
+                "-m",
+                "ftbench_operator",
+                "--verbose",
+                f"--liveness=http://127.0.0.1:{self.health_port}/healthz",
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -144,4 +150,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.failed and "operator" in getattr(item, "funcargs", {}):
         proc = item.funcargs["operator"]
-        report.sections.append(("operator log (tail)", proc.log()[-6000:]))
+        noise = ("succeeded.", "Unresolved resources", "GET /healthz")
+        lines = [line for line in proc.log().splitlines() if not any(n in line for n in noise)]
+        report.sections.append(("operator log (tail)", "\n".join(lines[-80:])))

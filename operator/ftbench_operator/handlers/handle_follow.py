@@ -134,6 +134,15 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
     index = ctx.pods or {}
     pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
     obs = observe(ctx, body, workloads, pods, trials)
+    log.debug(
+        "sync %s/%s: %d workloads, %d pods -> %s (%s)",
+        namespace,
+        name,
+        len(workloads),
+        len(pods),
+        obs.phase,
+        obs.reason,
+    )
     if obs.next_trial is not None:
         await start_trial(ctx, body, spec, attempt, obs.next_trial)
     desired = status.Builder(current, body["metadata"].get("generation"), status.utcnow()).observed(obs, trials=trials)
@@ -141,6 +150,7 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
     if not patch:
         return
     await ctx.kube.patch_experiment_status(namespace, name, patch)
+    log.info("%s/%s: %s (%s) %s", namespace, name, obs.phase.value, obs.reason, obs.message)
     if patch.get("phase"):
         failed = obs.phase in (Phase.FAILED, Phase.INVALID)
         event(body, obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed)
