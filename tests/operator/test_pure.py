@@ -1,0 +1,256 @@
+"""Unit tests of the operator's pure parts: classification, status builders, metrics, settings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from operator_testkit import failed_result, oom_result, success_result
+from prometheus_client import CollectorRegistry, generate_latest
+
+from ftbench.api.status import FineTuneExperimentStatus, Phase
+from ftbench_operator import status as st
+from ftbench_operator.__main__ import argv
+from ftbench_operator.classify import (
+    ContainerState,
+    PodSummary,
+    WorkloadSummary,
+    classify_run,
+    classify_trials,
+    rank_of,
+    summarize_pod,
+    summarize_workload,
+)
+from ftbench_operator.metrics import OperatorMetrics
+from ftbench_operator.profile_source import ProfileSource
+from ftbench_operator.settings import OperatorSettings
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+JOB = WorkloadSummary(kind="Job", name="x-a0")
+
+
+def pod(name="p", phase="Running", state="running", exit_code=None, reason="", message="", **kw) -> PodSummary:
+    return PodSummary(
+        name=name,
+        phase=phase,
+        created="2026-01-01T11:00:00Z",
+        start_time="2026-01-01T11:00:00Z",
+        container=ContainerState(state, reason, message, exit_code),
+        **kw,
+    )
+
+
+def terminated(result, exit_code=0, **kw) -> PodSummary:
+    return pod(
+        phase="Succeeded" if exit_code == 0 else "Failed",
+        state="terminated",
+        exit_code=exit_code,
+        message=result.to_termination_message() if result else "",
+        **kw,
+    )
+
+
+def run(pods, workloads=(JOB,), missing=False, grace=300.0):
+    return classify_run(workloads, pods, workload_missing=missing, now=NOW, image_pull_grace_seconds=grace)
+
+
+@pytest.mark.parametrize(
+    ("pods", "workloads", "phase", "reason"),
+    [
+        ([], (JOB,), Phase.PENDING, "Pending"),
+        ([pod()], (JOB,), Phase.RUNNING, "Running"),
+        ([terminated(success_result())], (JOB,), Phase.SUCCEEDED, "ResultsRecorded"),
+        ([terminated(oom_result(), 42)], (JOB,), Phase.INVALID, "GpuOutOfMemory"),
+        ([pod(phase="Failed", state="terminated", exit_code=42)], (JOB,), Phase.INVALID, "GpuOutOfMemory"),
+        ([terminated(failed_result(), 1)], (JOB,), Phase.FAILED, "TrainingError"),
+        (
+            [pod(phase="Failed", state="terminated", exit_code=137, reason="OOMKilled")],
+            (JOB,),
+            Phase.FAILED,
+            "OOMKilled",
+        ),
+        ([pod(phase="Failed", state="", reason="")], (JOB,), Phase.FAILED, "PodFailed"),
+        ([PodSummary("p", "Failed", "2026-01-01T11:00:00Z", reason="Evicted")], (JOB,), Phase.FAILED, "Evicted"),
+        ([pod(state="terminated", exit_code=0, message="not json")], (JOB,), Phase.FAILED, "NoResult"),
+        (
+            [pod()],
+            (WorkloadSummary("Job", "x-a0", failed=True, reason="DeadlineExceeded"),),
+            Phase.FAILED,
+            "DeadlineExceeded",
+        ),
+        (
+            [],
+            (WorkloadSummary("Job", "x-a0", failed=True, reason="PodFailurePolicy"),),
+            Phase.INVALID,
+            "GpuOutOfMemory",
+        ),
+        (
+            [],
+            (WorkloadSummary("Job", "x-a0", failed=True, reason="BackoffLimitExceeded"),),
+            Phase.FAILED,
+            "BackoffLimitExceeded",
+        ),
+        ([], (WorkloadSummary("Job", "x-a0", succeeded=True),), Phase.FAILED, "NoResult"),
+        ([pod(phase="Pending", state="waiting", reason="InvalidImageName")], (JOB,), Phase.FAILED, "ImagePullBackOff"),
+    ],
+)
+def test_classify_run(pods, workloads, phase, reason):
+    obs = run(pods, workloads)
+    assert (obs.phase, obs.reason) == (phase, reason), obs.message
+
+
+def test_result_wins_over_deadline_and_deletion_is_first():
+    assert (
+        run(
+            [terminated(success_result())], (WorkloadSummary("Job", "j", failed=True, reason="DeadlineExceeded"),)
+        ).phase
+        == Phase.SUCCEEDED
+    )
+    assert run([terminated(success_result())], missing=True).reason == "ChildDeleted"
+
+
+def test_image_pull_fails_only_after_the_grace_period():
+    waiting = pod(phase="Pending", state="waiting", reason="ImagePullBackOff")
+    assert run([waiting], grace=7200).phase == Phase.PENDING
+    assert run([waiting], grace=60).reason == "ImagePullBackOff"
+
+
+def test_multi_node_ranks():
+    master = pod("m", replica_type="master")
+    worker = pod("w", replica_type="worker", replica_index=0)
+    assert (
+        rank_of(master, 1),
+        rank_of(worker, 1),
+        rank_of(pod(completion_index=3), 1),
+        rank_of(pod(completion_index=3), 5),
+    ) == (0, 1, 3, 0)
+    done_worker = terminated(None, 0, replica_type="worker", replica_index=0, name="w")
+    assert run([master, done_worker]).phase == Phase.RUNNING
+    failed_worker = pod("w", "Failed", "terminated", 1, replica_type="worker", replica_index=0)
+    obs = run([master, failed_worker])
+    assert obs.reason == "PodFailed" and "rank 1" in obs.message
+
+
+def test_trials_aggregate_and_ask_for_the_next_job():
+    trials = [
+        terminated(success_result(trial=0), trial_label=0),
+        terminated(oom_result(trial=1), trial_label=1, name="p1"),
+    ]
+    jobs = [
+        WorkloadSummary("Job", "x-a0-t0", succeeded=True, trial_label=0),
+        WorkloadSummary("Job", "x-a0-t1", succeeded=True, trial_label=1),
+    ]
+    obs = classify_trials(jobs, trials, trials=5, workload_missing=False, one_job_per_trial=True, now=NOW)
+    assert obs.phase == Phase.RUNNING and obs.next_trial == 2
+    assert [t.outcome.value for t in obs.trials] == ["Succeeded", "GpuOom"]
+    stability = st.stability(obs.trials, 5)
+    assert stability["fGpuOom"] == 0.5 and stability["trialsFinished"] == 2
+    FineTuneExperimentStatus.model_validate({"stability": stability})  # the CRD's schema
+
+
+def test_summaries_tolerate_odd_input():
+    assert summarize_pod({}).phase == "Pending"
+    assert (
+        summarize_pod(
+            {"metadata": {"labels": {"ftbench.io/trial": "x"}}, "status": {"containerStatuses": [{}]}}
+        ).trial_label
+        is None
+    )
+    body = {
+        "kind": "PyTorchJob",
+        "metadata": {"name": "j"},
+        "status": {
+            "conditions": [
+                {"type": "Running", "status": "False"},
+                {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed", "message": "m"},
+            ]
+        },
+    }
+    w = summarize_workload(body)
+    assert w.failed and w.reason == "PyTorchJobFailed" and not w.succeeded
+
+
+def test_condition_transition_time_only_moves_on_transitions():
+    first = st.set_condition([], "Ready", "False", "A", "a", generation=1, now=NOW)
+    later = NOW + timedelta(minutes=5)
+    same = st.set_condition(first, "Ready", "False", "B", "b", generation=2, now=later)
+    assert same[0]["lastTransitionTime"] == first[0]["lastTransitionTime"] and same[0]["reason"] == "B"
+    assert same[0]["observedGeneration"] == 2
+    flipped = st.set_condition(same, "Ready", "True", "C", "c", generation=2, now=later)
+    assert flipped[0]["lastTransitionTime"] == st.timestamp(later)
+
+
+def test_builders_produce_schema_valid_status_and_minimal_patches():
+    builder = st.Builder({}, 1, NOW)
+    started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"})
+    FineTuneExperimentStatus.model_validate(st.strip_empty(started))
+    assert st.diff(st.strip_empty(started), started) == {}
+    done = st.Builder(started, 1, NOW).observed(run([terminated(success_result())]), trials=1)
+    patch = st.diff(started, done)
+    assert patch["phase"] == "Succeeded" and patch["results"]["trainTokensPerSecond"] == 1234.5
+    full = FineTuneExperimentStatus.model_validate({**st.strip_empty(started), **st.strip_empty(patch)})
+    assert full.is_valid is True
+    retry = st.Builder(full.model_dump(mode="json", by_alias=True, exclude_none=True), 1, NOW).retrying(1)
+    assert retry["results"] is None and retry["attempt"] == 1
+    invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
+    assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
+
+
+def test_metrics_track_phases_and_headline_results():
+    metrics = OperatorMetrics(CollectorRegistry())
+    body = {
+        "metadata": {"namespace": "ns", "name": "a"},
+        "spec": {"model": "m", "experiment": "e", "numberGpus": 2},
+        "status": {"phase": "Succeeded", "results": {"trainTokensPerSecond": 10.0}},
+    }
+    metrics.observe(body)
+    text = generate_latest(metrics.registry).decode()
+    assert (
+        'ftbench_result_train_tokens_per_second{experiment="e",gpus="2",model="m",name="a",namespace="ns"} 10.0' in text
+    )
+    assert 'ftbench_experiments{phase="Succeeded"} 1.0' in text
+    metrics.forget("ns", "a")
+    text = generate_latest(metrics.registry).decode()
+    assert (
+        "ftbench_result_train_tokens_per_second{" not in text and 'ftbench_experiments{phase="Succeeded"} 0.0' in text
+    )
+    with pytest.raises(ValueError), metrics.timed("create"):
+        raise ValueError
+    assert (
+        'ftbench_reconcile_errors_total{handler="create",kind="ValueError"} 1.0'
+        in generate_latest(metrics.registry).decode()
+    )
+
+
+def test_settings_and_command_line(tmp_path):
+    opts = OperatorSettings.from_env({"FTBENCH_OPERATOR_METRICS_PORT": "0", "POD_NAMESPACE": "ops", "OTHER": "x"})
+    assert opts.metrics_port == 0 and opts.profile_namespace == "ops"
+    with pytest.raises(ValueError):
+        OperatorSettings.from_env({"FTBENCH_OPERATOR_METRICS_PORT": "x"})
+    assert argv([]) == [
+        "run",
+        "--standalone",
+        "-m",
+        "ftbench_operator.app",
+        "--all-namespaces",
+        "--liveness=http://0.0.0.0:8080/healthz",
+    ]
+    assert "--all-namespaces" not in argv(["--namespace=bench"])
+
+
+def test_profile_source_keeps_the_last_good_profile(tmp_path):
+    path = tmp_path / "profile.yaml"
+    path.write_text("gpuResource: example.com/gpu\n")
+    source = ProfileSource(path)
+    source.set_server_features(20, training_operator=False)
+    profile = source.current()
+    assert profile.gpu_resource == "example.com/gpu" and profile.features.indexed_jobs is False
+    assert (
+        source.update_from_config_map({"metadata": {"name": "p"}, "data": {"profile.yaml": "cpuPerGpu: [oops"}})
+        is False
+    )
+    assert source.error and source.current().gpu_resource == "example.com/gpu"
+    assert source.update_from_config_map(
+        {"metadata": {"name": "p"}, "data": {"profile.yaml": "features: {indexedJobs: true}"}}
+    )
+    assert source.current().features.indexed_jobs is True  # explicit features win over the server's
