@@ -147,3 +147,30 @@ def test_launch_failure_is_reported(tmp_path: Path, tiny_model_dir: Path, monkey
     assert trainer_main.main(["--plan", str(write_plan(plan, tmp_path))]) == EXIT_FAILED
     result = read_result(plan)
     assert result.error is not None and result.error.type.endswith("RendezvousEnvError")
+
+
+def test_stability_trials_each_report_their_outcome(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without FTBENCH_TRIAL_INDEX, all of the plan's trials run in sequence, each with its own
+    result file; an OOM or error in one trial is that trial's measurement (exit 0)."""
+    from ftbench.api.enums import Experiment
+
+    def trial_fails(plan: object, *, trial: int | None, started: object) -> TrainerResult:
+        raise (torch.OutOfMemoryError("CUDA out of memory.") if trial == 1 else RuntimeError("NCCL error"))
+
+    monkeypatch.delenv("FTBENCH_TRIAL_INDEX", raising=False)
+    monkeypatch.setattr(worker, "_train", trial_fails)
+    plan = make_plan(tmp_path, tiny_model_dir, tmp_path / "data", experiment=Experiment.FULL_STABILITY)
+    assert plan.trials > 1
+    assert trainer_main.main(["--plan", str(write_plan(plan, tmp_path))]) == 0
+    outcomes = [
+        TrainerResult.from_json(trainer_main.result_path(plan, t).read_text()).outcome for t in range(plan.trials)
+    ]
+    assert outcomes == [Outcome.FAILED, Outcome.GPU_OOM] + [Outcome.FAILED] * (plan.trials - 2)
+
+    # One pod per trial (FTBENCH_TRIAL_INDEX set): that trial only, its exit code unless told otherwise.
+    monkeypatch.setenv("FTBENCH_TRIAL_INDEX", "1")
+    assert trainer_main.main(["--plan", str(write_plan(plan, tmp_path))]) == EXIT_GPU_OOM
+    monkeypatch.setenv("FTBENCH_TRIAL_FAILURE_EXIT_ZERO", "true")
+    assert trainer_main.main(["--plan", str(write_plan(plan, tmp_path))]) == 0

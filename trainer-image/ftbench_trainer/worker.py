@@ -119,9 +119,15 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     model_path = resolve_model(plan)
     dataset_path = resolve_dataset(plan, model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    per_sample = mean_dataset_tokens(
-        dataset_path, plan.training.dataset_text_field, tokenizer, plan.training.model_max_length
-    )
+    try:
+        per_sample = mean_dataset_tokens(
+            dataset_path, plan.training.dataset_text_field, tokenizer, plan.training.model_max_length
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        # Seed note 3 is defined for text rows; chat/vision rows (messages + images) have no
+        # single text field. Report datasetTokensPerSecond as 0 rather than fail the measurement.
+        log.warning("dataset tokens (seed note 3) not computable for %s: %s", dataset_path, exc)
+        per_sample = 0.0
     progress = TeeProgressSink(ProgressReporter.from_plan(plan))
     callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress)
     try:
