@@ -190,21 +190,3 @@ def test_nvml_device_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatc
     assert nvml_device_index(0) == "GPU-abc"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert nvml_device_index(0) is None
-
-
-def test_fan_out_sink_survives_a_failing_sink() -> None:
-    from ftbench_trainer.report import FanOutSink, make_progress_sink
-
-    class Broken:
-        def update(self, progress: ProgressUpdate) -> None:
-            raise RuntimeError("apiserver down")
-
-    out = io.StringIO()
-    FanOutSink(Broken(), StdoutProgressSink(out)).update(ProgressUpdate(1, 2, 0.5, 10.0))
-    assert parse_progress_line(out.getvalue().strip()) == {
-        "step": 1,
-        "totalSteps": 2,
-        "elapsedSeconds": 0.5,
-        "tokensPerSecond": 10.0,
-    }
-    assert isinstance(make_progress_sink(), StdoutProgressSink)

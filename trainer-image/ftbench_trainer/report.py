@@ -15,9 +15,9 @@ out of the training library's own output::
 
 The final result is printed once as ``FTBENCH_RESULT <compact TrainerResult JSON>``.
 
-`ProgressSink` is the hook for other destinations: `make_progress_sink` is the one place the
-worker gets its sink from, so a Kubernetes status sink (plan.output.reportProgressToKubernetes)
-plugs in there next to `StdoutProgressSink`, fanned out by `FanOutSink`.
+`ProgressSink` is the hook for destinations: `StdoutProgressSink` writes the lines above, and
+`TeeProgressSink` (what the worker uses) adds `status.progress` patches through
+`ftbench.progress_reporter.ProgressReporter` when plan.output.reportProgressToKubernetes is set.
 """
 
 from __future__ import annotations
@@ -101,26 +101,6 @@ class TeeProgressSink:
     def close(self) -> None:
         if self.reporter is not None:
             self.reporter.close()
-
-
-class FanOutSink:
-    """Sends each update to several sinks; one failing sink does not silence the others."""
-
-    def __init__(self, *sinks: ProgressSink) -> None:
-        self.sinks = sinks
-
-    def update(self, progress: ProgressUpdate) -> None:
-        for sink in self.sinks:
-            try:
-                sink.update(progress)
-            except Exception as exc:  # progress is best effort, the measurement is not
-                log.warning("progress sink %s failed: %s", type(sink).__name__, exc)
-
-
-def make_progress_sink(*extra: ProgressSink) -> ProgressSink:
-    """Stdout progress lines, plus any `extra` sinks (e.g. the Kubernetes status reporter)."""
-    stdout = StdoutProgressSink()
-    return FanOutSink(stdout, *extra) if extra else stdout
 
 
 def parse_progress_line(line: str) -> dict[str, float | int] | None:
