@@ -47,7 +47,7 @@ PROFILE: dict[str, Any] = {
 # What the Helm chart grants the trainer (ftbench.progress_reporter), bound here to the
 # namespace's default ServiceAccount, which the training pods use when the profile names none.
 TRAINER_RULES = [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]}]
-TERMINAL = ("Succeeded", "Failed")
+TERMINAL = ("Succeeded", "Failed", "Invalid")
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -176,7 +176,12 @@ class Cluster:
                 seen.append(status)
             return status if status.get("phase") in TERMINAL else None
 
-        final = poll(done, timeout, f"experiment {namespace}/{name} to finish", interval=0.1)
+        try:
+            final = poll(done, timeout, f"experiment {namespace}/{name} to finish", interval=0.1)
+        except AssertionError as err:
+            jobs = [j.metadata.name for j in self.batch.list_namespaced_job(namespace).items]
+            events = [f"{e.reason}: {e.message}" for e in self.core.list_namespaced_event(namespace).items]
+            raise AssertionError(f"{err}\nlast status: {seen[-1:]}\njobs: {jobs}\nevents: {events}") from None
         return Follow(final, seen)
 
     def pods(self, namespace: str, selector: str = "app.kubernetes.io/managed-by=ftbench") -> list[Any]:

@@ -21,3 +21,33 @@ def test_lora_experiment_succeeds_with_progress_and_results(cluster: Cluster, ns
     assert midway, f"no progress seen mid-run: {run.seen}"
     assert run.final["progress"]["step"] == 80
     assert [j.metadata.name for j in cluster.batch.list_namespaced_job(ns).items] == ["lora-a0"]
+
+
+def test_trainer_failure_ends_failed_with_the_reason(cluster: Cluster, ns: str) -> None:
+    """A spec that passes every rule but cannot run: the catalog's llama-7b weights are not on
+    the models volume, so the trainer fails to load them and says so in its termination message."""
+    cluster.apply(ns, "missing-weights", tiny_lora_spec(model="llama-7b"))
+    run = cluster.follow(ns, "missing-weights", timeout=120)
+    assert run.final["phase"] == "Failed", run.final
+    succeeded = next(c for c in run.final["conditions"] if c["type"] == "Succeeded")
+    assert succeeded["status"] == "False" and succeeded["reason"] not in ("", "Pending"), succeeded
+    assert "LLaMa/models/hf/7B" in run.final["message"], run.final["message"]
+    assert "results" not in run.final
+
+
+def test_stability_experiment_records_five_trials(cluster: Cluster, ns: str) -> None:
+    """No Indexed Jobs on 1.20: the operator runs the five trials as five Jobs, one after another."""
+    # The experiment fixes most fields (5 trials of 5 steps, gradient checkpointing on): only the
+    # ones it accepts are set, plus what every spec needs.
+    base = tiny_lora_spec()
+    spec = {k: base[k] for k in ("engine", "model", "datasetId", "modelMaxLength", "numberGpus", "batchSize")}
+    spec.update(experiment="finetune_full_stability-v1.0.0", torchDtype="float32", gradientAccumulationSteps=1)
+    cluster.apply(ns, "stability", spec)
+    run = cluster.follow(ns, "stability", timeout=240)
+    assert run.final["phase"] == "Succeeded", run.final
+    stability = run.final["stability"]
+    assert stability["trialsPlanned"] == stability["trialsFinished"] == 5, stability
+    assert [t["index"] for t in stability["trials"]] == [0, 1, 2, 3, 4]
+    assert [t["outcome"] for t in stability["trials"]] == ["Succeeded"] * 5 and stability["fNoError"] == 1.0
+    jobs = sorted(j.metadata.name for j in cluster.batch.list_namespaced_job(ns).items)
+    assert len(jobs) == 5, jobs
