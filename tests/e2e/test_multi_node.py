@@ -35,7 +35,7 @@ class TrainingOperator:
         if not self.created:
             self._create_replicas(job)
             self.created = True
-        phases = {p.metadata.name: p.status.phase for p in self.cluster.pods(self.namespace, self._selector())}
+        phases = {p.metadata.name: p.status.phase for p in self.cluster.pods(self.namespace, self.selector())}
         wanted = ["Created"]
         if any(phase in ("Running", "Succeeded") for phase in phases.values()):
             wanted.append("Running")
@@ -46,7 +46,7 @@ class TrainingOperator:
         if wanted != self.conditions:
             self._write_conditions(wanted)
 
-    def _selector(self) -> str:
+    def selector(self) -> str:
         return f"training.kubeflow.org/job-name={self.job_name}"
 
     def _create_replicas(self, job: Obj) -> None:
@@ -125,6 +125,6 @@ def test_two_node_pytorchjob_run(cluster: Cluster, ns: str) -> None:
     assert run.final["phase"] == "Succeeded", run.final
     assert run.final["environment"]["worldSize"] == 2 and run.final["environment"]["numberNodes"] == 2
     assert run.final["results"]["trainTokensPerSecond"] > 0
-    pods = {p.metadata.name: p.status.phase for p in cluster.pods(ns, kubeflow._selector())}
+    pods = {p.metadata.name: p.status.phase for p in cluster.pods(ns, kubeflow.selector())}
     assert pods == {"two-nodes-a0-master-0": "Succeeded", "two-nodes-a0-worker-0": "Succeeded"}
     assert "Succeeded" in kubeflow.conditions
