@@ -87,8 +87,12 @@ def build_tokenizer(*, vocab_size: int = DEFAULT_VOCAB_SIZE, model_max_length: i
 
 
 def _params(seed: int, model_max_length: int, vocab_size: int) -> dict:
+    import transformers
+
     return {
         "version": TINY_MODEL_VERSION,
+        # Files saved by transformers 5 do not load in 4.x (the fms env): rebuild across majors.
+        "transformers_major": int(transformers.__version__.split(".")[0]),
         "seed": seed,
         "model_max_length": model_max_length,
         "vocab_size": vocab_size,
