@@ -126,7 +126,9 @@ def test_missing_model_fails_in_a_real_run(tmp_path: Path, tiny_model_dir: Path)
     proc = run_trainer(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python", write_plan(plan, tmp_path))
     assert proc.returncode == EXIT_FAILED, tail(proc)
     result = read_result(plan)
-    assert result.outcome == Outcome.FAILED and result.error is not None and result.error.type
+    assert result.outcome == Outcome.FAILED and result.error is not None
+    assert result.error.type == "FileNotFoundError"
+    assert "not found at" in result.error.message and str(tmp_path / "no-such-model") in result.error.message
 
 
 def test_launch_failure_is_reported(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,6 +76,12 @@ def resolve_model(plan: LaunchPlan) -> str:
         from ftbench_trainer.tiny_model import build_tiny_model
 
         build_tiny_model(plan.model.ref)
+    elif plan.model.ref.startswith("/") and not Path(plan.model.ref).exists():
+        # Otherwise from_pretrained reads the path as a hub id and says "Repo id must be in the form ...".
+        raise FileNotFoundError(
+            f"weights of model {plan.model.name} not found at {plan.model.ref}: put them on the models volume "
+            "(cluster profile storage.models / modelRoot) or point the model at them with a model map"
+        )
     return plan.model.ref
 
 
