@@ -89,6 +89,26 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))] if ordered else float("nan")
 
 
+def handler_means(port: str) -> dict[str, float]:
+    """Mean duration of each operator handler, from its own Prometheus histogram."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        for suffix, into in (("_sum", sums), ("_count", counts)):
+            prefix = f'ftbench_reconcile_duration_seconds{suffix}{{handler="'
+            if line.startswith(prefix):
+                handler = line[len(prefix) :].split('"', 1)[0]
+                into[handler] = float(line.rsplit(" ", 1)[1])
+    return {h: round(sums[h] / counts[h], 4) for h in sums if counts.get(h)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (from /proc, clock ticks -> seconds)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -107,6 +127,7 @@ class Bench:
         self.child: dict[str, float] = {}
         self.finished: dict[str, float] = {}
         self.results: dict[str, float] = {}
+        self.failed: dict[str, str] = {}
         self.message = result_message()
         self.stop = threading.Event()
         self.pool = ThreadPoolExecutor(4)
@@ -178,17 +199,23 @@ class Bench:
             with self.lock:
                 if status.get("phase") == "Succeeded" and status.get("results") and name not in self.results:
                     self.results[name] = time.monotonic()
+                elif status.get("phase") in ("Failed", "Invalid"):
+                    self.failed[name] = f"{status['phase']}: {status.get('message', '')}"
 
         def list_fn(namespace: str, **kw: Any) -> Any:
             return custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kw)
 
         self._watch(list_fn, handle)
 
-    def create(self, names: list[str]) -> None:
+    def create(self, names: list[str], rate: float = 0.0) -> None:
+        """Create `names` in order; `rate` > 0 paces them (per second), 0 creates them as a burst."""
         from kubernetes.client import CustomObjectsApi
 
         custom = CustomObjectsApi(self.api)
-        for name in names:
+        start = time.monotonic()
+        for i, name in enumerate(names):
+            if rate > 0:
+                time.sleep(max(0.0, start + i / rate - time.monotonic()))
             body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": SPEC}
             custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
             with self.lock:
@@ -198,7 +225,7 @@ class Bench:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                if all(n in self.results for n in names):
+                if all(n in self.results or n in self.failed for n in names):
                     return True
             time.sleep(0.5)
         return False
@@ -213,6 +240,7 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=int, default=200, help="burst whose latencies are measured")
+    parser.add_argument("--rate", type=float, default=0.0, help="creations per second (0: one burst)")
     parser.add_argument("--total", type=int, default=1000, help="experiments alive when RSS is read")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -240,6 +268,7 @@ def main() -> None:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        bench: Bench | None = None
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -256,12 +285,19 @@ def main() -> None:
             bench.start_watches()
             time.sleep(1)
             burst = [f"exp-{i:04d}" for i in range(args.experiments)]
+            cpu0 = {"operator": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in cp.pids.items()}}
+            cpu0["bench"] = time.process_time()
             t0 = time.monotonic()
-            bench.create(burst)
+            bench.create(burst, args.rate)
             create_seconds = time.monotonic() - t0
             ok = bench.wait_results(burst, timeout=300)
             burst_seconds = time.monotonic() - t0
             to_child, to_results = bench.latencies(burst)
+            cpu = {"operator": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in cp.pids.items()}}
+            cpu["bench"] = time.process_time()
+            cpu0.setdefault("bench", 0.0)
+            handler_seconds = handler_means(env["FTBENCH_OPERATOR_METRICS_PORT"])
+            burst_cpu = {k: round(cpu[k] - cpu0[k], 1) for k in cpu}
             rest = [f"exp-{i:04d}" for i in range(args.experiments, args.total)]
             for start in range(0, len(rest), 100):
                 bench.create(rest[start : start + 100])
@@ -270,7 +306,8 @@ def main() -> None:
             time.sleep(3)
             rss = rss_mb(proc.pid)
         finally:
-            bench.stop.set() if "bench" in locals() else None
+            if bench is not None:
+                bench.stop.set()
             proc.terminate()
             proc.wait(15)
 
@@ -279,6 +316,10 @@ def main() -> None:
         "burst_create_seconds": round(create_seconds, 2),
         "burst_all_succeeded_seconds": round(burst_seconds, 2),
         "burst_complete": ok,
+        "not_succeeded": len(bench.failed) if bench else None,
+        "rate_per_second": args.rate or "burst",
+        "burst_cpu_seconds": burst_cpu,
+        "operator_handler_mean_seconds": handler_seconds,
         "cr_to_child_p50_s": round(statistics.median(to_child), 3),
         "cr_to_child_p99_s": round(pct(to_child, 99), 3),
         "pod_to_results_p50_s": round(statistics.median(to_results), 3),
@@ -294,7 +335,7 @@ def main() -> None:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     print(
         f"\n| Measure | p50 | p99 | Target |\n|---|---|---|---|\n"
-        f"| CR created -> child created ({args.experiments} at once) | {figures['cr_to_child_p50_s']} s "
+        f"| CR created -> child created ({args.experiments}, {'at once' if not args.rate else f'{args.rate:g}/s'}) | {figures['cr_to_child_p50_s']} s "
         f"| {figures['cr_to_child_p99_s']} s | p99 <= 1 s |\n"
         f"| pod finished -> results in status | {figures['pod_to_results_p50_s']} s "
         f"| {figures['pod_to_results_p99_s']} s | p99 <= 2 s |\n"

@@ -18,6 +18,7 @@ owner references and the garbage collector, so a delete never hangs when the ope
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from typing import Any
 
 import kopf
@@ -27,7 +28,7 @@ from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL
 from ftbench.render.names import label_value
 from ftbench_operator.children import ACCEPTED_SPEC_ANNOTATION
 from ftbench_operator.classify import summarize_pod
-from ftbench_operator.context import OperatorContext
+from ftbench_operator.context import OperatorContext, api_errors
 from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
 from ftbench_operator.handlers.handle_retry import RETRY_ANNOTATION, retry
 from ftbench_operator.handlers.handle_spec_change import spec_changed
@@ -46,6 +47,10 @@ HANDLER_BACKOFF = 5.0
 
 def _ctx(memo: kopf.Memo) -> OperatorContext:
     return memo["ctx"]
+
+
+def _api_errors(memo: kopf.Memo) -> AbstractContextManager[None]:
+    return api_errors(_ctx(memo).settings.api_retry_delay_seconds)
 
 
 def _syncer(memo: kopf.Memo) -> Syncer:
@@ -121,7 +126,7 @@ async def create(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any
 ) -> None:
     _ctx(memo).pods = ftbench_pods
-    with _ctx(memo).metrics.timed("create"):
+    with _ctx(memo).metrics.timed("create"), _api_errors(memo):
         await start_or_resume(_ctx(memo), body, patch)
 
 
@@ -130,7 +135,7 @@ async def resume(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any
 ) -> None:
     _ctx(memo).pods = ftbench_pods
-    with _ctx(memo).metrics.timed("resume"):
+    with _ctx(memo).metrics.timed("resume"), _api_errors(memo):
         if RETRY_ANNOTATION in body.metadata.annotations:
             await retry(_ctx(memo), body, patch)
         await start_or_resume(_ctx(memo), body, patch)
@@ -138,13 +143,13 @@ async def resume(
 
 @kopf.on.update(*FTE, field="spec", backoff=HANDLER_BACKOFF)
 async def update_spec(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    with _ctx(memo).metrics.timed("spec_change"):
+    with _ctx(memo).metrics.timed("spec_change"), _api_errors(memo):
         await spec_changed(_ctx(memo), body)
 
 
 @kopf.on.update(*FTE, annotations={RETRY_ANNOTATION: kopf.PRESENT}, backoff=HANDLER_BACKOFF)
 async def retry_requested(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    with _ctx(memo).metrics.timed("retry"):
+    with _ctx(memo).metrics.timed("retry"), _api_errors(memo):
         await retry(_ctx(memo), body, patch)
 
 
@@ -170,22 +175,9 @@ def _request_sync(memo: kopf.Memo, experiments: kopf.Index[Any, Any], namespace:
 
 
 @kopf.on.event("pods", labels=MANAGED)
-async def pod_event(
-    namespace: str,
-    labels: kopf.Labels,
-    memo: kopf.Memo,
-    experiments: kopf.Index[Any, Any],
-    ftbench_pods: kopf.Index[Any, Any],
-    **_: Any,
-) -> None:
-    if "ctx" in memo:
-        _ctx(memo).pods = ftbench_pods
-    _request_sync(memo, experiments, namespace, labels)
-
-
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=MANAGED)
-async def workload_event(
+async def child_event(
     namespace: str,
     labels: kopf.Labels,
     memo: kopf.Memo,

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
-from ftbench_operator.kube import Kube
+from ftbench_operator.kube import Kube, KubeError
 from ftbench_operator.metrics import OperatorMetrics
 from ftbench_operator.profile_source import ProfileSource
 from ftbench_operator.settings import OperatorSettings
@@ -37,11 +38,32 @@ class OperatorContext:
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
 
+    @asynccontextmanager
+    async def fresh(self, body: Mapping[str, Any]) -> AsyncIterator[dict[str, Any] | None]:
+        """Hold the experiment's lock and yield it as the API server has it now (None: gone).
+
+        Handlers act on this, not on the event's body: another writer may have moved it on."""
+        meta = body["metadata"]
+        async with self.lock(meta["namespace"], meta["name"]):
+            yield await self.kube.get_experiment(meta["namespace"], meta["name"])
+
     def forget(self, namespace: str, name: str) -> None:
         lock = self.locks.get((namespace, name))
         if lock is not None and not lock.locked():
             del self.locks[(namespace, name)]
         self.metrics.forget(namespace, name)
+
+
+@contextmanager
+def api_errors(delay: float) -> Iterator[None]:
+    """Map API failures to kopf's retry semantics: temporary ones back off and retry, others
+    (a 4xx that will not change by itself) stop retrying instead of looping every few seconds."""
+    try:
+        yield
+    except KubeError as err:
+        if err.temporary:
+            raise kopf.TemporaryError(str(err), delay=delay) from err
+        raise kopf.PermanentError(str(err)) from err
 
 
 def event(body: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:

@@ -254,3 +254,13 @@ def test_deleting_the_experiment_garbage_collects_children(operator, kubelet, cr
         interval=1,
         what="children garbage-collected",
     )
+
+
+def test_rejected_child_fails_without_retrying_forever(operator, kubelet, create_experiment, kube_api, namespace):
+    CoreV1Api(kube_api).create_namespaced_resource_quota(
+        namespace, {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
+    )
+    time.sleep(1)  # the quota controller fills status.used; admission needs it
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    fte = kubelet.wait_phase(name, "Failed")
+    assert conditions(fte)["Succeeded"]["reason"] == "ChildRejected" and "quota" in fte["status"]["message"]

@@ -24,6 +24,7 @@ from ftbench_operator.classify import (
     PodSummary,
     classify_run,
     classify_trials,
+    summarize_pod,
     summarize_workload,
 )
 from ftbench_operator.context import OperatorContext, event
@@ -134,6 +135,12 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
     index = ctx.pods or {}
     pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
     obs = observe(ctx, body, workloads, pods, trials)
+    if obs.finished:
+        # A verdict is final, so it is made on what the API server holds: the Job's watch can be
+        # ahead of the pods' (a completed Job seen before its pod's termination message).
+        listed = await ctx.kube.list("v1", "Pod", namespace, selector)
+        pods = [summarize_pod(p) for p in listed]
+        obs = observe(ctx, body, workloads, pods, trials)
     log.debug(
         "sync %s/%s: %d workloads, %d pods -> %s (%s)",
         namespace,

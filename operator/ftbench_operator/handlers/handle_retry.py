@@ -30,12 +30,10 @@ def retryable(current: Mapping[str, Any]) -> bool:
 
 
 async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch) -> None:
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    async with ctx.lock(namespace, name):
-        fresh = await ctx.kube.get_experiment(namespace, name)
+    async with ctx.fresh(body) as fresh:
         if fresh is None:
             return
+        namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
         patch.metadata.annotations[RETRY_ANNOTATION] = None
         current = fresh.get("status") or {}
         if not retryable(current):

@@ -12,12 +12,10 @@ from ftbench_operator.context import OperatorContext, event
 
 
 async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    async with ctx.lock(namespace, name):
-        fresh = await ctx.kube.get_experiment(namespace, name)
+    async with ctx.fresh(body) as fresh:
         if fresh is None:
             return
+        namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
         _, accepted_generation = children.accepted_spec(fresh)
         current = fresh.get("status") or {}
         builder = status.Builder(current, fresh["metadata"].get("generation"), status.utcnow())

@@ -13,27 +13,26 @@ from typing import Any
 
 import kopf
 
+from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
 from ftbench.catalog import load_catalog
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
-from ftbench_operator.classify import INVALID_SPEC, NOT_RUNNABLE
+from ftbench_operator.classify import CHILD_REJECTED, INVALID_SPEC, NOT_RUNNABLE, Observation
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_follow import sync_once
+from ftbench_operator.kube import KubeError
 
 
 async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch) -> None:
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    async with ctx.lock(namespace, name):
-        fresh = await ctx.kube.get_experiment(namespace, name)
+    async with ctx.fresh(body) as fresh:
         if fresh is None or fresh["metadata"].get("deletionTimestamp"):
             return
         current = fresh.get("status") or {}
         if current.get("phase") in status.TERMINAL:
             return
         if current.get("job"):
-            await sync_once(ctx, namespace, name, fresh)
+            await sync_once(ctx, fresh["metadata"]["namespace"], fresh["metadata"]["name"], fresh)
             return
         await start_attempt(ctx, fresh, int(current.get("attempt") or 0), patch)
 
@@ -60,7 +59,18 @@ async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: 
         return
     if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
         await children.delete_owned(ctx.kube, body, children.attempt_selector(name, other_than=attempt))
-    created = await children.create_all(ctx.kube, children.initial_objects(rendered), body)
+    try:
+        created = await children.create_all(ctx.kube, children.initial_objects(rendered), body)
+    except KubeError as err:
+        if err.temporary:
+            raise
+        # The server refused a rendered object (admission, quota, schema): retrying cannot help.
+        failed = Observation(Phase.FAILED, CHILD_REJECTED, f"creating the run's objects failed: {err}")
+        await ctx.kube.patch_experiment_status(
+            namespace, name, status.diff(current, builder.observed(failed, trials=1))
+        )
+        event(body, CHILD_REJECTED, failed.message, warning=True)
+        return
     desired = builder.started(attempt, children.workload_ref(rendered))
     await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, desired))
     if created:
