@@ -170,14 +170,14 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
     )
 
 
-def summarize_workload(body: Mapping[str, Any]) -> WorkloadSummary:
+def summarize_workload(body: Mapping[str, Any], kind: str = "") -> WorkloadSummary:
     """Job: Complete/Failed conditions. PyTorchJob: the Succeeded/Failed condition that is True."""
     meta = body.get("metadata") or {}
     conditions = (body.get("status") or {}).get("conditions") or []
     true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
     failed = true.get("Failed")
     return WorkloadSummary(
-        kind=str(body.get("kind", "")),
+        kind=str(body.get("kind") or kind),  # items of a LIST response carry no kind
         name=str(meta.get("name", "")),
         succeeded="Complete" in true or "Succeeded" in true,
         failed=failed is not None,

@@ -100,7 +100,7 @@ def observe(
 ) -> Observation:
     """Classify one attempt from its workloads and pods (pure apart from the clock)."""
     job = (body.get("status") or {}).get("job") or {}
-    workloads = [summarize_workload(w) for w in workload_bodies]
+    workloads = [summarize_workload(w, job.get("kind", "")) for w in workload_bodies]
     missing = job.get("name") not in {w.name for w in workloads}
     now = status.utcnow()
     grace = ctx.settings.image_pull_grace_seconds
