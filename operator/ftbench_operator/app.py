@@ -70,7 +70,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     settings.watching.server_timeout = opts.watch_server_timeout_seconds
     settings.watching.client_timeout = opts.watch_client_timeout_seconds
     settings.posting.level = logging.WARNING  # Events come from explicit kopf.event calls, not logs
-    kube = Kube(connect(), threads=opts.api_threads)
+    kube = Kube(connect(opts.api_threads), threads=opts.api_threads)
     profiles = ProfileSource(opts.profile_file, opts.profile_key)
     minor = await kube.server_minor()
     profiles.set_server_features(minor, training_operator=await kube.has_crd("pytorchjobs.kubeflow.org"))

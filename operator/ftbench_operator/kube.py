@@ -37,15 +37,20 @@ EXPERIMENT_API_VERSION = f"{GROUP}/{VERSION}"
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
 
 
-def connect() -> ApiClient:
-    """In a pod: the service account; elsewhere: KUBECONFIG / ~/.kube/config (like kopf's login)."""
+def connect(pool_size: int) -> ApiClient:
+    """In a pod: the service account; elsewhere: KUBECONFIG / ~/.kube/config (like kopf's login).
+
+    The connection pool matches the thread pool: urllib3's default (5 x CPUs) would make extra
+    threads open and drop connections under a burst of experiments."""
     from kubernetes import client, config
 
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
-        return client.ApiClient()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        return config.new_client_from_config()
+        config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
 
 
 class KubeError(Exception):

@@ -34,7 +34,9 @@ class OperatorSettings(BaseModel):
     )
     watch_server_timeout_seconds: int = Field(300, ge=1, description="Watch request timeout asked of the server.")
     watch_client_timeout_seconds: int = Field(330, ge=1, description="Client-side watch timeout (> server's).")
-    api_threads: int = Field(8, ge=1, le=64, description="Threads for blocking Kubernetes API calls.")
+    api_threads: int = Field(
+        16, ge=1, le=64, description="Threads (and pooled connections) for blocking Kubernetes API calls."
+    )
     api_retry_delay_seconds: float = Field(5.0, gt=0, description="First backoff delay after an API error.")
 
     @classmethod
