@@ -114,7 +114,7 @@ def _seed_rules() -> Iterator[Rule]:
     yield Rule("is_valid.7", "fastMoe", "the model's num_local_experts must be divisible by fastMoe", fast_moe_experts)
 
 
-def _general_rules() -> Iterator[Rule]:
+def _general_rules(catalog: Catalog) -> Iterator[Rule]:
     def max_steps_nonzero(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         return None if s.max_steps != 0 else "maxSteps 0 would train nothing; use -1 (run numTrainEpochs) or >= 1"
 
@@ -136,6 +136,24 @@ def _general_rules() -> Iterator[Rule]:
         f"fastMoe needs fms-hf-tuning >= {FAST_MOE_MIN_FMS}",
         fast_moe_version,
         "self.fastMoe == 0 || self.engine != 'fms-hf-tuning' || self.fmsHfTuningVersion in " + _cel_list(fms_ok),
+    )
+
+    vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
+
+    def trl_text_only(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.TRL or s.dataset_id not in vision:
+            return None
+        return (
+            f"engine trl runs text datasets only; {s.dataset_id} is a vision (chat + image) dataset, which "
+            "ftbench runs through fms-hf-tuning: set engine fms-hf-tuning or a news-* dataset"
+        )
+
+    yield Rule(
+        "engine.trl-text-only",
+        "datasetId",
+        "engine trl runs text datasets only",
+        trl_text_only,
+        "self.engine != 'trl' || !(self.datasetId in " + _cel_list(vision) + ")",
     )
 
     def trl_acceleration(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
@@ -346,7 +364,7 @@ def _cel_literal(value: object) -> str:
 
 
 def all_rules(catalog: Catalog) -> list[Rule]:
-    rules = [*_seed_rules(), *_general_rules()]
+    rules = [*_seed_rules(), *_general_rules(catalog)]
     for exp in catalog.experiments.values():
         rules.extend(_experiment_rules(exp))
     return rules

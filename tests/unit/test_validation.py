@@ -35,6 +35,10 @@ def test_valid_spec_has_no_issues() -> None:
         ({"fastMoe": 2, "model": "mixtral-8x7b-instruct-v0.1"}, "engine.fast-moe-version"),
         ({"engine": "trl", "fastKernels": [True, True, True]}, "engine.trl-acceleration"),
         ({"maxSteps": 0}, "steps.nonzero"),
+        (
+            {"engine": "trl", "model": "granite-vision-3.2-2b", "datasetId": "vision-384x384-16384plus-entries-4096"},
+            "engine.trl-text-only",
+        ),
         ({"model": "gpt-9"}, "catalog.model"),
         ({"datasetId": "vision-384x384-16384plus-entries-4096"}, "catalog.dataset"),
         ({"experiment": "finetune_gtpq-lora_benchmark-v1.0.0", "model": "llama3.1-8b"}, "catalog.model"),
