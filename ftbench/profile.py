@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ftbench.api.spec import QUANTITY, ApiModel
+from ftbench.catalog import Catalog, load_catalog
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
 # A C identifier, as environment variable names in pod specs should be.
@@ -176,6 +177,19 @@ class ClusterProfile(ApiModel):
     model_map: dict[str, dict[str, str]] = Field(
         default_factory=dict, description="Seed 002 model_map: {model: {Vanilla: id-or-path, GPTQ-Quantized: ...}}."
     )
+
+    @field_validator("model_map")
+    @classmethod
+    def _model_map_applies(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        """Reject a bad map when the profile is loaded, not when an experiment first uses it."""
+        load_catalog().with_model_map(value)
+        return value
+
+
+def catalog_for(profile: ClusterProfile, base: Catalog | None = None) -> Catalog:
+    """The catalog this cluster sees: the shipped one with the profile's model map on top."""
+    catalog = base or load_catalog()
+    return catalog.with_model_map(profile.model_map) if profile.model_map else catalog
 
 
 def load_profile(path: str | Path | None) -> ClusterProfile:

@@ -249,24 +249,30 @@ def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
     yield _allowed_values_rule(exp, "engine", "engine", [e.value for e in exp.engines])
 
     if not exp.lora:
-        lora_fields = ("r", "lora_alpha", "target_modules")
-
-        def no_lora(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-            if s.experiment != exp.name:
-                return None
-            used = [_camel(f) for f in lora_fields if getattr(s, f) is not None]
-            return f"{', '.join(used)}: LoRA parameters, not used by {name}; remove them" if used else None
-
-        yield Rule(
-            f"experiment.{_short(exp)}.no-lora",
-            "r",
-            f"{name}: no LoRA parameters",
-            no_lora,
-            when + " && ".join(f"!has(self.{_camel(f)})" for f in lora_fields),
-        )
+        for field_name in ("r", "lora_alpha", "target_modules"):
+            yield _unset_rule(exp, field_name, "no-lora", "a LoRA parameter")
 
     if exp.allowed is not None:
         yield _only_allowed_rule(exp)
+
+
+def _unset_rule(exp: ExperimentEntry, field_name: str, suffix: str, what: str) -> Rule:
+    """`field` does not apply to this experiment and must stay unset (one rule per field, so the
+    error names the field that was set)."""
+    name, alias = exp.name.value, _camel(field_name)
+
+    def check(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.experiment != exp.name or getattr(s, field_name) is None:
+            return None
+        return f"{alias} is {what}, not used by {name}; remove it"
+
+    return Rule(
+        f"experiment.{_short(exp)}.{suffix}.{alias}",
+        alias,
+        f"{name}: {alias} must not be set",
+        check,
+        f"self.experiment != '{name}' || !has(self.{alias})",
+    )
 
 
 def _allowed_values_rule(exp: ExperimentEntry, field_name: str, suffix: str, allowed: list[str]) -> Rule:

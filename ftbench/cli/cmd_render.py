@@ -14,7 +14,7 @@ from ftbench.api.validation import validate_document
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
-from ftbench.profile import ClusterProfile, load_profile
+from ftbench.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.render.manifests import manifests_yaml, render_experiment
 from ftbench.render.plan import PlanError
 
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _profile(path: str | None) -> ClusterProfile:
+def profile_from_arg(path: str | None) -> ClusterProfile:
     try:
         return load_profile(path)
     except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
@@ -42,8 +42,8 @@ def _profile(path: str | None) -> ClusterProfile:
 
 
 def run(args: argparse.Namespace) -> int:
-    catalog = catalog_from_args(args)
-    profile = _profile(args.profile)
+    profile = profile_from_arg(args.profile)
+    catalog = catalog_from_args(args, catalog_for(profile))
     try:
         documents = list(read_documents(args.files))
     except (OSError, ValueError) as err:

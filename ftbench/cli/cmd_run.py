@@ -11,6 +11,8 @@ import yaml
 
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
+from ftbench.catalog import Catalog
+from ftbench.cli.cmd_render import profile_from_arg
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
@@ -18,7 +20,7 @@ from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
-from ftbench.profile import load_profile
+from ftbench.profile import catalog_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,8 +99,8 @@ def _fmt(value: object) -> str:
     return f"{value:,.3f}" if isinstance(value, float) else str(value)
 
 
-def _load_spec(args: argparse.Namespace):
-    catalog = catalog_from_args(args)
+def _load_spec(args: argparse.Namespace, base: Catalog):
+    catalog = catalog_from_args(args, base)
     try:
         documents = list(read_documents([args.file]))
     except (OSError, ValueError) as err:
@@ -113,12 +115,9 @@ def _load_spec(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    spec, name, catalog = _load_spec(args)
     home = ftbench_home()
-    base = load_profile(args.profile)
-    profile = local_profile(base, home)
-    if profile.model_map:
-        catalog = catalog.with_model_map(profile.model_map)
+    profile = local_profile(profile_from_arg(args.profile), home)
+    spec, name, catalog = _load_spec(args, catalog_for(profile))
     try:
         local = prepare(spec, name, catalog, profile, home, dataset_entries=args.dataset_entries)
         python = trainer_python(spec.engine, args.python)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ftbench.api.validation import validate_document
-from ftbench.catalog import load_catalog, load_model_map
+from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 
@@ -18,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def catalog_from_args(args: argparse.Namespace):
-    catalog = load_catalog()
+def catalog_from_args(args: argparse.Namespace, base: Catalog | None = None) -> Catalog:
+    """`base` (default: the shipped catalog) with --model-map on top: the command line wins."""
+    catalog = base or load_catalog()
     if getattr(args, "model_map", None):
         try:
             catalog = catalog.with_model_map(load_model_map(args.model_map))

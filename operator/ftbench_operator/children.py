@@ -16,8 +16,7 @@ from typing import Any
 import kopf
 
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.catalog import load_catalog
-from ftbench.profile import ClusterProfile
+from ftbench.profile import ClusterProfile, catalog_for
 from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL, Rendered, render_experiment
 from ftbench.render.names import label_value
 from ftbench.render.runtimes import TRIAL_LABEL
@@ -57,7 +56,13 @@ def accepted_spec_annotation(spec: Mapping[str, Any], generation: int | None) ->
 def render(body: Mapping[str, Any], spec: FineTuneExperimentSpec, profile: ClusterProfile, attempt: int) -> Rendered:
     meta = body["metadata"]
     return render_experiment(
-        spec, load_catalog(), profile, name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], attempt=attempt
+        spec,
+        catalog_for(profile),
+        profile,
+        name=meta["name"],
+        namespace=meta["namespace"],
+        uid=meta["uid"],
+        attempt=attempt,
     )
 
 

@@ -56,7 +56,7 @@ def test_valid_spec_has_no_issues() -> None:
             "experiment.full_stability.backend",
         ),
         ({"experiment": "finetune_full_stability-v1.0.0", "maxSteps": 3}, "experiment.full_stability.fixed"),
-        ({"experiment": "finetune_pt_benchmark-v1.0.0", "r": 8}, "experiment.pt_benchmark.no-lora"),
+        ({"experiment": "finetune_pt_benchmark-v1.0.0", "r": 8}, "experiment.pt_benchmark.no-lora.r"),
         ({"experiment": "finetune_lora_benchmark-v1.0.0", "model": "granite-3b-1.5"}, "catalog.lora-targets"),
     ],
 )

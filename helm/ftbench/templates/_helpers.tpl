@@ -92,6 +92,10 @@ post Events. No Secrets: nothing the operator does needs them.
 - apiGroups: ["ftbench.io"]
   resources: ["finetuneexperiments/status"]
   verbs: ["get", "patch", "update"]
+# Owner references with blockOwnerDeletion need this where OwnerReferencesPermissionEnforcement is on.
+- apiGroups: ["ftbench.io"]
+  resources: ["finetuneexperiments/finalizers"]
+  verbs: ["update"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["create", "get", "list", "watch", "delete", "patch"]

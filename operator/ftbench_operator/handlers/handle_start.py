@@ -15,7 +15,7 @@ import kopf
 
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
-from ftbench.catalog import load_catalog
+from ftbench.profile import catalog_for
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
 from ftbench_operator.classify import CHILD_REJECTED, INVALID_SPEC, NOT_RUNNABLE, Observation
@@ -48,12 +48,13 @@ async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: 
             spec_dict, accepted_generation
         )
     builder = status.Builder(current, generation, status.utcnow())
-    report = validate_spec_dict(spec_dict, load_catalog())
+    profile = ctx.profiles.current()
+    report = validate_spec_dict(spec_dict, catalog_for(profile))
     if not report.ok or report.spec is None:
         await _invalid(ctx, body, builder, INVALID_SPEC, report.summary())
         return
     try:
-        rendered = children.render(body, report.spec, ctx.profiles.current(), attempt)
+        rendered = children.render(body, report.spec, profile, attempt)
     except PlanError as err:
         await _invalid(ctx, body, builder, NOT_RUNNABLE, str(err))
         return
