@@ -43,27 +43,27 @@ from typing import Any
 
 GENERATOR_VERSION = 1
 
-DATASET_GENERATORS: dict[str, dict[str, Any]] = {
-    "news-chars-512-entries-4096": {"kind": "chars", "chars": 512, "entries": 4096},
-    "news-chars-1024-entries-4096": {"kind": "chars", "chars": 1024, "entries": 4096},
-    "news-chars-2048-entries-4096": {"kind": "chars", "chars": 2048, "entries": 4096},
-    "news-tokens-16384plus-entries-4096": {"kind": "tokens", "min_tokens": 16384, "entries": 4096},
-    "news-tokens-128kplus-entries-320": {"kind": "tokens", "min_tokens": 131072, "entries": 320},
-    "vision-384x384-16384plus-entries-4096": {
-        "kind": "vision",
-        "width": 384,
-        "height": 384,
-        "min_tokens": 16384,
-        "entries": 4096,
-    },
-    "vision-384x768-16384plus-entries-4096": {
-        "kind": "vision",
-        "width": 384,
-        "height": 768,
-        "min_tokens": 16384,
-        "entries": 4096,
-    },
-}
+
+def _generators_from_catalog() -> dict[str, dict[str, Any]]:
+    """Generator parameters of every dataset, from the one catalog (ftbench/catalog/data/datasets.yaml)."""
+    from ftbench.catalog import load_catalog
+
+    kinds = {"text-chars": "chars", "text-tokens": "tokens", "vision": "vision"}
+    generators: dict[str, dict[str, Any]] = {}
+    for entry in load_catalog().datasets.values():
+        params: dict[str, Any] = {"kind": kinds[entry.kind]}
+        if entry.chars is not None:
+            params["chars"] = entry.chars
+        if entry.kind == "vision":
+            params["width"], params["height"] = entry.image_width, entry.image_height
+        if entry.min_tokens is not None:
+            params["min_tokens"] = entry.min_tokens
+        params["entries"] = entry.entries
+        generators[entry.name] = params
+    return generators
+
+
+DATASET_GENERATORS: dict[str, dict[str, Any]] = _generators_from_catalog()
 
 EXTENSIONS = {"chars": ".jsonl", "tokens": ".jsonl", "vision": ".parquet"}
 

@@ -1,0 +1,31 @@
+"""`ftbench dataset list|generate`: pre-generate the artificial datasets, as seed 002 does.
+
+The generators live with the trainer (they tokenise with the model's tokenizer to guarantee the
+"N tokens plus" sets); this command hands its arguments to them unchanged, so there is one CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ftbench.cli.main import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "dataset",
+        help="list or generate the artificial datasets (generate ID -o DIR|FILE [--entries N] [--tokenizer PATH])",
+        description="Runs the trainer's dataset generators; `ftbench dataset generate --help` lists the options.",
+    )
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="list|generate ...")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ftbench_trainer.datasets.__main__ import main as datasets_main
+    except ImportError as err:
+        raise UsageError(f"the dataset generators need the trainer extra (pip install 'ftbench[trainer]'): {err}") from err
+    if not args.args:
+        raise UsageError("say `list` or `generate DATASET_ID -o PATH`")
+    return datasets_main(list(args.args))

@@ -1,0 +1,34 @@
+"""`ftbench dataset`: the trainer's generators behind the main CLI, parameters from the catalog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ftbench.catalog import load_catalog
+from ftbench.cli import main
+
+
+def test_generate_writes_the_requested_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dataset", "generate", "news-chars-512-entries-4096", "-o", str(tmp_path), "--entries", "4"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 4 and all(len(r["output"]) == 2 * 512 + 127 for r in rows)
+
+
+def test_generators_come_from_the_catalog() -> None:
+    from ftbench_trainer.datasets import DATASET_GENERATORS
+
+    catalog = load_catalog().datasets
+    assert set(DATASET_GENERATORS) == set(catalog)
+    assert (
+        DATASET_GENERATORS["news-tokens-128kplus-entries-320"]["min_tokens"]
+        == catalog["news-tokens-128kplus-entries-320"].min_tokens
+    )
+
+
+def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dataset"]) == 2
+    assert "generate DATASET_ID" in capsys.readouterr().err
