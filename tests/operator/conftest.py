@@ -48,7 +48,8 @@ class OperatorProcess:
         self.metrics_port = _free_port()
         self.health_port = _free_port()
 
-    def start(self) -> OperatorProcess:
+    def start(self, *extra_args: str) -> OperatorProcess:
+        """`extra_args` go to `kopf run` (e.g. `--namespace NS` for the namespaced mode)."""
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
@@ -66,6 +67,7 @@ class OperatorProcess:
                 "ftbench_operator",
                 "--verbose",
                 f"--liveness=http://127.0.0.1:{self.health_port}/healthz",
+                *extra_args,
             ],
             env=env,
             stdout=log,
@@ -118,6 +120,12 @@ def operator(
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def operator_process() -> type[OperatorProcess]:
+    """The class itself, for tests that run an operator of their own (other flags, other cluster)."""
+    return OperatorProcess
 
 
 @pytest.fixture
