@@ -25,7 +25,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         from ftbench_trainer.datasets.__main__ import main as datasets_main
     except ImportError as err:
-        raise UsageError(f"the dataset generators need the trainer extra (pip install 'ftbench[trainer]'): {err}") from err
+        raise UsageError(
+            f"the dataset generators need the trainer extra (pip install 'ftbench[trainer]'): {err}"
+        ) from err
     if not args.args:
         raise UsageError("say `list` or `generate DATASET_ID -o PATH`")
     return datasets_main(list(args.args))
