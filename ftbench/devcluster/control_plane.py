@@ -34,6 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from ftbench.procs import stop_process_group
+
 K8S_VERSION = "1.20.2"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
@@ -434,13 +436,7 @@ class ControlPlane:
     @staticmethod
     def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
         """Signal the process group (the servers fork nothing today, but be thorough)."""
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-            if proc.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(wait)
+        stop_process_group(proc, ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)))
         # Stragglers left in the group after the leader is gone.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ftbench.devcluster.kubelet import kill_all_pods
+from ftbench.procs import stop_process_group
 
 DEFAULT_STATE_DIR = Path.home() / ".ftbench" / "dev"
 NODE_NAME = "ftbench-dev"
@@ -132,13 +133,7 @@ def _spawn(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
     """SIGTERM the process group, SIGKILL it after ``timeout``."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(wait)
+    stop_process_group(proc, ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)))
 
 
 def serve(args: argparse.Namespace) -> int:

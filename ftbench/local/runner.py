@@ -24,6 +24,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.procs import stop_process_group
 from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
 
@@ -171,16 +172,8 @@ def execute(
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGINT, INTERRUPT_GRACE_SECONDS), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGINT first: the trainer stops between steps and accelerate tears its ranks down."""
+    stop_process_group(proc, ((signal.SIGINT, INTERRUPT_GRACE_SECONDS), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)))
 
 
 def _status(results: list[TrainerResult]) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ftbench.catalog import load_catalog
 from ftbench_trainer.datasets import (
     DATASET_GENERATORS,
     GENERATOR_VERSION,
@@ -31,15 +32,7 @@ from ftbench_trainer.datasets import (
     write_dataset,
 )
 
-CATALOG_IDS = {
-    "news-chars-512-entries-4096",
-    "news-chars-1024-entries-4096",
-    "news-chars-2048-entries-4096",
-    "news-tokens-16384plus-entries-4096",
-    "news-tokens-128kplus-entries-320",
-    "vision-384x384-16384plus-entries-4096",
-    "vision-384x768-16384plus-entries-4096",
-}
+CATALOG_IDS = set(load_catalog().datasets)
 CLI = [sys.executable, "-m", "ftbench_trainer.datasets"]
 
 
