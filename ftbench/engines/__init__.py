@@ -1,0 +1,1 @@
+"""Training engines: the fms-hf-tuning releases offered, their locks and local environments."""

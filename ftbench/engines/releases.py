@@ -1,0 +1,111 @@
+"""The fms-hf-tuning releases ftbench offers, read from `data/fms-releases.yaml` (the one source).
+
+The API enum, the validation rules, the environment builder, the trainer's API adapter, the
+image build and `ftbench catalog engines` all read this module, so adding a release is one YAML
+entry plus its generated lock file (docs/engines.md says how).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from functools import cache
+from importlib.resources import files
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# The API classes of `tuning.sft_trainer`: the release where `parse_arguments`/`train` changed shape.
+ApiClass = Literal["2.0", "2.3", "2.4", "2.5", "3.0", "3.1"]
+Method = Literal["full", "lora", "gptq-lora", "pt"]
+DATA = files("ftbench.engines").joinpath("data")
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'3.0.0.1' -> (3, 0, 0, 1); orders releases and gates flags on them."""
+    return tuple(int(part) for part in version.split("."))
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class FmsRelease(_Entry):
+    """One release: how to install it, which API shape it has, and what it cannot do."""
+
+    version: Annotated[str, Field(pattern=r"^\d+(\.\d+){2,3}$")]
+    released: date | None = Field(None, description="Publication date on PyPI: the lock's cut-off.")
+    installable: bool = True
+    reason: str = Field("", description="Why the release cannot be installed (installable false).")
+    api: ApiClass
+    seed_torch: str = Field(description="The torch seed 001 ties the release to (its image's base).")
+    defects: dict[Method, str] = Field(
+        default_factory=dict, description="Methods this release cannot run, with the reason (validation refuses them)."
+    )
+
+    @property
+    def lock_name(self) -> str:
+        return f"fms-hf-tuning-{self.version}.txt"
+
+    def lock_text(self) -> str:
+        """The pinned requirements (no torch) this release's environments and images install."""
+        if not self.installable:
+            raise ValueError(f"fms-hf-tuning {self.version} cannot be installed: {self.reason}")
+        return DATA.joinpath("locks", self.lock_name).read_text()
+
+    def stack(self) -> dict[str, str]:
+        """Package -> pinned version, from the lock."""
+        return parse_lock(self.lock_text())
+
+
+class FmsReleases(_Entry):
+    cpu_torch: str
+    locked_at: date
+    ftbench_layer: tuple[str, ...]
+    excluded: dict[str, str]
+    default: str
+    base_images: dict[str, str] = Field(description="seedTorch -> Dockerfile.trainer BASE_IMAGE.")
+    releases: tuple[FmsRelease, ...]
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        return tuple(r.version for r in self.releases)
+
+    @property
+    def installable(self) -> tuple[FmsRelease, ...]:
+        return tuple(r for r in self.releases if r.installable)
+
+    def get(self, version: str) -> FmsRelease:
+        for r in self.releases:
+            if r.version == version:
+                return r
+        raise KeyError(f"fms-hf-tuning {version} is not offered; offered: {', '.join(self.versions)}")
+
+    def newest_per_api(self, method: Method) -> tuple[FmsRelease, ...]:
+        """Per API class, the newest installable release that can run `method` (the release matrix
+        runs full fine-tuning and prompt tuning on these; LoRA on every release)."""
+        seen: dict[str, FmsRelease] = {}
+        for r in sorted(self.installable, key=lambda r: version_tuple(r.version), reverse=True):
+            if method not in r.defects:
+                seen.setdefault(r.api, r)
+        return tuple(seen.values())
+
+
+_LOCK_LINE = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)")
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    """`name==version` lines of a lock file, names normalised (PEP 503)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _LOCK_LINE.match(line.strip())
+        if m:
+            out[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+    return out
+
+
+@cache
+def load_releases() -> FmsReleases:
+    return FmsReleases.model_validate(yaml.safe_load(DATA.joinpath("fms-releases.yaml").read_text()))
