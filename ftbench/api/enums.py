@@ -2,6 +2,8 @@
 
 from enum import StrEnum
 
+from ftbench.engines.releases import load_releases
+
 
 class Experiment(StrEnum):
     """The five experiments of the SFTTrainer actuator (seed 001), names kept verbatim."""
@@ -64,24 +66,10 @@ class Runtime(StrEnum):
     PYTORCH_JOB = "PyTorchJob"
 
 
-# The fms-hf-tuning releases the seed lists, newest first; 2.1.2 is the seed's default.
-FMS_HF_TUNING_VERSIONS: tuple[str, ...] = (
-    "3.1.0",
-    "3.0.0.1",
-    "3.0.0",
-    "2.8.2",
-    "2.7.1",
-    "2.6.0",
-    "2.5.0",
-    "2.4.0",
-    "2.3.1",
-    "2.2.1",
-    "2.1.2",
-    "2.1.1",
-    "2.1.0",
-    "2.0.1",
-)
-DEFAULT_FMS_HF_TUNING_VERSION = "2.1.2"
+# The fms-hf-tuning releases offered, newest first (ftbench/engines/data/fms-releases.yaml, the one
+# source); 2.1.2 is the seed's default.
+FMS_HF_TUNING_VERSIONS: tuple[str, ...] = load_releases().versions
+DEFAULT_FMS_HF_TUNING_VERSION = load_releases().default
 
 # The optimizers transformers' TrainingArguments accepts, as listed by seed 001.
 OPTIMIZERS: tuple[str, ...] = (
@@ -124,8 +112,3 @@ OPTIMIZERS: tuple[str, ...] = (
     "schedule_free_adamw",
     "schedule_free_sgd",
 )
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """'3.0.0.1' -> (3, 0, 0, 1); used to gate flags on the fms-hf-tuning release."""
-    return tuple(int(part) for part in version.split("."))

@@ -11,13 +11,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ftbench.api import effective
-from ftbench.api.enums import FMS_HF_TUNING_VERSIONS, Engine, version_tuple
+from ftbench.api.enums import Engine
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ExperimentEntry
 
 Check = Callable[[FineTuneExperimentSpec, Catalog], str | None]
-
-FAST_MOE_MIN_FMS = "2.4.0"
 
 
 @dataclass(frozen=True)
@@ -119,24 +117,6 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
         return None if s.max_steps != 0 else "maxSteps 0 would train nothing; use -1 (run numTrainEpochs) or >= 1"
 
     yield Rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", max_steps_nonzero, "self.maxSteps != 0")
-
-    fms_ok = [v for v in FMS_HF_TUNING_VERSIONS if version_tuple(v) >= version_tuple(FAST_MOE_MIN_FMS)]
-
-    def fast_moe_version(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        if s.fast_moe == 0 or s.engine != Engine.FMS_HF_TUNING or s.fms_hf_tuning_version in fms_ok:
-            return None
-        return (
-            f"fastMoe needs fms-hf-tuning >= {FAST_MOE_MIN_FMS} (--fast_moe does not exist in "
-            f"{s.fms_hf_tuning_version}); set fmsHfTuningVersion to {fms_ok[-1]} or later, or fastMoe to 0"
-        )
-
-    yield Rule(
-        "engine.fast-moe-version",
-        "fmsHfTuningVersion",
-        f"fastMoe needs fms-hf-tuning >= {FAST_MOE_MIN_FMS}",
-        fast_moe_version,
-        "self.fastMoe == 0 || self.engine != 'fms-hf-tuning' || self.fmsHfTuningVersion in " + _cel_list(fms_ok),
-    )
 
     vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
 
@@ -370,7 +350,9 @@ def _cel_literal(value: object) -> str:
 
 
 def all_rules(catalog: Catalog) -> list[Rule]:
-    rules = [*_seed_rules(), *_general_rules(catalog)]
+    from ftbench.api.rules_engines import engine_rules  # it builds on Rule, defined here
+
+    rules = [*_seed_rules(), *_general_rules(catalog), *engine_rules(catalog)]
     for exp in catalog.experiments.values():
         rules.extend(_experiment_rules(exp))
     return rules

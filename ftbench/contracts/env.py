@@ -53,6 +53,9 @@ FTBENCH_POD_IP = "FTBENCH_POD_IP"
 FTBENCH_TRIAL_INDEX = "FTBENCH_TRIAL_INDEX"
 FTBENCH_TRIAL_FAILURE_EXIT_ZERO = "FTBENCH_TRIAL_FAILURE_EXIT_ZERO"
 HF_HOME = "HF_HOME"
+# Set by the trainer's node launcher for its ranks: the accelerate config file it wrote (for the
+# equivalent bare command the results keep).
+FTBENCH_ACCELERATE_CONFIG = "FTBENCH_ACCELERATE_CONFIG"
 
 # Indexed Jobs (Kubernetes).
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"

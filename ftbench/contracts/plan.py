@@ -154,6 +154,11 @@ class LaunchPlan(_Model):
     method: Literal["full", "lora", "gptq-lora", "pt"]
     engine: Engine
     engine_version: str = Field("", description="fms-hf-tuning release for engine fms-hf-tuning.")
+    allow_engine_mismatch: bool = Field(
+        False,
+        description="Run whichever fms-hf-tuning release is installed even if it is not engineVersion. Only "
+        "`ftbench run --any-fms-release` sets it; the operator never does. The result names the release that ran.",
+    )
     model: ModelRef
     dataset: DatasetRef
     data_dir: str

@@ -36,6 +36,11 @@ EXIT_FAILED = 1
 EXIT_INVALID_PLAN = 2
 EXIT_GPU_OOM = 42
 
+# The reason of a run refused because the environment holds another fms-hf-tuning release.
+REASON_ENGINE_MISMATCH = "EngineMismatch"
+# The equivalent bare command kept in results (the termination message holds 4 KiB in all).
+COMMAND_LIMIT = 1200
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
@@ -140,6 +145,11 @@ class RunEnvironment(_Model):
         "read from the running Accelerator; may differ from the requested backend (FSDP on CPU runs as DDP).",
     )
     device: str = Field("cpu", description="cuda or cpu.")
+    command: Annotated[str, Field(max_length=COMMAND_LIMIT)] = Field(
+        "",
+        description="The bare fms-hf-tuning command that trains the same way (accelerate launch ... -m "
+        f"tuning.sft_trainer ...), cut at {COMMAND_LIMIT} characters; empty for trl.",
+    )
 
 
 class RunError(_Model):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from ftbench.contracts import env
 from ftbench.contracts.env import NodePlacement, node_placement
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import Outcome, RunError, TrainerResult
@@ -92,7 +93,8 @@ def run_accelerate(plan: LaunchPlan, plan_path: str, trial: int | None) -> Train
     for rank in ranks:  # stale files from an earlier attempt must not count
         rank_result_path(plan, rank).unlink(missing_ok=True)
     config = write_accelerate_config(plan, place)
-    proc = subprocess.run(accelerate_command(config, plan_path, trial), check=False)
+    ranks_env = {**os.environ, env.FTBENCH_ACCELERATE_CONFIG: str(config)}
+    proc = subprocess.run(accelerate_command(config, plan_path, trial), check=False, env=ranks_env)
     results = []
     for rank in ranks:
         path = rank_result_path(plan, rank)

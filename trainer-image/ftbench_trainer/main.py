@@ -43,6 +43,10 @@ def prepare_environment(plan: LaunchPlan) -> None:
 
 
 def run(plan: LaunchPlan, plan_path: str, trial: int | None) -> TrainerResult:
+    if plan.engine.value == "fms-hf-tuning":  # before any process starts: the wrong release measures nothing
+        from ftbench_trainer.engines.fms import check_release
+
+        check_release(plan)
     prepare_environment(plan)
     if plan.launcher == "accelerate":
         from ftbench_trainer.launch import run_accelerate

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
+    COMMAND_LIMIT,
     EXIT_FAILED,
     EXIT_GPU_OOM,
     EXIT_OK,
@@ -55,7 +56,8 @@ def failure_result(
     return TrainerResult(
         outcome=outcome,
         is_valid=False if outcome == Outcome.GPU_OOM else None,
-        reason=REASONS[outcome],
+        # An exception may name its own reason (e.g. EngineMismatch); the outcome still decides validity.
+        reason=getattr(exc, "reason", None) or REASONS[outcome],
         error=RunError(type=exception_type_name(exc), message=message[:ERROR_MESSAGE_LIMIT]),
         trial=trial,
         started_at=started_at,
@@ -116,7 +118,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     from transformers import AutoTokenizer
 
     from ftbench.progress_reporter import ProgressReporter
-    from ftbench_trainer.engines import EngineRun, run_engine
+    from ftbench_trainer.engines import EngineRun, engine_command, run_engine
     from ftbench_trainer.measure import distributed
     from ftbench_trainer.measure.callback import MeasureCallback
     from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
@@ -136,8 +138,12 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         per_sample = 0.0
     progress = TeeProgressSink(ProgressReporter.from_plan(plan))
     callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress)
+    run = EngineRun(plan, model_path, dataset_path, callback)
+    command = engine_command(run)
+    if command:
+        log.info("equivalent bare command: %s", command)
     try:
-        engine_version = run_engine(EngineRun(plan, model_path, dataset_path, callback))
+        engine_version = run_engine(run)
     finally:
         progress.close()
     if callback.metrics is None:
@@ -158,6 +164,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         world_size=callback.world_size,
         distributed_mode=callback.distributed_mode,
         device="cpu" if plan.use_cpu or not torch.cuda.is_available() else "cuda",
+        command=command if len(command) <= COMMAND_LIMIT else command[: COMMAND_LIMIT - 1] + "…",
     )
     return TrainerResult(
         outcome=Outcome.SUCCEEDED,

@@ -7,8 +7,10 @@ hyperparameters; the callback produces the same metrics from either.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from ftbench.contracts import env
 from ftbench.contracts.plan import LaunchPlan
 from ftbench_trainer.measure.callback import MeasureCallback
 
@@ -19,6 +21,15 @@ class EngineRun:
     model_path: str
     dataset_path: str
     callback: MeasureCallback
+
+
+def engine_command(run: EngineRun) -> str:
+    """The bare command a user would run to train the same way (fms-hf-tuning only; '' for trl)."""
+    if run.plan.engine.value == "trl":
+        return ""
+    from ftbench_trainer.engines.fms import command_for
+
+    return command_for(run, os.environ.get(env.FTBENCH_ACCELERATE_CONFIG))
 
 
 def run_engine(run: EngineRun) -> str:

@@ -1,0 +1,137 @@
+"""Rules that come from the fms-hf-tuning releases themselves (ftbench/engines/data).
+
+What a release can run is read from its own parser (`fms-flags.yaml`) and from the release
+catalog (`fms-releases.yaml`: installable or not, known defects), so a spec asking a release for
+something it has no flag for, or for a method it is known to crash on, is Invalid up front with the
+reason instead of failing at run time. Each rule also has a CEL twin: the release data ship with
+the CRD, which is regenerated when they change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ftbench.api.enums import Engine
+from ftbench.api.rules import Rule
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+from ftbench.engines.flags import releases_knowing
+from ftbench.engines.releases import load_releases, version_tuple
+
+FMS = "self.engine != 'fms-hf-tuning' || "
+
+
+def _cel_list(values: list[str] | tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _newest(versions: tuple[str, ...]) -> str:
+    return max(versions, key=version_tuple)
+
+
+def engine_rules(catalog: Catalog) -> Iterator[Rule]:
+    releases = load_releases()
+    not_installable = [r for r in releases.releases if not r.installable]
+
+    def installable(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.FMS_HF_TUNING:
+            return None
+        for r in not_installable:
+            if r.version == s.fms_hf_tuning_version:
+                return f"fms-hf-tuning {r.version} cannot run: {r.reason}"
+        return None
+
+    yield Rule(
+        "engine.fms-installable",
+        "fmsHfTuningVersion",
+        "the fms-hf-tuning release can be installed",
+        installable,
+        FMS + "!(self.fmsHfTuningVersion in " + _cel_list([r.version for r in not_installable]) + ")",
+    )
+
+    defects = [(r.version, method, why) for r in releases.releases for method, why in r.defects.items()]
+    by_method = {e.name.value: e.method for e in catalog.experiments.values()}
+
+    def defect(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.FMS_HF_TUNING:
+            return None
+        for version, method, why in defects:
+            if version == s.fms_hf_tuning_version and by_method.get(s.experiment.value) == method:
+                ok = [r.version for r in releases.installable if method not in r.defects]
+                return f"{why}; use fmsHfTuningVersion {_newest(tuple(ok))} or engine trl for {s.experiment.value}"
+        return None
+
+    pairs = [
+        f"(self.fmsHfTuningVersion == '{v}' && self.experiment in {_cel_list(exps)})"
+        for v, method, _ in defects
+        if (exps := sorted(e for e, m in by_method.items() if m == method))
+    ]
+    yield Rule(
+        "engine.fms-known-defect",
+        "fmsHfTuningVersion",
+        "the fms-hf-tuning release can run the experiment's method",
+        defect,
+        FMS + "!(" + " || ".join(pairs or ["false"]) + ")",
+    )
+
+    yield from _flag_rules(catalog)
+
+
+def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
+    """A setting that only exists as a flag some releases have."""
+    moe_ok = releases_knowing("--fast_moe")
+
+    def fast_moe(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.fast_moe == 0 or s.engine != Engine.FMS_HF_TUNING or s.fms_hf_tuning_version in moe_ok:
+            return None
+        return (
+            f"fastMoe needs --fast_moe, which fms-hf-tuning {s.fms_hf_tuning_version}'s parser does not have; "
+            f"set fmsHfTuningVersion to one of {', '.join(moe_ok)}, or fastMoe to 0"
+        )
+
+    yield Rule(
+        "engine.fast-moe-version",
+        "fmsHfTuningVersion",
+        "fastMoe needs a release with --fast_moe",
+        fast_moe,
+        "self.fastMoe == 0 || " + FMS + "self.fmsHfTuningVersion in " + _cel_list(moe_ok),
+    )
+
+    image_ok = releases_knowing("--dataset_image_field")
+    vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
+
+    def vision_release(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.FMS_HF_TUNING or s.dataset_id not in vision or s.fms_hf_tuning_version in image_ok:
+            return None
+        return (
+            f"vision dataset {s.dataset_id} needs --dataset_image_field, which fms-hf-tuning "
+            f"{s.fms_hf_tuning_version}'s parser does not have; set fmsHfTuningVersion to one of {', '.join(image_ok)}"
+        )
+
+    yield Rule(
+        "engine.fms-vision-version",
+        "fmsHfTuningVersion",
+        "vision datasets need a release with --dataset_image_field",
+        vision_release,
+        FMS + "!(self.datasetId in " + _cel_list(vision) + ") || self.fmsHfTuningVersion in " + _cel_list(image_ok),
+    )
+
+    kwargs_ok = releases_knowing("--dataset_kwargs")
+
+    def dataset_kwargs(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.FMS_HF_TUNING or not s.dataset_kwargs_skip_prepare_dataset:
+            return None
+        if s.fms_hf_tuning_version in kwargs_ok:
+            return None
+        return (
+            f"fms-hf-tuning {s.fms_hf_tuning_version}'s parser has no --dataset_kwargs (it sets skip_prepare_dataset "
+            "itself for vision datasets); leave datasetKwargsSkipPrepareDataset false, or use engine trl"
+        )
+
+    yield Rule(
+        "engine.fms-dataset-kwargs",
+        "datasetKwargsSkipPrepareDataset",
+        "datasetKwargsSkipPrepareDataset needs a release with --dataset_kwargs",
+        dataset_kwargs,
+        FMS + "!self.datasetKwargsSkipPrepareDataset || self.fmsHfTuningVersion in " + _cel_list(kwargs_ok),
+    )
