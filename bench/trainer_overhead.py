@@ -4,7 +4,7 @@ Not a test: run it by hand (and on a GPU when one is available) and copy the tab
 docs/benchmarks.md::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/trainer_overhead.py --engine trl
-    OMP_NUM_THREADS=1 .venv-fms/bin/python bench/trainer_overhead.py --engine fms-hf-tuning
+    OMP_NUM_THREADS=1 PYTHONPATH=$(.venv/bin/python -c "from ftbench.engines.envs import package_path; print(package_path())") $(.venv/bin/ftbench engines build 3.2.2 | cut -d" " -f3) bench/trainer_overhead.py --engine fms-hf-tuning
 
 Both variants build the trainer through ftbench's engine code (same model, data, seed and
 hyperparameters) in one process, after one discarded warm-up run, interleaved in ABBA order so drift in the
@@ -43,6 +43,7 @@ from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
 from ftbench_trainer.engines import EngineRun
+from ftbench_trainer.engines.fms import installed_release
 from ftbench_trainer.measure.callback import MeasureCallback
 from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
 from ftbench_trainer.worker import resolve_dataset, resolve_model
@@ -117,6 +118,8 @@ def bench_plan(work: Path, args: argparse.Namespace) -> LaunchPlan:
             "gradientAccumulationSteps": 1,
             "gradientCheckpointing": False,
             "maxSteps": args.steps,
+            # the release of the environment this runs in (the trainer refuses any other)
+            **({"fmsHfTuningVersion": installed_release()} if args.engine == "fms-hf-tuning" else {}),
         }
     )
     profile = ClusterProfile.model_validate(

@@ -330,6 +330,51 @@ def cluster_profile_reference() -> str:
     return "".join(parts)
 
 
+def fms_releases_reference() -> str:
+    """Every offered fms-hf-tuning release: stack, API class, image, what CI runs for it, what it cannot do."""
+    from ftbench.engines.flags import RENDERED_FLAGS, known_flags
+    from ftbench.engines.releases import load_releases
+    from ftbench.profile import Images
+
+    releases = load_releases()
+    matrix: dict[str, list[str]] = {}
+    for method in ("full", "pt"):
+        for r in releases.newest_per_api(method):
+            matrix.setdefault(r.version, []).append(method)
+    stack_names = ("transformers", "trl", "peft", "accelerate", "datasets", "numpy")
+    rows, images = [], []
+    anywhere = set().union(*(known_flags(r.version) for r in releases.installable))
+    for r in releases.releases:
+        image = Images().image_for("fms-hf-tuning", r.version)
+        if not r.installable:
+            rows.append((r.version, r.api, *("-" for _ in stack_names), "-", f"not installable: {r.reason}"))
+            continue
+        stack = r.stack()
+        runs = ["lora", *matrix.get(r.version, [])]
+        missing = [f for f in RENDERED_FLAGS if f in anywhere and f not in known_flags(r.version)]
+        limits = [f"{m}: {why}" for m, why in r.defects.items()] + [f"no `{f}`" for f in missing]
+        rows.append((r.version + (" (default)" if r.version == releases.default else ""), r.api,
+                     *(stack.get(n, "-") for n in stack_names), ", ".join(runs), "; ".join(limits) or "-"))  # fmt: skip
+        images.append((r.version, _code(image), r.seed_torch, _code(releases.base_images[r.seed_torch])))
+    parts = [
+        HEADER.format(source="ftbench/engines/data (fms-releases.yaml, locks/, fms-flags.yaml)"),
+        "# fms-hf-tuning releases\n\n",
+        "Read from the release catalog, each release's lock and each release's own parser. How releases are "
+        "installed, adapted and tested, and how to add one: [engines](../engines.md).\n\n",
+        "## Stack and what CI runs\n\n",
+        f"Each release's pinned stack (its lock). Environments here run torch {releases.cpu_torch} (CPU) in place "
+        "of the seed's torch. *CI runs* lists the methods the release matrix trains on the tiny model in every CI "
+        "run (`tests/trainer/test_fms_releases.py`); *limits* are refused by validation with the reason.\n\n",
+        _table(("Release", "API", *stack_names, "CI runs", "Limits"), rows),
+        "\n## Images\n\n",
+        "`Dockerfile.trainer --build-arg ENGINE=fms-hf-tuning --build-arg FMS_HF_TUNING_VERSION=<release> "
+        "--build-arg BASE_IMAGE=<base>` installs the release's lock on the base image's torch (seed 001's torch "
+        "for the release). Tags as the default cluster profile resolves them:\n\n",
+        _table(("Release", "Tag", "torch", "BASE_IMAGE"), images),
+    ]
+    return "".join(parts)
+
+
 def generate_all(catalog: Catalog | None = None) -> dict[str, str]:
     """Relative path (under the docs directory) -> content, for every generated page."""
     catalog = catalog or load_catalog()
@@ -338,4 +383,5 @@ def generate_all(catalog: Catalog | None = None) -> dict[str, str]:
         f"{REFERENCE_DIR}/experiments.md": experiments_reference(catalog),
         f"{REFERENCE_DIR}/measured-properties.md": measured_properties_reference(),
         f"{REFERENCE_DIR}/cluster-profile.md": cluster_profile_reference(),
+        f"{REFERENCE_DIR}/fms-releases.md": fms_releases_reference(),
     }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Create the two Python environments used by the tests and the local runner, in the repo root:
-#   .venv      main env: operator + trainer (current trl / transformers 5) + dev tools
-#   .venv-fms  fms-hf-tuning 3.2.2 env (transformers 4.55, trl 0.19), with our ftbench_trainer package
+# Create the Python environments used by the tests and the local runner:
+#   .venv      main env in the repo root: operator + trainer (current trl / transformers 5) + dev tools
+#   fms        one environment per offered fms-hf-tuning release, built by `ftbench engines build` from the
+#              release's lock (ftbench/engines/data) and cached under ~/.cache/ftbench/engines (`ftbench run`
+#              builds the one it needs on first use the same way)
 # torch is pinned (hack/constraints.txt) in both so no install ever replaces it by a CUDA build.
 # Idempotent: an env whose marker (.ftbench-ready: hash of pyproject's [project]/[build-system],
 # hack/constraints.txt and this script) is current is skipped. An existing venv without a current
@@ -17,16 +19,6 @@ PYTHON="${PYTHON:-python3}"
 CONSTRAINTS="$ROOT/hack/constraints.txt"
 WHICH="${1:-all}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# fms-hf-tuning 3.2.2 runtime deps (installed explicitly: its own pins exclude torch 2.13).
-FMS_VERSION="3.2.2"
-FMS_DEPS=(
-  "numpy>=1.26.4,<2.2" "accelerate>=1.9,<2" "transformers>=4.55,<=4.55.4" "tokenizers<=0.22"
-  "trl>=0.19.1,<0.20" "peft>=0.19.1,<0.20" "datasets>=4,<5" "sentencepiece<0.3" "simpleeval<2"
-  "pillow>=12.3" "kernels<=0.9.0"
-)
-# What ftbench_trainer needs beyond that (it is installed with --no-deps in .venv-fms).
-FMS_EXTRA=("pydantic>=2.6,<3" "pyyaml>=6" "psutil>=5.9" "nvidia-ml-py>=12" "pyarrow")
 
 hash_inputs() {  # of pyproject's install-relevant tables (not tool config) + the other files
   "$PYTHON" - "$@" <<'PY'
@@ -84,30 +76,17 @@ setup_main() {
   log "$v ready in $(elapsed "$t0")s"
 }
 
-setup_fms() {
-  local v=.venv-fms t0 t
-  if is_current "$v"; then log "$v is current, skipped"; return; fi
-  t0=$(now); log "creating/updating $v"
-  make_venv "$v"
-  t=$(now); "$v/bin/pip" install -q -c "$CONSTRAINTS" torch==2.13.0; log "  torch: $(elapsed "$t")s"
-  t=$(now)
-  "$v/bin/pip" install -q --no-deps "fms-hf-tuning==$FMS_VERSION"
-  "$v/bin/pip" install -q -c "$CONSTRAINTS" "${FMS_DEPS[@]}"
-  log "  fms-hf-tuning $FMS_VERSION + deps: $(elapsed "$t")s"
-  t=$(now)
-  "$v/bin/pip" install -q --no-deps -e .
-  "$v/bin/pip" install -q -c "$CONSTRAINTS" "${FMS_EXTRA[@]}"
-  log "  ftbench (no deps) + extras: $(elapsed "$t")s"
-  check_torch "$v"
-  "$v/bin/python" -c "import tuning.sft_trainer, transformers, ftbench_trainer; print('[setup-envs]   fms OK, transformers', transformers.__version__)"
-  echo "$STAMP" > "$v/.ftbench-ready"
-  log "$v ready in $(elapsed "$t0")s"
+setup_fms() {  # every offered release: ftbench's environment builder, cached by content in ~/.cache/ftbench/engines
+  local t0; t0=$(now)
+  log "fms-hf-tuning environments (one per release, from ftbench/engines/data)"
+  .venv/bin/ftbench engines build
+  log "fms-hf-tuning environments ready in $(elapsed "$t0")s"
 }
 
 T0=$(now)
 case "$WHICH" in
   main) setup_main ;;
-  fms) setup_fms ;;
+  fms) setup_main; setup_fms ;;
   all) setup_main; setup_fms ;;
   *) echo "usage: $0 [main|fms|all]" >&2; exit 2 ;;
 esac

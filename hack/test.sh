@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls this script; the README shows it).
 # Idempotent set-up first: the control plane binaries (cached under ~/.cache/ftbench) and the two
-# Python environments (.venv, .venv-fms). Extra arguments go to pytest, e.g. `-m "not k8s"`.
+# Python environments (.venv and one per fms-hf-tuning release). Extra arguments go to pytest, e.g. `-m "not k8s"`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -1,4 +1,4 @@
-"""`ftbench catalog models|experiments|datasets`: the catalogs as tables."""
+"""`ftbench catalog models|experiments|datasets|engines`: the catalogs as tables."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import argparse
 from ftbench.catalog import Catalog
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.table import format_table
+from ftbench.engines.releases import load_releases
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("catalog", help="list the models, experiments or datasets ftbench knows")
-    p.add_argument("what", choices=("models", "experiments", "datasets"))
+    p.add_argument("what", choices=("models", "experiments", "datasets", "engines"))
     p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
     p.set_defaults(func=run)
 
@@ -52,8 +53,29 @@ def datasets_table(catalog: Catalog) -> str:
     return format_table(("DATASET", "KIND", "ENTRIES", "DESCRIPTION"), rows)
 
 
+STACK = ("transformers", "trl", "peft", "accelerate", "datasets", "numpy")
+
+
+def engines_table(_: Catalog) -> str:
+    """Every offered fms-hf-tuning release: its stack (from its lock), API class, torch, what it cannot do."""
+    releases = load_releases()
+    rows = []
+    for r in releases.releases:
+        stack = r.stack() if r.installable else {}
+        state = "default" if r.version == releases.default else ("offered" if r.installable else "not installable")
+        limits = "; ".join(f"no {m}" for m in r.defects) or ("-" if r.installable else r.reason.split(" (")[0])
+        rows.append((r.version, state, r.api, *(stack.get(p, "-") for p in STACK), r.seed_torch, limits))
+    head = ("RELEASE", "STATE", "API", *(p.upper() for p in STACK), "SEED TORCH", "LIMITS")
+    note = (
+        f"\nEnvironments here run torch {releases.cpu_torch} (CPU) instead of the seed's torch; "
+        "docs/engines.md lists what CI verifies for each release."
+    )
+    return format_table(head, rows) + note
+
+
 def run(args: argparse.Namespace) -> int:
     catalog = catalog_from_args(args)
-    table = {"models": models_table, "experiments": experiments_table, "datasets": datasets_table}[args.what]
+    tables = {"models": models_table, "experiments": experiments_table, "datasets": datasets_table}
+    table = {**tables, "engines": engines_table}[args.what]
     print(table(catalog))
     return 0

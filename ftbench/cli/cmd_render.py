@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ftbench.api.enums import Runtime
+import yaml
+
+from ftbench.api.enums import Engine, Runtime
 from ftbench.api.validation import validate_document
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
+from ftbench.contracts.fms_args import equivalent_command, sft_trainer_args
+from ftbench.contracts.plan import LaunchPlan
 from ftbench.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.render.manifests import manifests_yaml, render_experiment
 from ftbench.render.plan import PlanError
@@ -31,7 +35,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--namespace", help="namespace of the objects (default: the experiment's, else none)")
     p.add_argument("--attempt", type=int, default=0, help="attempt number in the object names (default 0)")
     p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    p.add_argument(
+        "--command",
+        dest="bare_command",
+        action="store_true",
+        help="instead of manifests, print the bare fms-hf-tuning command (and accelerate config) that trains the same "
+        "way, to reproduce a measurement without ftbench",
+    )
     p.set_defaults(func=run)
+
+
+def bare_command(plan: LaunchPlan) -> str:
+    """A shell snippet: the node-0 accelerate config (if any) and the `tuning.sft_trainer` command."""
+    if plan.engine != Engine.FMS_HF_TUNING:
+        raise UsageError("--command: engine trl has no bare command line (ftbench-trainer drives trl's SFTTrainer)")
+    dataset = plan.dataset.path or f"{plan.data_dir}/{plan.dataset.id}.jsonl"
+    args = sft_trainer_args(plan, dataset_path=dataset)
+    lines = [f"# fms-hf-tuning {plan.engine_version}; dataset: {dataset} (`ftbench dataset generate` makes it)"]
+    config = None
+    if plan.launcher == "accelerate" and plan.accelerate_config is not None:
+        config = "accelerate-config.yaml"
+        placed = {**plan.accelerate_config, "machine_rank": 0, "num_machines": plan.topology.number_nodes}
+        lines += [f"cat > {config} <<'EOF'", yaml.safe_dump(placed, sort_keys=True).rstrip(), "EOF"]
+    return "\n".join([*lines, equivalent_command(plan, args, config)])
 
 
 def profile_from_arg(path: str | None) -> ClusterProfile:
@@ -77,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         except PlanError as err:
             failed += 1
             print(f"{doc.source}: {name}: cannot render: {err}", file=sys.stderr)
+            continue
+        if args.bare_command:
+            print(bare_command(rendered.plan))
             continue
         print(f"# {doc.source}: {name}: runtime {rendered.runtime.value}")
         for note in rendered.plan.notes:

@@ -30,6 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", metavar="FILE", help="cluster profile (storage paths, model map)")
     p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
     p.add_argument("--python", metavar="PATH", help="interpreter that runs ftbench-trainer (default: per engine)")
+    p.add_argument(
+        "--any-fms-release",
+        action="store_true",
+        help="with --python: run the fms-hf-tuning release installed there even if the spec asks for another "
+        "(the results name the release that ran)",
+    )
     p.add_argument("--dataset-entries", type=int, metavar="N", help="generate only N dataset entries (smoke runs)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the trainer's own output")
     p.set_defaults(func=run)
@@ -119,8 +125,16 @@ def run(args: argparse.Namespace) -> int:
     profile = local_profile(profile_from_arg(args.profile), home)
     spec, name, catalog = _load_spec(args, catalog_for(profile))
     try:
-        local = prepare(spec, name, catalog, profile, home, dataset_entries=args.dataset_entries)
-        python = trainer_python(spec.engine, args.python)
+        local = prepare(
+            spec,
+            name,
+            catalog,
+            profile,
+            home,
+            dataset_entries=args.dataset_entries,
+            any_fms_release=args.any_fms_release,
+        )
+        python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
     except LocalRunError as err:
         raise UsageError(str(err)) from err
     store = ResultsStore(home / "results.db")

@@ -81,6 +81,7 @@ def prepare(
     *,
     dataset_entries: int | None = None,
     gpus_available: int | None = None,
+    any_fms_release: bool = False,
 ) -> LocalRun:
     if spec.number_nodes != 1:
         raise LocalRunError(
@@ -105,7 +106,10 @@ def prepare(
         dataset_entries=dataset_entries,
     )
     plan = plan.model_copy(
-        update={"output": plan.output.model_copy(update={"termination_message_path": str(run_dir / "termination-log")})}
+        update={
+            "output": plan.output.model_copy(update={"termination_message_path": str(run_dir / "termination-log")}),
+            "allow_engine_mismatch": any_fms_release,
+        }
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / "plan.json"
@@ -114,39 +118,51 @@ def prepare(
     return LocalRun(run_id=run_id, name=name, spec=spec, plan=plan, run_dir=run_dir, plan_path=plan_path)
 
 
-def trainer_python(engine: Engine, explicit: str | None = None, search: list[Path] | None = None) -> str:
+@dataclass(frozen=True)
+class TrainerPython:
+    """The interpreter that runs ftbench-trainer, and what it needs on PYTHONPATH."""
+
+    path: str
+    pythonpath: str | None = None
+
+
+def trainer_python(
+    spec: FineTuneExperimentSpec, explicit: str | None = None, log: Callable[[str], None] = lambda _: None
+) -> TrainerPython:
     """The interpreter that has the engine installed.
 
-    trl runs in this environment; fms-hf-tuning pins an older stack and lives in its own (see
-    hack/setup-envs.sh), found through --python, FTBENCH_FMS_PYTHON, or ./.venv-fms.
+    trl runs in this environment. Each fms-hf-tuning release pins an older stack of its own and
+    runs in its own environment, built from its lock on first use and cached (ftbench.engines.envs);
+    ftbench's packages reach it through PYTHONPATH. --python PATH overrides either.
     """
+    from ftbench.engines.envs import ensure_env, package_path
+
+    if spec.engine == Engine.TRL:
+        return TrainerPython(explicit or sys.executable)
+    pythonpath = package_path()
     if explicit:
-        return explicit
-    if engine == Engine.TRL:
-        return sys.executable
-    env = os.environ.get("FTBENCH_FMS_PYTHON")
-    if search is None:
-        search = [Path.cwd() / ".venv-fms/bin/python", Path(__file__).resolve().parents[2] / ".venv-fms/bin/python"]
-    candidates = [Path(env)] if env else search
-    for candidate in candidates:
-        if candidate.exists():
-            return str(candidate)
-    raise LocalRunError(
-        "engine fms-hf-tuning needs its own Python environment (its pins exclude current torch/trl): run "
-        "`bash hack/setup-envs.sh fms` and retry, pass --python PATH, or set engine: trl"
-    )
+        return TrainerPython(explicit, pythonpath)
+    try:
+        return TrainerPython(str(ensure_env(spec.fms_hf_tuning_version, log=log)), pythonpath)
+    except (RuntimeError, OSError, KeyError) as err:
+        raise LocalRunError(
+            f"no environment for fms-hf-tuning {spec.fms_hf_tuning_version}: {err}\n"
+            "pass --python PATH (an interpreter with that release installed) or set engine: trl"
+        ) from err
 
 
 def execute(
     run: LocalRun,
-    python: str,
+    python: TrainerPython,
     *,
     on_progress: Callable[[dict[str, Any]], None] = lambda _: None,
     on_output: Callable[[str], None] = lambda _: None,
 ) -> RunOutcome:
     """Run the trainer, stream its lines, and stop it cleanly on Ctrl-C (exit status 'Interrupted')."""
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    command = [python, "-m", TRAINER_MODULE, "--plan", str(run.plan_path)]
+    if python.pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
+    command = [python.path, "-m", TRAINER_MODULE, "--plan", str(run.plan_path)]
     results: list[TrainerResult] = []
     with run.log_path.open("w") as log:
         # A new session: Ctrl-C reaches us only, and we forward one SIGINT to the whole trainer group

@@ -16,6 +16,8 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.cli import main
 from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.engines.envs import list_envs, package_path
+from ftbench.engines.releases import load_releases
 from ftbench.local.home import local_profile
 from ftbench.local.runner import LocalRunError, prepare, trainer_python
 from ftbench.local.store import ResultsStore
@@ -58,14 +60,33 @@ def test_multi_node_and_missing_gpus_are_refused(home: Path) -> None:
         prepare(spec(numberGpus=2, batchSize=2, gpuModel="G"), "x", catalog, profile, home, gpus_available=0)
 
 
-def test_fms_engine_without_its_environment_says_how_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("FTBENCH_FMS_PYTHON", str(tmp_path / "nope"))
-    with pytest.raises(LocalRunError, match=r"hack/setup-envs\.sh fms"):
-        trainer_python(spec(engine="fms-hf-tuning").engine)
-    monkeypatch.delenv("FTBENCH_FMS_PYTHON")
-    with pytest.raises(LocalRunError, match=r"hack/setup-envs\.sh fms"):
-        trainer_python(spec().engine, search=[tmp_path / "missing"])
-    assert trainer_python(spec(engine="trl").engine) == sys.executable
+def test_each_fms_release_gets_its_own_environment(tmp_path: Path) -> None:
+    """trl runs here; fms-hf-tuning in its release's environment, with ftbench's packages on PYTHONPATH."""
+    assert trainer_python(spec(engine="trl")).path == sys.executable
+    explicit = trainer_python(spec(engine="fms-hf-tuning"), str(tmp_path / "py"))
+    assert explicit.path == str(tmp_path / "py") and explicit.pythonpath == package_path()
+    with pytest.raises(LocalRunError, match=r"3\.0\.0\.1 cannot be installed: 3\.0\.0\.1 is not a published release"):
+        trainer_python(spec(engine="fms-hf-tuning", fmsHfTuningVersion="3.0.0.1"))
+
+
+@pytest.mark.training
+@pytest.mark.fms
+def test_run_builds_the_default_release_environment_on_first_use(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The seed's default experiment engine (fms-hf-tuning, default release) just works locally: the
+    first `ftbench run` builds that release's environment (a fresh cache here) and says so."""
+    monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "fms.yaml"
+    path.write_text(EXPERIMENT.format(name="fms-local", steps=2).replace("engine: trl", "engine: fms-hf-tuning"))
+    assert main(["run", str(path), "-o", "json", "--dataset-entries", "16"]) == 0
+    out, err = capsys.readouterr()
+    default = load_releases().default
+    assert f"building the fms-hf-tuning {default} environment" in err
+    result = TrainerResult.model_validate(json.loads(out))
+    assert result.outcome == Outcome.SUCCEEDED and result.environment is not None
+    assert result.environment.engine_version == default
+    assert [e.release for e in list_envs()] == [default]
 
 
 def test_plan_storage_moves_under_home(home: Path) -> None:

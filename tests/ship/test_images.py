@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ftbench.api.enums import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS, Engine
+from ftbench.api.enums import DEFAULT_FMS_HF_TUNING_VERSION, Engine
 from ftbench.profile import Images
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,13 +107,33 @@ def test_trainer_build_args_match_the_api() -> None:
     text = (REPO / "Dockerfile.trainer").read_text()
     for engine in Engine:
         assert f'"{engine.value}"' in text, f"Dockerfile.trainer does not handle ENGINE={engine.value}"
-    assert 'pip install --no-deps "fms-hf-tuning==${FMS_HF_TUNING_VERSION}"' in text
+    assert 'lock="/opt/ftbench/locks/fms-hf-tuning-${FMS_HF_TUNING_VERSION}.txt"' in text
+    assert 'pip install --no-deps -r "$lock"' in text
     assert {"FLASH_ATTN", "BASE_IMAGE"} <= set(args)
 
 
-def test_images_doc_lists_every_tag_the_profile_uses() -> None:
-    doc = (REPO / "docs" / "images.md").read_text()
+def test_every_installable_release_has_a_lock_the_trainer_image_installs() -> None:
+    """The image installs the same lock `ftbench engines` builds from; each holds its own release and no torch."""
+    from ftbench.engines.releases import load_releases
+
+    for release in load_releases().releases:
+        if not release.installable:
+            with pytest.raises(ValueError, match="cannot be installed"):
+                release.lock_text()
+            continue
+        stack = release.stack()
+        assert stack["fms-hf-tuning"] == release.version
+        assert "torch" not in stack and "torchvision" not in stack
+        assert {"transformers", "trl", "peft", "accelerate", "datasets", "pydantic", "pyyaml", "psutil"} <= set(stack)
+
+
+def test_images_docs_list_every_tag_the_profile_uses() -> None:
+    """trl in docs/images.md; each installable fms-hf-tuning release in the generated releases reference."""
+    from ftbench.engines.releases import load_releases
+
     images = Images()
-    assert images.image_for(Engine.TRL.value, "") in doc
-    for version in FMS_HF_TUNING_VERSIONS:
-        assert images.image_for(Engine.FMS_HF_TUNING.value, version) in doc, version
+    assert images.image_for(Engine.TRL.value, "") in (REPO / "docs" / "images.md").read_text()
+    reference = (REPO / "docs" / "reference" / "fms-releases.md").read_text()
+    for release in load_releases().releases:
+        tag = images.image_for(Engine.FMS_HF_TUNING.value, release.version)
+        assert (tag in reference) == release.installable, release.version

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import fms_env_python
 
 # Nothing may be downloaded at test time, and small CPU runs are far less noisy on one thread.
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -32,15 +33,8 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def fms_python() -> Path:
-    """The interpreter of the fms-hf-tuning environment (``.venv-fms``, see hack/setup-envs.sh).
+    """The newest offered release's environment (the single-release trainer tests run there)."""
+    from ftbench.engines.releases import load_releases, version_tuple
 
-    Override with ``FTBENCH_FMS_PYTHON``; with ``FTBENCH_REQUIRE_FMS=1`` (CI) a missing
-    environment fails instead of skipping.
-    """
-    python = Path(os.environ.get("FTBENCH_FMS_PYTHON", REPO_ROOT / ".venv-fms" / "bin" / "python"))
-    if not python.exists():
-        reason = f"fms-hf-tuning environment not found at {python} (create it with hack/setup-envs.sh fms)"
-        if os.environ.get("FTBENCH_REQUIRE_FMS") == "1":
-            pytest.fail(f"FTBENCH_REQUIRE_FMS=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
-    return python
+    newest = max((r.version for r in load_releases().installable), key=version_tuple)
+    return fms_env_python(newest)

@@ -13,11 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ftbench.api.enums import Experiment, Runtime
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.results import TrainerResult
+from ftbench.engines.envs import package_path
 from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
 
@@ -101,8 +104,12 @@ def write_plan(plan: LaunchPlan, tmp: Path) -> Path:
 def run_trainer(
     python: Path | str, plan_path: Path, *, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    """`ftbench-trainer --plan` in a subprocess of the given environment's interpreter."""
-    full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
+    """`ftbench-trainer --plan` in a subprocess of the given environment's interpreter.
+
+    ftbench's packages come through PYTHONPATH, as `ftbench run` passes them to an fms-hf-tuning
+    environment (harmless for the main environment, which has them installed).
+    """
+    full_env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": package_path(), **(env or {})}
     cmd = [str(python), "-m", "ftbench_trainer.main", "--plan", str(plan_path)]
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -139,3 +146,19 @@ def dataset_file(data_dir: Path) -> Path:
     files = sorted(data_dir.glob("news-chars-512-entries-4096-*.jsonl"))
     assert len(files) == 1, files
     return files[0]
+
+
+def fms_env_python(version: str) -> Path:
+    """The interpreter of fms-hf-tuning `version`'s environment, built on first use (ftbench engines).
+
+    With ``FTBENCH_REQUIRE_FMS=1`` (CI) an environment that cannot be built fails instead of skipping.
+    """
+    from ftbench.engines.envs import ensure_env
+
+    try:
+        return ensure_env(version)
+    except Exception as exc:  # no uv, no network for a first build, ...
+        reason = f"no environment for fms-hf-tuning {version}: {exc}"
+        if os.environ.get("FTBENCH_REQUIRE_FMS") == "1":
+            pytest.fail(f"FTBENCH_REQUIRE_FMS=1 but {reason}", pytrace=False)
+        pytest.skip(reason)

@@ -1,8 +1,9 @@
-"""Real fms-hf-tuning 3.2.2 training on CPU through `ftbench-trainer`, in the `.venv-fms` environment.
+"""Real training on CPU through `ftbench-trainer` with the newest offered fms-hf-tuning release.
 
 fms-hf-tuning cannot share an environment with current trl/transformers, so these runs are
-subprocesses of that environment's interpreter; the tiny model is built there too (fixtures
-saved by transformers 5 do not load in 4.55).
+subprocesses of that release's environment (ftbench engines); the tiny model is built there too
+(fixtures saved by transformers 5 do not load in 4.x). Every other release is covered by the
+release matrix (test_fms_releases.py).
 """
 
 from __future__ import annotations
@@ -23,19 +24,11 @@ from helpers import (
 
 from ftbench.api.enums import Experiment
 from ftbench.contracts.results import EXIT_OK, Outcome
+from ftbench.engines.releases import load_releases, version_tuple
 
 pytestmark = [pytest.mark.training, pytest.mark.fms, pytest.mark.slow]
 
-PT_BUG = (
-    "fms-hf-tuning 3.2.2 --peft_method pt crashes in trl 0.19's token-accuracy computation (a shape "
-    "mismatch from the virtual tokens), fixed only in trl >= 0.20, which fms-hf-tuning 3.2.2 excludes"
-)
-
-PT_BUG_MESSAGE = "must match the size of tensor"
-
-
-class KnownUpstreamPtBug(Exception):
-    """Raised only for the known fms/trl 0.19 prompt-tuning failure: other failures stay failures."""
+NEWEST = max((r.version for r in load_releases().installable), key=version_tuple)
 
 
 @pytest.fixture(scope="module")
@@ -44,31 +37,20 @@ def fms_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "model", root / "data"
 
 
-@pytest.mark.parametrize(
-    "experiment",
-    [
-        Experiment.FULL,
-        Experiment.LORA,
-        pytest.param(
-            Experiment.PROMPT_TUNING, marks=pytest.mark.xfail(strict=True, raises=KnownUpstreamPtBug, reason=PT_BUG)
-        ),
-    ],
-    ids=["full", "lora", "pt"],
-)
+@pytest.mark.parametrize("experiment", [Experiment.FULL, Experiment.LORA], ids=["full", "lora"])
 def test_fms_trains_and_reports(
     tmp_path: Path, fms_python: Path, fms_dirs: tuple[Path, Path], experiment: Experiment
 ) -> None:
     model_dir, data_dir = fms_dirs
-    plan = make_plan(tmp_path, model_dir, data_dir, engine="fms-hf-tuning", experiment=experiment, maxSteps=2)
+    plan = make_plan(tmp_path, model_dir, data_dir, engine="fms-hf-tuning", experiment=experiment, maxSteps=2,
+                     fmsHfTuningVersion=NEWEST)  # fmt: skip
     proc = run_trainer(fms_python, write_plan(plan, tmp_path))
     result = read_result(plan)
-    if experiment == Experiment.PROMPT_TUNING and result.error and PT_BUG_MESSAGE in result.error.message:
-        raise KnownUpstreamPtBug(result.error.message)
     assert result.outcome == Outcome.SUCCEEDED, result.error or tail(proc)
     assert proc.returncode == EXIT_OK
     m, env = result.metrics, result.environment
     assert m is not None and env is not None
-    assert env.engine == "fms-hf-tuning" and env.engine_version == "3.2.2" and env.transformers_version.startswith("4.")
+    assert env.engine == "fms-hf-tuning" and env.engine_version == NEWEST and env.transformers_version.startswith("4.")
     assert m.train_steps == 2 and m.train_samples == 8 and m.stopped_by == "maxSteps"
     assert 0 < m.train_non_padding_tokens <= m.train_tokens
 
@@ -77,7 +59,9 @@ def test_fms_token_counts_equal_an_independent_count(
     tmp_path: Path, fms_python: Path, fms_dirs: tuple[Path, Path]
 ) -> None:
     model_dir, data_dir = fms_dirs
-    plan = make_plan(tmp_path, model_dir, data_dir, engine="fms-hf-tuning", batchSize=16, maxSteps=1)
+    plan = make_plan(
+        tmp_path, model_dir, data_dir, engine="fms-hf-tuning", batchSize=16, maxSteps=1, fmsHfTuningVersion=NEWEST
+    )
     proc = run_trainer(fms_python, write_plan(plan, tmp_path))
     assert proc.returncode == EXIT_OK, tail(proc)
     m = read_result(plan).metrics
@@ -99,14 +83,17 @@ def test_fms_two_processes_on_cpu(tmp_path: Path, fms_python: Path, fms_dirs: tu
     """
     model_dir, data_dir = fms_dirs
     plan = two_processes_one_node(
-        tmp_path, model_dir, data_dir, engine="fms-hf-tuning", distributedBackend="DDP", maxSteps=-1
-    )
+        tmp_path, model_dir, data_dir, engine="fms-hf-tuning", distributedBackend="DDP", maxSteps=-1,
+        fmsHfTuningVersion=NEWEST,
+    )  # fmt: skip
     proc = run_trainer(fms_python, write_plan(plan, tmp_path))
     assert proc.returncode == EXIT_OK, tail(proc)
     result = read_result(plan)
     m, env = result.metrics, result.environment
     assert m is not None and env is not None
     assert env.world_size == 2 and env.distributed_mode == "MULTI_CPU"
+    # The bare command that reproduces the run names the node's accelerate config and the release's module.
+    assert env.command.startswith("accelerate launch --config_file ") and " -m tuning.sft_trainer " in env.command
     assert m.train_steps == 4 and m.train_samples == 16
     lengths = independent_lengths(model_dir, dataset_file(data_dir), 1024)
     assert 16 * min(lengths) <= m.train_non_padding_tokens <= 16 * max(lengths)

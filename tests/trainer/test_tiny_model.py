@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ftbench.engines.envs import package_path
 from ftbench_trainer.tiny_model import MARKER, RESPONSE_TEMPLATE, SPECIAL_TOKENS, build_tiny_model
 
 pytest.importorskip("torch")
@@ -107,8 +108,7 @@ FMS_CHECK = textwrap.dedent(
 @pytest.mark.fms
 @pytest.mark.slow
 def test_builds_and_loads_in_fms_env(fms_python: Path, tmp_path: Path) -> None:
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(repo / "trainer-image")}
+    env = {**os.environ, "PYTHONPATH": package_path()}
     out = tmp_path / "tiny-fms"
     build = subprocess.run(
         [str(fms_python), "-m", "ftbench_trainer.tiny_model", str(out)],
