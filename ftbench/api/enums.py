@@ -62,6 +62,7 @@ class Runtime(StrEnum):
     JOB = "Job"
     INDEXED_JOB = "IndexedJob"
     PYTORCH_JOB = "PyTorchJob"
+    TRAIN_JOB = "TrainJob"
 
 
 # The fms-hf-tuning releases the seed lists, newest first; 2.1.2 is the seed's default.
