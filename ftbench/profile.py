@@ -12,10 +12,13 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, field_validator
 
-from ftbench.api.spec import QUANTITY, ApiModel
+from ftbench.api.enums import Runtime
+from ftbench.api.spec import DNS_LABEL, QUANTITY, ApiModel
 from ftbench.catalog import Catalog, load_catalog
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
+# A Kubernetes object name (RFC 1123 subdomain), e.g. a ClusterTrainingRuntime.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A C identifier, as environment variable names in pod specs should be.
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
@@ -107,10 +110,31 @@ class Roce(ApiModel):
     )
 
 
+class TrainJobSettings(ApiModel):
+    """Kubeflow Trainer v2: the runtime ftbench's TrainJobs reference and patch."""
+
+    runtime_name: Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN)] = Field(
+        "torch-distributed",
+        description="ClusterTrainingRuntime the TrainJobs reference (spec.runtimeRef); the operator prefers "
+        "TrainJob only when it exists. It must use the torch mlPolicy (the PET_* rendezvous env) and have the "
+        "replicated job `replicatedJob` with a container named `node`, as Trainer's torch-distributed does.",
+    )
+    replicated_job: Annotated[str, Field(max_length=20, pattern=DNS_LABEL)] = Field(
+        "node",
+        description="Name of the runtime's trainer replicated job, the target of ftbench's runtime patch "
+        "(volumes, security, node selection, labels and annotations of the pods).",
+    )
+
+
 class Features(ApiModel):
     """What the cluster supports; gates fields older Kubernetes versions would drop or reject."""
 
     training_operator: bool = Field(False, description="Kubeflow training operator (PyTorchJob) installed.")
+    trainer_v2: bool = Field(
+        False,
+        description="Kubeflow Trainer v2 installed: the TrainJob CRD and the ClusterTrainingRuntime "
+        "trainJob.runtimeName exist. The operator detects it when the profile leaves features unset.",
+    )
     indexed_jobs: bool = Field(True, description="Indexed Jobs (Kubernetes >= 1.24).")
     pod_failure_policy: bool = Field(True, description="Job podFailurePolicy (Kubernetes >= 1.31).")
     backoff_limit_per_index: bool = Field(
@@ -120,10 +144,11 @@ class Features(ApiModel):
     )
 
     @classmethod
-    def for_kubernetes(cls, minor: int, *, training_operator: bool = False) -> Features:
+    def for_kubernetes(cls, minor: int, *, training_operator: bool = False, trainer_v2: bool = False) -> Features:
         """The features of Kubernetes 1.`minor` (the operator calls this with the server's version)."""
         return cls(
             training_operator=training_operator,
+            trainer_v2=trainer_v2,
             indexed_jobs=minor >= 24,
             pod_failure_policy=minor >= 31,
             backoff_limit_per_index=minor >= 33,
@@ -166,7 +191,18 @@ class ClusterProfile(ApiModel):
     )
     roce: Roce = Field(default_factory=Roce, description="RDMA over Converged Ethernet for multi-node runs (seed 002).")
     features: Features = Field(
-        default_factory=Features, description="What the cluster supports (Kubernetes version, training operator)."
+        default_factory=Features,
+        description="What the cluster supports (Kubernetes version, training operator, Trainer v2).",
+    )
+    runtime: Runtime = Field(
+        Runtime.AUTO,
+        description="What spec.run.runtime auto means on this cluster. auto: Job for one node; for several, "
+        "TrainJob when features.trainerV2, else PyTorchJob when features.trainingOperator, else IndexedJob; "
+        "stability trials as an Indexed Job (or one Job each). Any other value pins that runtime for every "
+        "experiment that leaves spec.run.runtime at auto (TrainJob: one TrainJob per stability trial).",
+    )
+    train_job: TrainJobSettings = Field(
+        default_factory=TrainJobSettings, description="Kubeflow Trainer v2 TrainJobs: the runtime they use."
     )
     service_account: str | None = Field(None, description="ServiceAccount of training pods (progress reports).")
     report_progress: bool = Field(

@@ -64,6 +64,7 @@ class Runtime(StrEnum):
     JOB = "Job"
     INDEXED_JOB = "IndexedJob"
     PYTORCH_JOB = "PyTorchJob"
+    TRAIN_JOB = "TrainJob"
 
 
 # The fms-hf-tuning releases offered, newest first (ftbench/engines/data/fms-releases.yaml, the one

@@ -63,9 +63,10 @@ class RunSettings(ApiModel):
         default=Runtime.AUTO,
         description=(
             "Which Kubernetes object runs the pods: Job (single node), IndexedJob (+ headless Service, "
-            "multi-node without a training operator), PyTorchJob (Kubeflow training operator), or auto: "
-            "Job for one node, PyTorchJob for several when the cluster profile says the training "
-            "operator is installed, else IndexedJob."
+            "multi-node without a training operator), PyTorchJob (Kubeflow training operator v1), TrainJob "
+            "(Kubeflow Trainer v2), or auto: the cluster profile's runtime when it pins one, else Job for one "
+            "node and, for several, TrainJob where Trainer v2 and its runtime are installed, else PyTorchJob "
+            "where the training operator is, else IndexedJob."
         ),
     )
     queue_name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL)] | None = Field(

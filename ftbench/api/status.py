@@ -39,8 +39,17 @@ class Condition(ApiModel):
 
 class ObjectRef(ApiModel):
     api_version: str = Field(description="apiVersion of the child, e.g. batch/v1.")
-    kind: str = Field(description="Job or PyTorchJob.")
+    kind: str = Field(description="Job, PyTorchJob or TrainJob.")
     name: str = Field(description="Name of the child in the experiment's namespace.")
+
+
+class RuntimeStatus(ApiModel):
+    """Which runtime the attempt runs on, and why: the spec, the profile's pin, or what auto found."""
+
+    name: str = Field(description="Job, IndexedJob, PyTorchJob or TrainJob.")
+    reason: str = Field(
+        "", description="Why, e.g. 'auto: Kubeflow Trainer v2 and ClusterTrainingRuntime ... installed'."
+    )
 
 
 class Progress(ApiModel):
@@ -93,6 +102,7 @@ class FineTuneExperimentStatus(ApiModel):
     message: str | None = Field(None, description="Summary of the current state (failure reason, etc.).")
     attempt: Annotated[int, Field(ge=0)] = Field(0, description="Run attempt, incremented by ftbench.io/retry.")
     job: ObjectRef | None = Field(None, description="The child that runs the pods.")
+    runtime: RuntimeStatus | None = Field(None, description="The runtime the attempt runs on and why it was chosen.")
     start_time: datetime | None = Field(None, description="When the first training pod started.")
     completion_time: datetime | None = Field(None, description="When the run ended.")
     progress: Progress | None = Field(None, description="Live progress.")

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--runtime",
         choices=[r.value for r in Runtime],
-        help="override spec.run.runtime (auto: Job for one node, PyTorchJob or IndexedJob for several)",
+        help="override spec.run.runtime (auto: Job for one node; TrainJob, PyTorchJob or IndexedJob for several, per the profile)",
     )
     p.add_argument("--profile", metavar="FILE", help="cluster profile YAML (default: a plain GPU cluster)")
     p.add_argument("-n", "--namespace", help="namespace of the objects (default: the experiment's, else none)")

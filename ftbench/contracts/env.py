@@ -36,6 +36,21 @@ Set by the Kubeflow training operator on PyTorchJob pods (``plan.rendezvous.sour
 ``MASTER_PORT``, ``PET_NNODES``; they are node-level values that the trainer maps to
 ``accelerate launch --machine_rank/--num_machines/--main_process_ip/--main_process_port``.
 
+Set by Kubeflow Trainer v2's torch plugin on the ``node`` container of TrainJob pods
+(``plan.rendezvous.source == "trainjob"``; checked against ``pkg/runtime/framework/plugins/torch``
+of kubeflow/trainer): ``PET_NNODES`` (numNodes), ``PET_NPROC_PER_NODE`` (numProcPerNode),
+``PET_NODE_RANK`` (the Job completion index, i.e. the **node** rank), ``PET_MASTER_ADDR``
+(``<trainjob>-node-0-0.<trainjob>``, pod 0 behind the JobSet's headless Service) and
+``PET_MASTER_PORT`` (29400). They are torchrun's node-level inputs; ftbench does not run torchrun
+but maps them, like the PyTorchJob values, onto ``accelerate launch``'s machine_rank /
+num_machines / main_process_ip / main_process_port, and accelerate starts the plan's processes
+per node. A ``PET_NNODES`` or ``PET_NPROC_PER_NODE`` that disagrees with the plan is an error:
+the runtime would then have scheduled a different topology than the one measured.
+
+``FTBENCH_TRIAL_FAILURE_EXIT_ZERO`` is also set on TrainJob pods: the runtime's Job may restart
+a failed container (the default ``torch-distributed`` runtime sets no ``backoffLimit`` or
+``restartPolicy``), and a measured failure must be recorded once, not retried.
+
 `Rendezvous.source == "local"`: rank 0 of 1, master ``127.0.0.1``.
 """
 
@@ -65,6 +80,16 @@ JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 PYTORCHJOB_RANK = "RANK"
 PYTORCHJOB_MASTER_ADDR = "MASTER_ADDR"
 PYTORCHJOB_MASTER_PORT = "MASTER_PORT"
+
+# TrainJob (Kubeflow Trainer v2 torch plugin, node-level values; reserved: a TrainJob may not set them).
+TRAINJOB_NUM_NODES = "PET_NNODES"
+TRAINJOB_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+TRAINJOB_NODE_RANK = "PET_NODE_RANK"
+TRAINJOB_MASTER_ADDR = "PET_MASTER_ADDR"
+TRAINJOB_MASTER_PORT = "PET_MASTER_PORT"
+TRAINJOB_RESERVED = frozenset(
+    {TRAINJOB_NUM_NODES, TRAINJOB_NPROC_PER_NODE, TRAINJOB_NODE_RANK, TRAINJOB_MASTER_ADDR, TRAINJOB_MASTER_PORT}
+)
 
 # NCCL (read by NCCL itself; named here so render and tests agree).
 NCCL_IB_DISABLE = "NCCL_IB_DISABLE"
@@ -97,6 +122,15 @@ def node_placement(plan: LaunchPlan, environ: Mapping[str, str]) -> NodePlacemen
         return NodePlacement(0, nodes, "127.0.0.1", rdzv.port)
     if rdzv.source == "indexedjob":
         return NodePlacement(_int_env(environ, JOB_COMPLETION_INDEX), nodes, rdzv.master_host, rdzv.port)
+    if rdzv.source == "trainjob":
+        _expect(environ, TRAINJOB_NUM_NODES, nodes)
+        _expect(environ, TRAINJOB_NPROC_PER_NODE, plan.topology.processes_per_node)
+        return NodePlacement(
+            _int_env(environ, TRAINJOB_NODE_RANK),
+            nodes,
+            _env(environ, TRAINJOB_MASTER_ADDR),
+            _int_env(environ, TRAINJOB_MASTER_PORT),
+        )
     return NodePlacement(
         _int_env(environ, PYTORCHJOB_RANK),
         nodes,
@@ -119,6 +153,16 @@ def _env(environ: Mapping[str, str], name: str) -> str:
     if not value:
         raise RendezvousEnvError(f"{name} is not set; the pod was not started by the runtime the plan names")
     return value
+
+
+def _expect(environ: Mapping[str, str], name: str, planned: int) -> None:
+    """A runtime-injected count must match the plan's (accelerate launches the plan's topology)."""
+    got = _int_env(environ, name)
+    if got != planned:
+        raise RendezvousEnvError(
+            f"{name}={got} but the plan runs {planned}; the TrainJob's runtime changed the topology "
+            "(check the ClusterTrainingRuntime's mlPolicy and the TrainJob's spec.trainer)"
+        )
 
 
 def _int_env(environ: Mapping[str, str], name: str) -> int:

@@ -73,9 +73,10 @@ class Topology(_Model):
 class Rendezvous(_Model):
     """How a node learns its rank and the master's address at run time."""
 
-    source: Literal["local", "pytorchjob", "indexedjob"] = Field(
+    source: Literal["local", "pytorchjob", "indexedjob", "trainjob"] = Field(
         description="local: single machine (rank 0, 127.0.0.1). pytorchjob: Kubeflow's node-level RANK, "
-        "MASTER_ADDR, MASTER_PORT env. indexedjob: JOB_COMPLETION_INDEX env and masterHost."
+        "MASTER_ADDR, MASTER_PORT env. indexedjob: JOB_COMPLETION_INDEX env and masterHost. trainjob: "
+        "Kubeflow Trainer v2's PET_NODE_RANK, PET_NNODES, PET_MASTER_ADDR, PET_MASTER_PORT env."
     )
     master_host: str = Field("127.0.0.1", description="Rank-0 host for indexedjob (<job>-0.<service>).")
     port: Annotated[int, Field(ge=1, le=65535)] = 29500

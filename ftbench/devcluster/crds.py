@@ -41,3 +41,30 @@ def install_crd(api: ApiClient, crd: dict[str, Any] | str | Path, *, timeout: fl
             return name
         time.sleep(0.2)
     raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
+
+
+def without_empty_string_defaults(schema: Any) -> Any:
+    """`schema` minus `default: ""` on string properties, for Kubernetes 1.20 API servers.
+
+    The 1.20 server refuses Kubeflow Trainer v2's CRDs with `default: Invalid value: "null": must
+    be of type string` on the `name` of every LocalObjectReference (`default: ""`, Kubernetes >= 1.29
+    API types); current servers accept them. A list-map key must have a default or be required, so
+    there the key becomes required instead. Nothing a test reads changes: an omitted name and an
+    empty one mean the same there, and list-map items carry their key.
+    """
+    if isinstance(schema, list):
+        return [without_empty_string_defaults(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        k: without_empty_string_defaults(v)
+        for k, v in schema.items()
+        if not (k == "default" and v == "" and schema.get("type") == "string")
+    }
+    keys = out.get("x-kubernetes-list-map-keys")
+    items = out.get("items")
+    if keys and isinstance(items, dict):
+        missing = [k for k in keys if k not in (items.get("required") or [])]
+        if missing:
+            out["items"] = {**items, "required": [*(items.get("required") or []), *missing]}
+    return out

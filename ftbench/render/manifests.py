@@ -5,7 +5,7 @@ every reconcile and `ftbench render` prints exactly what the operator would crea
 references are not set here; the operator adopts the objects (`kopf.adopt`).
 
 Objects, in the order to create them: the plan ConfigMap (the pods mount it), then the headless
-Service (Indexed Job, multi-node), then the workload(s).
+Service (Indexed Job, multi-node), then the workload(s): Job(s), PyTorchJob or TrainJob(s).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ftbench.catalog import Catalog
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.profile import ClusterProfile
 from ftbench.render.names import ChildNames, child_names, label_value
-from ftbench.render.plan import PlanError, build_plan, resolve_runtime
+from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, choose_runtime_for
 from ftbench.render.pods import PodInputs
 from ftbench.render.runtimes import (
     WorkloadMeta,
@@ -33,6 +33,7 @@ from ftbench.render.runtimes import (
     stability_indexed_job,
     stability_jobs,
 )
+from ftbench.render.trainjob import stability_train_jobs, train_job
 
 Obj = dict[str, Any]
 
@@ -55,6 +56,7 @@ class Rendered:
     names: ChildNames
     plan: LaunchPlan
     objects: tuple[Obj, ...]
+    reason: str = ""  # why this runtime (spec, profile pin, or what auto-detection found)
 
 
 def labels(experiment: str, attempt: int) -> dict[str, str]:
@@ -76,9 +78,10 @@ def pod_selector(experiment: str, attempt: int) -> str:
     return f"{EXPERIMENT_LABEL}={label_value(experiment)},{ATTEMPT_LABEL}={attempt}"
 
 
-def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> Runtime:
-    """`resolve_runtime`, plus the combinations no runtime can carry out."""
-    runtime = resolve_runtime(spec, catalog, profile)
+def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
+    """`choose_runtime_for`, plus the combinations no runtime can carry out."""
+    choice = choose_runtime_for(spec, catalog, profile)
+    runtime = choice.runtime
     trials = effective.trials(spec, catalog)
     if runtime == Runtime.JOB and spec.number_nodes > 1:
         raise RenderError(
@@ -87,16 +90,38 @@ def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: Clus
     if runtime == Runtime.INDEXED_JOB and not profile.features.indexed_jobs:
         raise RenderError("runtime IndexedJob needs Kubernetes >= 1.24 (cluster profile features.indexedJobs)")
     if runtime == Runtime.PYTORCH_JOB and trials > 1:
-        raise RenderError(f"{spec.experiment.value} runs {trials} sequential trials; use runtime IndexedJob or Job")
-    return runtime
+        raise RenderError(
+            f"{spec.experiment.value} runs {trials} sequential trials, which a PyTorchJob cannot ({choice.reason}); "
+            "use runtime IndexedJob, Job or TrainJob"
+        )
+    if runtime == Runtime.TRAIN_JOB and spec.run.priority_class_name:
+        raise RenderError(
+            "spec.run.priorityClassName cannot be set on a TrainJob (Trainer v2 runtime patches have no "
+            f"priorityClassName; {choice.reason}); set the priority class in the ClusterTrainingRuntime or "
+            "through Kueue (kueue.x-k8s.io/priority-class), or choose spec.run.runtime IndexedJob or PyTorchJob"
+        )
+    return choice
+
+
+def _names(
+    spec: FineTuneExperimentSpec, profile: ClusterProfile, name: str, attempt: int, runtime: Runtime, trials: int
+) -> ChildNames:
+    return child_names(
+        name,
+        attempt,
+        runtime,
+        number_nodes=spec.number_nodes,
+        trials=trials,
+        replicated_job=profile.train_job.replicated_job,
+    )
 
 
 def experiment_names(
     spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile, *, name: str, attempt: int
 ) -> ChildNames:
     """The names `render_experiment` gives this attempt's objects (for the operator's lookups)."""
-    runtime = choose_runtime(spec, catalog, profile)
-    return child_names(name, attempt, runtime, number_nodes=spec.number_nodes, trials=effective.trials(spec, catalog))
+    runtime = choose_runtime(spec, catalog, profile).runtime
+    return _names(spec, profile, name, attempt, runtime, effective.trials(spec, catalog))
 
 
 def plan_config_map(plan: LaunchPlan, name: str, meta: WorkloadMeta) -> Obj:
@@ -112,6 +137,8 @@ Builder = Callable[[PodInputs, WorkloadMeta, ChildNames], list[Obj]]
 
 
 def _builder(runtime: Runtime, spec: FineTuneExperimentSpec, trials: int) -> Builder:
+    if runtime == Runtime.TRAIN_JOB:
+        return stability_train_jobs if trials > 1 else train_job
     if trials > 1:
         return stability_indexed_job if runtime == Runtime.INDEXED_JOB else stability_jobs
     if runtime == Runtime.PYTORCH_JOB:
@@ -133,9 +160,10 @@ def render_experiment(
     dataset_entries: int | None = None,
 ) -> Rendered:
     """Render one attempt of experiment `name`. Raises PlanError/RenderError for impossible runs."""
-    runtime = choose_runtime(spec, catalog, profile)
+    choice = choose_runtime(spec, catalog, profile)
+    runtime = choice.runtime
     trials = effective.trials(spec, catalog)
-    names = child_names(name, attempt, runtime, number_nodes=spec.number_nodes, trials=trials)
+    names = _names(spec, profile, name, attempt, runtime, trials)
     plan = build_plan(
         spec,
         catalog,
@@ -164,7 +192,7 @@ def render_experiment(
     )
     workloads = _builder(runtime, spec, trials)(inputs, meta, names)
     objects = (plan_config_map(plan, names.plan_config_map, meta), *workloads)
-    return Rendered(runtime=runtime, names=names, plan=plan, objects=objects)
+    return Rendered(runtime=runtime, names=names, plan=plan, objects=objects, reason=choice.reason)
 
 
 class _ManifestDumper(yaml.SafeDumper):

@@ -4,8 +4,10 @@ The operator re-renders on every reconcile and must find (not duplicate) what it
 name depends only on the experiment name, the attempt, the runtime and the topology. Names must
 fit the tightest place Kubernetes puts them: a Job's name becomes the `job-name` label (63) and
 an Indexed Job pod's hostname `<job>-<index>` (a 63-char DNS label); a PyTorchJob's pods and
-Services are `<job>-worker-<i>`; a headless Service name is a DNS-1035 label (starts with a
-letter). So the shared base is kept to `BASE_MAX` characters, cut with a hash when longer.
+Services are `<job>-worker-<i>`; a TrainJob's JobSet pods have the hostname
+`<trainjob>-node-0-<i>` (with the default replicated job `node`); a headless Service name is a
+DNS-1035 label (starts with a letter). So the shared base is kept to `BASE_MAX` characters, cut
+with a hash when longer.
 """
 
 from __future__ import annotations
@@ -60,17 +62,23 @@ def base_name(experiment: str, attempt: int) -> str:
     return fit(dns1035(f"{experiment}-a{attempt}"), BASE_MAX)
 
 
-def child_names(experiment: str, attempt: int, runtime: Runtime, *, number_nodes: int, trials: int) -> ChildNames:
+def child_names(
+    experiment: str, attempt: int, runtime: Runtime, *, number_nodes: int, trials: int, replicated_job: str = "node"
+) -> ChildNames:
     """Names of every object `render_experiment` makes for this attempt.
 
-    Several trials without Indexed Jobs (runtime Job) are one Job per trial, `<base>-t<i>`.
+    Several trials without Indexed Jobs (runtime Job), and on runtime TrainJob, are one workload
+    per trial, `<base>-t<i>`. A TrainJob's master is pod 0 of its JobSet's first Job behind the
+    JobSet's headless Service (what Trainer's torch plugin puts into PET_MASTER_ADDR).
     """
     base = base_name(experiment, attempt)
     service = base if runtime == Runtime.INDEXED_JOB and number_nodes > 1 else None
-    one_job_per_trial = runtime == Runtime.JOB and trials > 1
-    workloads = tuple(f"{base}-t{i}" for i in range(trials)) if one_job_per_trial else (base,)
+    one_per_trial = runtime in (Runtime.JOB, Runtime.TRAIN_JOB) and trials > 1
+    workloads = tuple(f"{base}-t{i}" for i in range(trials)) if one_per_trial else (base,)
     if runtime == Runtime.PYTORCH_JOB:
         master_host = f"{base}-master-0"
+    elif runtime == Runtime.TRAIN_JOB:
+        master_host = f"{workloads[0]}-{replicated_job}-0-0.{workloads[0]}"
     elif service:
         master_host = f"{base}-0.{service}"
     else:

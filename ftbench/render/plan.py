@@ -8,6 +8,7 @@ config with the spec's values, the peft settings and the stop controls.
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
 from typing import Any
 
 from ftbench.api import effective
@@ -34,18 +35,46 @@ class PlanError(ValueError):
     """The spec passed validation but cannot be planned (e.g. the catalog changed under it)."""
 
 
-def resolve_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> Runtime:
-    """auto: Job for one node; PyTorchJob if the training operator is installed; else IndexedJob.
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """The runtime an attempt runs on and why (the operator writes both into status.runtime)."""
 
-    Several trials (the stability experiment) run as an Indexed Job of sequential pods.
+    runtime: Runtime
+    reason: str
+
+
+def choose_runtime_for(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
+    """spec.run.runtime, else the profile's pin, else auto-detection.
+
+    auto: Job for one node; for several, Kubeflow Trainer v2 (TrainJob) where its CRDs and the
+    profile's ClusterTrainingRuntime exist, since Kueue queues TrainJobs but is dropping
+    PyTorchJob; else the v1 training operator (PyTorchJob); else an Indexed Job. Several trials
+    (the stability experiment) run as an Indexed Job of sequential pods.
     """
     if spec.run.runtime != Runtime.AUTO:
-        return spec.run.runtime
+        return RuntimeChoice(spec.run.runtime, f"spec.run.runtime is {spec.run.runtime.value}")
+    if profile.runtime != Runtime.AUTO:
+        return RuntimeChoice(profile.runtime, f"the cluster profile pins runtime {profile.runtime.value}")
+    features = profile.features
     if spec.number_nodes == 1 and effective.trials(spec, catalog) == 1:
-        return Runtime.JOB
-    if spec.number_nodes > 1 and profile.features.training_operator:
-        return Runtime.PYTORCH_JOB
-    return Runtime.INDEXED_JOB if profile.features.indexed_jobs else Runtime.JOB
+        return RuntimeChoice(Runtime.JOB, "auto: one node")
+    if spec.number_nodes > 1 and features.trainer_v2:
+        runtime = profile.train_job.runtime_name
+        return RuntimeChoice(
+            Runtime.TRAIN_JOB, f"auto: Kubeflow Trainer v2 and ClusterTrainingRuntime {runtime} are installed"
+        )
+    if spec.number_nodes > 1 and features.training_operator:
+        return RuntimeChoice(
+            Runtime.PYTORCH_JOB, "auto: the Kubeflow training operator (PyTorchJob) is installed, Trainer v2 is not"
+        )
+    if features.indexed_jobs:
+        what = "sequential trials" if spec.number_nodes == 1 else "several nodes, no Kubeflow training operator"
+        return RuntimeChoice(Runtime.INDEXED_JOB, f"auto: {what}")
+    return RuntimeChoice(Runtime.JOB, "auto: the cluster has no Indexed Jobs")
+
+
+def resolve_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> Runtime:
+    return choose_runtime_for(spec, catalog, profile).runtime
 
 
 def model_ref(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> ModelRef:
@@ -159,7 +188,8 @@ def build_plan(
         batch_size=spec.batch_size,
         per_device_batch_size=effective.per_device_batch_size(spec),
     )
-    source = {Runtime.PYTORCH_JOB: "pytorchjob", Runtime.INDEXED_JOB: "indexedjob"}.get(runtime, "local")
+    sources = {Runtime.PYTORCH_JOB: "pytorchjob", Runtime.INDEXED_JOB: "indexedjob", Runtime.TRAIN_JOB: "trainjob"}
+    source = sources.get(runtime, "local")
     if spec.number_nodes == 1:
         source, master_host = "local", "127.0.0.1"
     backend = effective.distributed_backend(spec)

@@ -1,4 +1,4 @@
-"""The training pod template shared by every runtime (Job, Indexed Job, PyTorchJob).
+"""The training pod template shared by every runtime (Job, Indexed Job, PyTorchJob, TrainJob).
 
 One builder, so the GPU requests, volumes, security and NCCL settings cannot drift between
 runtimes; the runtimes only add what is theirs (container name, rank env, ports, subdomain).
@@ -177,6 +177,17 @@ def scheduling(inputs: PodInputs) -> Obj:
     return out
 
 
+def pod_metadata(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
+    """Labels the operator selects pods by; the profile's annotations and the RoCE network."""
+    annotations = dict(inputs.profile.pod_annotations)
+    if inputs.roce and inputs.profile.roce.network:
+        annotations[MULTUS_ANNOTATION] = inputs.profile.roce.network
+    metadata: Obj = {"labels": {**inputs.profile.pod_labels, **inputs.labels, **slot.labels}}
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
 def pod_template(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
     """The pod template every runtime embeds; restartPolicy Never (a retry is a new attempt)."""
     vols, mounts = volumes(inputs)
@@ -196,12 +207,6 @@ def pod_template(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
     }
     if slot.ports:
         container["ports"] = list(slot.ports)
-    annotations = dict(inputs.profile.pod_annotations)
-    if inputs.roce and inputs.profile.roce.network:
-        annotations[MULTUS_ANNOTATION] = inputs.profile.roce.network
-    metadata: Obj = {"labels": {**inputs.profile.pod_labels, **inputs.labels, **slot.labels}}
-    if annotations:
-        metadata["annotations"] = annotations
     spec: Obj = {
         "restartPolicy": "Never",
         **scheduling(inputs),
@@ -211,4 +216,4 @@ def pod_template(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
     }
     if slot.subdomain:
         spec["subdomain"] = slot.subdomain
-    return {"metadata": metadata, "spec": spec}
+    return {"metadata": pod_metadata(inputs, slot), "spec": spec}

@@ -128,7 +128,8 @@ def multi_node_indexed_job(inputs: PodInputs, meta: WorkloadMeta, names: ChildNa
     return [headless_service(meta, names, port), job]
 
 
-def _trial_env(index: int | None) -> tuple[Obj, ...]:
+def trial_env(index: int | None) -> tuple[Obj, ...]:
+    """The trial this pod runs (a literal, or the completion index when None); failures exit 0."""
     trial = (
         completion_index_env(E.FTBENCH_TRIAL_INDEX)
         if index is None
@@ -149,7 +150,7 @@ def stability_indexed_job(inputs: PodInputs, meta: WorkloadMeta, names: ChildNam
         spec |= {"backoffLimitPerIndex": 0, "maxFailedIndexes": trials}
     else:
         spec["backoffLimit"] = 0
-    template = pod_template(inputs, RuntimeSlot(TRAINER_CONTAINER, env=_trial_env(None)))
+    template = pod_template(inputs, RuntimeSlot(TRAINER_CONTAINER, env=trial_env(None)))
     return [_job(meta, names.workloads[0], spec, template)]
 
 
@@ -166,7 +167,7 @@ def stability_jobs(inputs: PodInputs, meta: WorkloadMeta, names: ChildNames) -> 
             meta,
             job_name,
             spec,
-            pod_template(inputs, RuntimeSlot(TRAINER_CONTAINER, env=_trial_env(i), labels={TRIAL_LABEL: str(i)})),
+            pod_template(inputs, RuntimeSlot(TRAINER_CONTAINER, env=trial_env(i), labels={TRIAL_LABEL: str(i)})),
             {TRIAL_LABEL: str(i)},
         )
         for i, job_name in enumerate(names.workloads)

@@ -7,7 +7,7 @@ endpoint. Reactions:
 - FineTuneExperiment create/resume -> validate, render, create children (`handle_start`);
   spec update -> ignored with a condition (`handle_spec_change`); the `ftbench.io/retry`
   annotation -> attempt N + 1 (`handle_retry`); every event -> metrics.
-- Pods, Jobs and PyTorchJobs labelled `app.kubernetes.io/managed-by: ftbench` -> a sync of
+- Pods, Jobs, PyTorchJobs and TrainJobs labelled `app.kubernetes.io/managed-by: ftbench` -> a sync of
   their experiment (`handle_follow`). Pods are also indexed, so a sync reads them from memory.
 - ConfigMaps labelled `ftbench.io/profile: "true"` -> the cluster profile (`profile_source`).
 
@@ -26,6 +26,7 @@ import kopf
 from ftbench.api.resource import GROUP, PLURAL, VERSION
 from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL
 from ftbench.render.names import label_value
+from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
 from ftbench_operator.children import ACCEPTED_SPEC_ANNOTATION
 from ftbench_operator.classify import summarize_pod
 from ftbench_operator.context import OperatorContext, api_errors
@@ -43,6 +44,7 @@ MANAGED = {"app.kubernetes.io/managed-by": "ftbench"}
 KOPF_PREFIX = f"kopf.{GROUP}"  # kopf's own bookkeeping annotations, apart from user-facing ones
 FINALIZER = f"{GROUP}/finalizer"  # declared for kopf; nothing here requires one, so none is added
 HANDLER_BACKOFF = 5.0
+TRAINJOB_CRD = f"trainjobs.{TRAINER_GROUP}"
 
 
 def _ctx(memo: kopf.Memo) -> OperatorContext:
@@ -73,7 +75,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     kube = Kube(connect(opts.api_threads), threads=opts.api_threads)
     profiles = ProfileSource(opts.profile_file, opts.profile_key)
     minor = await kube.server_minor()
-    profiles.set_server_features(minor, training_operator=await kube.has_crd("pytorchjobs.kubeflow.org"))
+    profiles.set_server_features(
+        minor,
+        training_operator=await kube.has_crd("pytorchjobs.kubeflow.org"),
+        training_runtimes=await trainer_v2_runtimes(kube),
+    )
     if opts.profile_namespace and opts.profile_file is None:
         found = await kube.get_config_map(opts.profile_namespace, opts.profile_config_map)
         if found is not None:
@@ -85,6 +91,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     memo["ctx"] = ctx
     memo["syncer"] = Syncer(ctx)
     logger.info("ftbench operator ready: Kubernetes 1.%s, profile from %s", minor, profiles.origin)
+
+
+async def trainer_v2_runtimes(kube: Kube) -> frozenset[str] | None:
+    """ClusterTrainingRuntime names when Kubeflow Trainer v2 (the TrainJob CRD) is installed."""
+    if not await kube.has_crd(TRAINJOB_CRD):
+        return None
+    return await kube.cluster_object_names(TRAINER_API_VERSION, "clustertrainingruntimes")
 
 
 @kopf.on.cleanup()
@@ -177,6 +190,7 @@ def _request_sync(memo: kopf.Memo, experiments: kopf.Index[Any, Any], namespace:
 @kopf.on.event("pods", labels=MANAGED)
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=MANAGED)
+@kopf.on.event(TRAINER_GROUP, "v1alpha1", "trainjobs", labels=MANAGED)
 async def child_event(
     namespace: str,
     labels: kopf.Labels,

@@ -26,6 +26,7 @@ Obj = dict[str, Any]
 ACCEPTED_SPEC_ANNOTATION = "ftbench.io/accepted-spec"
 # Kinds an attempt may own, deleted on retry (pods go with their workload).
 CHILD_KINDS = (
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
     ("kubeflow.org/v1", "PyTorchJob"),
     ("batch/v1", "Job"),
     ("v1", "Service"),
@@ -67,8 +68,8 @@ def render(body: Mapping[str, Any], spec: FineTuneExperimentSpec, profile: Clust
 
 
 def initial_objects(rendered: Rendered) -> list[Obj]:
-    """What to create now. One Job per trial (no Indexed Jobs) starts with trial 0 only: the
-    trials must run one after another, and `trial_object` supplies the next one when due."""
+    """What to create now. One Job or TrainJob per trial starts with trial 0 only: the trials
+    must run one after another, and `trial_object` supplies the next one when due."""
     return [o for o in rendered.objects if _trial(o) in (None, 0)]
 
 
@@ -78,7 +79,12 @@ def trial_object(rendered: Rendered, trial: int) -> Obj | None:
 
 def _trial(obj: Mapping[str, Any]) -> int | None:
     value = ((obj.get("metadata") or {}).get("labels") or {}).get(TRIAL_LABEL)
-    return int(value) if value is not None and obj.get("kind") == "Job" else None
+    return int(value) if value is not None and obj.get("kind") in ("Job", "TrainJob") else None
+
+
+def runtime_ref(rendered: Rendered) -> dict[str, str]:
+    """status.runtime: which runtime runs the attempt and why."""
+    return {"name": rendered.runtime.value, "reason": rendered.reason}
 
 
 def workload_ref(rendered: Rendered) -> dict[str, str]:

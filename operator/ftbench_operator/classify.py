@@ -46,6 +46,7 @@ NO_RESULT = "NoResult"
 WORKLOAD_FAILED = "WorkloadFailed"
 PENDING = "Pending"
 RUNNING = "Running"
+QUEUED_REASON = "Suspended"
 TRIALS_COMPLETED = "TrialsCompleted"
 
 PYTORCH_REPLICA_TYPE = "training.kubeflow.org/replica-type"
@@ -88,10 +89,11 @@ class PodSummary:
 
 @dataclass(frozen=True)
 class WorkloadSummary:
-    """A Job or PyTorchJob: its name and whether (and why) it finished."""
+    """A Job, PyTorchJob or TrainJob: its name, whether it is suspended, whether (and why) it finished."""
 
     kind: str
     name: str
+    suspended: bool = False
     succeeded: bool = False
     failed: bool = False
     reason: str = ""
@@ -171,7 +173,9 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
 
 
 def summarize_workload(body: Mapping[str, Any], kind: str = "") -> WorkloadSummary:
-    """Job: Complete/Failed conditions. PyTorchJob: the Succeeded/Failed condition that is True."""
+    """Job/TrainJob: Complete/Failed conditions. PyTorchJob: the Succeeded/Failed condition that is
+    True. Suspended: spec.suspend (set at creation for Kueue, cleared on admission) or a True
+    Suspended condition."""
     meta = body.get("metadata") or {}
     conditions = (body.get("status") or {}).get("conditions") or []
     true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
@@ -179,6 +183,7 @@ def summarize_workload(body: Mapping[str, Any], kind: str = "") -> WorkloadSumma
     return WorkloadSummary(
         kind=str(body.get("kind") or kind),  # items of a LIST response carry no kind
         name=str(meta.get("name", "")),
+        suspended=bool((body.get("spec") or {}).get("suspend")) or "Suspended" in true,
         succeeded="Complete" in true or "Succeeded" in true,
         failed=failed is not None,
         reason=str((failed or {}).get("reason") or ""),
@@ -290,7 +295,8 @@ def _waiting_failure(pods: Iterable[PodSummary], now: datetime, grace_seconds: f
     return None
 
 
-def _progress(pods: Iterable[PodSummary]) -> Observation:
+def _progress(pods: Iterable[PodSummary], workloads: Iterable[WorkloadSummary] = ()) -> Observation:
+    """Running once a pod runs; else Pending, with reason Suspended while a workload is queued."""
     pods = list(pods)
     running = [p for p in pods if p.phase == "Running" or p.container.state in ("running", "terminated")]
     starts = sorted(p.start_time for p in running if p.start_time)
@@ -300,6 +306,12 @@ def _progress(pods: Iterable[PodSummary]) -> Observation:
             RUNNING,
             f"{len(running)} of {len(pods)} pods running",
             start_time=starts[0] if starts else None,
+        )
+    suspended = [w for w in workloads if w.suspended]
+    if suspended:
+        w = suspended[0]
+        return Observation(
+            Phase.PENDING, QUEUED_REASON, f"{w.kind} {w.name} is suspended: queued until Kueue admits it"
         )
     return Observation(Phase.PENDING, PENDING, "waiting for pods to start")
 
@@ -345,7 +357,7 @@ def classify_run(
         return waiting
     if any(w.succeeded for w in workloads):
         return Observation(Phase.FAILED, NO_RESULT, "the workload completed but the rank-0 pod left no trainer result")
-    return _progress(by_rank.values())
+    return _progress(by_rank.values(), workloads)
 
 
 def trial_outcome(pod: PodSummary, index: int) -> TrialResult | None:
@@ -419,7 +431,7 @@ def classify_trials(
     waiting = _waiting_failure(by_trial.values(), now, image_pull_grace_seconds)
     if waiting is not None:
         return Observation(waiting.phase, waiting.reason, waiting.message, start_time=start, trials=done)
-    progress = _progress(by_trial.values())
+    progress = _progress(by_trial.values(), workloads)
     if done and progress.phase == Phase.PENDING:
         progress = Observation(Phase.RUNNING, RUNNING, "between trials")
     return Observation(

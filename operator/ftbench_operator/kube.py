@@ -31,6 +31,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Pod"): "pods",
     ("batch/v1", "Job"): "jobs",
     ("kubeflow.org/v1", "PyTorchJob"): "pytorchjobs",
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainjobs",
     (f"{GROUP}/{VERSION}", "FineTuneExperiment"): PLURAL,
 }
 EXPERIMENT_API_VERSION = f"{GROUP}/{VERSION}"
@@ -209,6 +210,16 @@ class Kube:
                 return False
             raise
         return True
+
+    async def cluster_object_names(self, api_version: str, plural: str) -> frozenset[str] | None:
+        """Names of a cluster-scoped kind (e.g. ClusterTrainingRuntimes); None when not served or not allowed."""
+        try:
+            found = await self.request("GET", f"/apis/{api_version}/{plural}")
+        except KubeError as err:
+            if err.status in (403, 404):
+                return None
+            raise
+        return frozenset(str((i.get("metadata") or {}).get("name", "")) for i in found.get("items") or [])
 
     async def get_config_map(self, namespace: str, name: str) -> Obj | None:
         try:

@@ -4,9 +4,11 @@ Re-read on change (the ConfigMap through a watch, the file by its mtime) so a ch
 an edited file applies to the next experiment without a restart. A broken profile never stops
 the operator: it is logged and the last good one stays in use.
 
-`features` a profile leaves unset are taken from the server (its Kubernetes minor version and
-whether the PyTorchJob CRD is installed): the same profile then works on a 1.20 test control
-plane and on a current cluster.
+`features` a profile leaves unset are taken from the server (its Kubernetes minor version,
+whether the PyTorchJob CRD is installed, and whether Kubeflow Trainer v2 is: its TrainJob CRD and
+the ClusterTrainingRuntime the profile names): the same profile then works on a 1.20 test
+control plane and on a current cluster. The runtime is matched against the *current* profile, so
+a profile that switches `trainJob.runtimeName` is re-checked against what the server had.
 """
 
 from __future__ import annotations
@@ -46,19 +48,36 @@ class ProfileSource:
         self.key = config_map_key
         self._profile = ClusterProfile()
         self._file_mtime: float | None = None
-        self._server_features: Features | None = None
+        self._server_minor: int | None = None
+        self._training_operator = False
+        self._training_runtimes: frozenset[str] | None = None
         self.origin = "defaults"
         self.error: str | None = None
 
-    def set_server_features(self, minor: int | None, *, training_operator: bool) -> None:
-        if minor is not None:
-            self._server_features = Features.for_kubernetes(minor, training_operator=training_operator)
+    def set_server_features(
+        self, minor: int | None, *, training_operator: bool, training_runtimes: frozenset[str] | None = None
+    ) -> None:
+        """What the server has. training_runtimes: ClusterTrainingRuntime names, None without Trainer v2."""
+        self._server_minor = minor
+        self._training_operator = training_operator
+        self._training_runtimes = training_runtimes
+
+    def server_features(self, profile: ClusterProfile) -> Features | None:
+        if self._server_minor is None:
+            return None
+        runtimes = self._training_runtimes
+        return Features.for_kubernetes(
+            self._server_minor,
+            training_operator=self._training_operator,
+            trainer_v2=runtimes is not None and profile.train_job.runtime_name in runtimes,
+        )
 
     def current(self) -> ClusterProfile:
         self._refresh_file()
         profile = self._profile
-        if self._server_features is not None and "features" not in profile.model_fields_set:
-            profile = profile.model_copy(update={"features": self._server_features})
+        features = self.server_features(profile)
+        if features is not None and "features" not in profile.model_fields_set:
+            profile = profile.model_copy(update={"features": features})
         return profile
 
     def update_from_config_map(self, body: Mapping[str, Any]) -> bool:

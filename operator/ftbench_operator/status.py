@@ -14,13 +14,14 @@ from typing import Any
 
 from ftbench.api.status import Phase
 from ftbench.contracts.results import Outcome
-from ftbench_operator.classify import PENDING, Observation, TrialResult
+from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation, TrialResult
 
 VALID = "Valid"
+QUEUED = "Queued"
 RUNNING = "Running"
 SUCCEEDED = "Succeeded"
 SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
-CONDITION_ORDER = (VALID, RUNNING, SUCCEEDED, SPEC_CHANGE_IGNORED)
+CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, SPEC_CHANGE_IGNORED)
 
 TERMINAL = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.INVALID.value})
 Status = dict[str, Any]
@@ -111,8 +112,8 @@ class Builder:
             "conditions": self.conditions,
         }
 
-    def started(self, attempt: int, job: Mapping[str, str]) -> Status:
-        """Children created for `attempt`; the run waits for its pods."""
+    def started(self, attempt: int, job: Mapping[str, str], runtime: Mapping[str, str] | None = None) -> Status:
+        """Children created for `attempt` (`runtime`: which and why); the run waits for its pods."""
         self.cond(VALID, "True", "SpecValid", "the spec passed every rule")
         self.cond(RUNNING, "False", PENDING, "waiting for pods to start")
         self.cond(SUCCEEDED, "Unknown", PENDING, f"attempt {attempt} created")
@@ -120,6 +121,7 @@ class Builder:
             "phase": Phase.PENDING.value,
             "attempt": attempt,
             "job": dict(job),
+            "runtime": dict(runtime) if runtime else None,
             "message": f"attempt {attempt}: waiting for pods",
             "observedGeneration": self.generation,
             "conditions": self.conditions,
@@ -129,7 +131,7 @@ class Builder:
         """Forget the previous attempt's outcome (results, times, progress) and start `attempt`."""
         self.cond(RUNNING, "False", PENDING, f"retry: attempt {attempt} is starting")
         self.cond(SUCCEEDED, "Unknown", "Retrying", f"retry requested: attempt {attempt}")
-        cleared = ("job", "results", "environment", "stability", "progress", "startTime", "completionTime")
+        cleared = ("job", "runtime", "results", "environment", "stability", "progress", "startTime", "completionTime")
         return {
             **dict.fromkeys(cleared),
             "phase": Phase.PENDING.value,
@@ -153,6 +155,7 @@ class Builder:
         out: Status = {"phase": obs.phase.value, "message": obs.message[:4096]}
         if obs.start_time and not self.current.get("startTime"):
             out["startTime"] = obs.start_time
+        self.queued(obs)
         if obs.phase == Phase.RUNNING:
             self.cond(RUNNING, "True", obs.reason, obs.message)
         elif obs.phase == Phase.PENDING:
@@ -175,6 +178,13 @@ class Builder:
             out["stability"] = stability(obs.trials, trials)
         out["conditions"] = self.conditions
         return out
+
+    def queued(self, obs: Observation) -> None:
+        """Queued: True while the workload is suspended (Kueue has not admitted it), then False."""
+        if obs.reason == QUEUED_REASON:
+            self.cond(QUEUED, "True", QUEUED_REASON, obs.message)
+        elif (old := condition({"conditions": self.conditions}, QUEUED)) and old.get("status") == "True":
+            self.cond(QUEUED, "False", "Admitted", "the workload was admitted and unsuspended")
 
 
 def stability(done: tuple[TrialResult, ...], planned: int) -> Status:

@@ -4,7 +4,8 @@ The test control plane is Kubernetes 1.20: it validates Pod templates, resources
 and security contexts, but silently drops fields it does not know (`completionMode`,
 `podFailurePolicy`, `suspend`, ...). Those are covered offline against current schemas
 (tests/unit/test_render_schema.py); here we check everything 1.20 stores, and that what it
-stored is what we sent. The PyTorchJob is created after installing the upstream CRD.
+stored is what we sent. The PyTorchJob and the TrainJob are created after installing their
+upstream CRDs (Kubeflow Trainer v1.9.2 and v2.3.0).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from tests.unit.render_cases import CASE_IDS, CASES, Case, pytorchjob_crd_path
+from ftbench.devcluster.crds import install_crd, without_empty_string_defaults
+from tests.unit.render_cases import CASE_IDS, CASES, Case, pytorchjob_crd_path, trainjob_crd_path
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -37,6 +39,10 @@ def _create(api: ApiClient, obj: dict[str, Any], namespace: str) -> dict[str, An
     elif kind == "PyTorchJob":
         return client.CustomObjectsApi(api).create_namespaced_custom_object(
             "kubeflow.org", "v1", namespace, "pytorchjobs", body, dry_run="All"
+        )
+    elif kind == "TrainJob":
+        return client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", body, dry_run="All"
         )
     else:
         raise AssertionError(f"unexpected kind {kind}")
@@ -69,11 +75,22 @@ def pytorchjob_crd(kube_api: ApiClient) -> None:
     pytest.fail("PyTorchJob CRD not Established after 30s")
 
 
+@pytest.fixture(scope="module")
+def trainjob_crd(kube_api: ApiClient) -> None:
+    """Install the upstream TrainJob CRD once (1.20 needs its empty-string defaults dropped)."""
+    path = trainjob_crd_path()
+    if not path.exists():
+        pytest.skip(f"TrainJob CRD fixture not found at {path} (set FTBENCH_SHARED_DIR)")
+    install_crd(kube_api, without_empty_string_defaults(yaml.safe_load(path.read_text())))
+
+
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_rendered_objects_pass_server_dry_run(case: Case, kube_api: ApiClient, namespace: str, request) -> None:
     objects = case.render().objects
     if any(o["kind"] == "PyTorchJob" for o in objects):
         request.getfixturevalue("pytorchjob_crd")
+    if any(o["kind"] == "TrainJob" for o in objects):
+        request.getfixturevalue("trainjob_crd")
     for obj in objects:
         stored = _create(kube_api, obj, namespace)
         assert stored["metadata"]["name"] == obj["metadata"]["name"]
@@ -85,6 +102,10 @@ def test_rendered_objects_pass_server_dry_run(case: Case, kube_api: ApiClient, n
                 stored_replica = stored["spec"]["pytorchReplicaSpecs"][role]
                 assert stored_replica["replicas"] == replica["replicas"]
                 _assert_pod_template_kept(replica["template"], stored_replica["template"])
+        elif obj["kind"] == "TrainJob":
+            # The CRD's structural schema prunes unknown fields: what we sent must survive whole
+            # (next to the server's defaults, e.g. managedBy).
+            assert {k: v for k, v in stored["spec"].items() if k in obj["spec"]} == obj["spec"]
         elif obj["kind"] == "ConfigMap":
             assert stored["data"] == obj["data"]
 

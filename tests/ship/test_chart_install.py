@@ -90,6 +90,8 @@ OPERATOR_NEEDS = [
     *[(v, "finetuneexperiments", "ftbench.io", "status") for v in ("get", "patch", "update")],
     *[(v, "jobs", "batch", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
     *[(v, "pytorchjobs", "kubeflow.org", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
+    *[(v, "trainjobs", "trainer.kubeflow.org", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
+    ("list", "clustertrainingruntimes", "trainer.kubeflow.org", ""),
     *[(v, "services", "", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
     *[(v, "configmaps", "", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
     *[(v, "pods", "", "") for v in ("get", "list", "watch")],

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftbench.api.enums import Experiment
+from ftbench.api.enums import Experiment, Runtime
 from ftbench.api.validation import validate_document
 from ftbench.catalog import load_catalog
-from ftbench.profile import ClusterProfile, load_profile
+from ftbench.profile import ClusterProfile, catalog_for, load_profile
+from ftbench.render.manifests import render_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -76,3 +77,21 @@ def test_example_renders_to_valid_objects(path: Path) -> None:
     if doc["spec"].get("enableRoce"):
         text = yaml.safe_dump(list(rendered.objects))
         assert "k8s.v1.cni.cncf.io/networks" in text and "NCCL_IB_DISABLE" in text
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_renders_a_schema_valid_trainjob(path: Path) -> None:
+    """On a cluster that pins Kubeflow Trainer v2, every example becomes TrainJob(s) that the
+    upstream v2.3.0 CRD schema accepts."""
+    from tests.unit.test_render_schema import schema_errors, trainjob_schema
+
+    doc = load(path)
+    report = validate_document(doc)
+    assert report.ok and report.spec is not None, report.summary()
+    profile = profile_for(doc).model_copy(update={"runtime": Runtime.TRAIN_JOB})
+    rendered = render_experiment(report.spec, catalog_for(profile), profile, name=doc["metadata"]["name"])
+    jobs = [o for o in rendered.objects if o["kind"] == "TrainJob"]
+    assert rendered.runtime == Runtime.TRAIN_JOB and jobs
+    for job in jobs:
+        errors = schema_errors(trainjob_schema(), job)
+        assert not errors, f"{job['metadata']['name']}:\n{errors}"

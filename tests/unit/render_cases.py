@@ -34,6 +34,10 @@ ROCE_PROFILE: dict[str, Any] = {
     },
 }
 OLD_CLUSTER_PROFILE: dict[str, Any] = {"features": {"indexedJobs": False, "podFailurePolicy": False}}
+# The same RoCE cluster on a current Kubeflow stack: Trainer v2 installed next to the v1 operator.
+TRAINJOB_ROCE_PROFILE: dict[str, Any] = {**ROCE_PROFILE, "features": {"trainingOperator": True, "trainerV2": True}}
+# A cluster that pins TrainJob for everything (Kueue queues TrainJobs, not PyTorchJobs).
+TRAINJOB_PINNED_PROFILE: dict[str, Any] = {"runtime": "TrainJob", "trainJob": {"runtimeName": "ftbench-torch"}}
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,24 @@ CASES: tuple[Case, ...] = (
         "stability-jobs-old-cluster", _spec("finetune_full_stability-v1.0.0", "llama3.1-8b", 8, 8), OLD_CLUSTER_PROFILE
     ),
     Case("lora-cpu", _spec("finetune_lora_benchmark-v1.0.0", "smollm2-135m", 0, 2, fmsHfTuningVersion="3.1.0")),
+    Case(
+        "full-fsdp-2node-trainjob-roce",
+        _spec(
+            FULL,
+            "llama3.1-70b",
+            16,
+            16,
+            numberNodes=2,
+            enableRoce=True,
+            run={"ncclDebug": True, "queueName": "gpu-queue", "activeDeadlineSeconds": 7200},
+        ),
+        TRAINJOB_ROCE_PROFILE,
+    ),
+    Case(
+        "stability-trainjob",
+        _spec("finetune_full_stability-v1.0.0", "llama3.1-8b", 8, 8, run={"queueName": "gpu-queue"}),
+        TRAINJOB_PINNED_PROFILE,
+    ),
 )
 CASE_IDS = [c.name for c in CASES]
 
@@ -111,3 +133,12 @@ def shared_dir() -> Path:
 
 def pytorchjob_crd_path() -> Path:
     return shared_dir() / "fixtures" / "kubeflow" / "kubeflow.org_pytorchjobs.v1.9.2.yaml"
+
+
+def trainer_v2_dir() -> Path:
+    """The upstream Kubeflow Trainer v2.3.0 CRDs and torch-distributed runtime."""
+    return shared_dir() / "fixtures" / "kubeflow" / "trainer-v2.3.0"
+
+
+def trainjob_crd_path() -> Path:
+    return trainer_v2_dir() / "trainer.kubeflow.org_trainjobs.yaml"

@@ -8,6 +8,9 @@ The Kubernetes runtimes describe a node's place differently (see the plan's `ren
   onto accelerate's machine_rank / main_process_ip / main_process_port.
 - ``indexedjob``: ``JOB_COMPLETION_INDEX`` is the node rank; the master is the plan's
   ``masterHost`` (pod 0's stable DNS name behind the headless Service).
+- ``trainjob``: Kubeflow Trainer v2 sets torchrun's node-level ``PET_NODE_RANK``, ``PET_NNODES``,
+  ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT``; mapped the same way (accelerate, not torchrun,
+  starts the processes).
 
 With launcher ``accelerate`` the plan's accelerate config is written to a file with those
 values filled and ``accelerate launch -m ftbench_trainer.worker`` starts the node's processes.

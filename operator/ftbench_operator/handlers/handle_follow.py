@@ -1,6 +1,6 @@
 """Follow a running attempt: children -> `classify` -> status. Runs from child events.
 
-Pod, Job and PyTorchJob events only *request* a sync of their experiment; requests for an
+Pod, Job, PyTorchJob and TrainJob events only *request* a sync of their experiment; requests for an
 experiment that is already syncing are coalesced into one more pass, so a burst of pod updates
 costs one or two API round trips. A failed pass (API error) is retried with exponential backoff:
 kopf does not retry event handlers, and a lost sync would leave a finished run Running.

@@ -72,7 +72,7 @@ async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: 
         )
         event(body, CHILD_REJECTED, failed.message, warning=True)
         return
-    desired = builder.started(attempt, children.workload_ref(rendered))
+    desired = builder.started(attempt, children.workload_ref(rendered), children.runtime_ref(rendered))
     await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, desired))
     if created:
         event(body, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}")
