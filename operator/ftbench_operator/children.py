@@ -9,7 +9,6 @@ garbage collector removes the children when the experiment is deleted, so no fin
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,7 +22,6 @@ from ftbench.render.runtimes import TRIAL_LABEL
 from ftbench_operator.kube import Kube
 
 Obj = dict[str, Any]
-ACCEPTED_SPEC_ANNOTATION = "ftbench.io/accepted-spec"
 # Kinds an attempt may own, deleted on retry (pods go with their workload).
 CHILD_KINDS = (
     ("kubeflow.org/v1", "PyTorchJob"),
@@ -34,23 +32,19 @@ CHILD_KINDS = (
 
 
 def accepted_spec(body: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """The spec (and generation) the operator accepted at creation; later edits are ignored.
+    """The spec (and generation) the operator accepted when the run started; later edits are ignored.
 
-    Falls back to the current spec for objects that have no record yet (first reconcile).
+    The record lives in `status.acceptedSpec`, which only the operator writes (the status
+    subresource): an annotation would be user-writable, and a user who set one at create time
+    would run a different spec than the one shown. Falls back to the current spec before the
+    first start (nothing is recorded yet, so nothing can have diverged).
     """
     meta = body.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(ACCEPTED_SPEC_ANNOTATION)
-    if raw:
-        try:
-            record = json.loads(raw)
-            return dict(record["spec"]), record.get("generation")
-        except (ValueError, KeyError, TypeError):
-            pass
+    current = body.get("status") or {}
+    recorded = current.get("acceptedSpec")
+    if isinstance(recorded, Mapping):
+        return dict(recorded), current.get("acceptedGeneration")
     return dict(body.get("spec") or {}), meta.get("generation")
-
-
-def accepted_spec_annotation(spec: Mapping[str, Any], generation: int | None) -> str:
-    return json.dumps({"generation": generation, "spec": spec}, separators=(",", ":"), sort_keys=True)
 
 
 def render(body: Mapping[str, Any], spec: FineTuneExperimentSpec, profile: ClusterProfile, attempt: int) -> Rendered:

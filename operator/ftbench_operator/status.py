@@ -111,8 +111,10 @@ class Builder:
             "conditions": self.conditions,
         }
 
-    def started(self, attempt: int, job: Mapping[str, str]) -> Status:
-        """Children created for `attempt`; the run waits for its pods."""
+    def started(
+        self, attempt: int, job: Mapping[str, str], spec: Mapping[str, Any], spec_generation: int | None
+    ) -> Status:
+        """Children created for `attempt` from `spec` (recorded as the accepted spec); pods pending."""
         self.cond(VALID, "True", "SpecValid", "the spec passed every rule")
         self.cond(RUNNING, "False", PENDING, "waiting for pods to start")
         self.cond(SUCCEEDED, "Unknown", PENDING, f"attempt {attempt} created")
@@ -120,6 +122,8 @@ class Builder:
             "phase": Phase.PENDING.value,
             "attempt": attempt,
             "job": dict(job),
+            "acceptedSpec": dict(spec),
+            "acceptedGeneration": spec_generation,
             "message": f"attempt {attempt}: waiting for pods",
             "observedGeneration": self.generation,
             "conditions": self.conditions,

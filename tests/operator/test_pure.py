@@ -182,7 +182,8 @@ def test_condition_transition_time_only_moves_on_transitions():
 
 def test_builders_produce_schema_valid_status_and_minimal_patches():
     builder = st.Builder({}, 1, NOW)
-    started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"})
+    spec = {"model": "m", "modelMaxLength": 1024, "numberGpus": 0, "batchSize": 1}
+    started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"}, spec, 1)
     FineTuneExperimentStatus.model_validate(st.strip_empty(started))
     assert st.diff(st.strip_empty(started), started) == {}
     done = st.Builder(started, 1, NOW).observed(run([terminated(success_result())]), trials=1)

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
 from ftbench.profile import catalog_for
@@ -24,7 +22,7 @@ from ftbench_operator.handlers.handle_follow import sync_once
 from ftbench_operator.kube import KubeError
 
 
-async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch) -> None:
+async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     async with ctx.fresh(body) as fresh:
         if fresh is None or fresh["metadata"].get("deletionTimestamp"):
             return
@@ -34,19 +32,15 @@ async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any], patch: 
         if current.get("job"):
             await sync_once(ctx, fresh["metadata"]["namespace"], fresh["metadata"]["name"], fresh)
             return
-        await start_attempt(ctx, fresh, int(current.get("attempt") or 0), patch)
+        await start_attempt(ctx, fresh, int(current.get("attempt") or 0))
 
 
-async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: int, patch: kopf.Patch | None) -> None:
-    """Validate, render and create attempt `attempt`; record the accepted spec on first sight."""
+async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: int) -> None:
+    """Validate, render and create attempt `attempt`; record the accepted spec in status on start."""
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
     current = body.get("status") or {}
     spec_dict, accepted_generation = children.accepted_spec(body)
-    if patch is not None and children.ACCEPTED_SPEC_ANNOTATION not in (meta.get("annotations") or {}):
-        patch.metadata.annotations[children.ACCEPTED_SPEC_ANNOTATION] = children.accepted_spec_annotation(
-            spec_dict, accepted_generation
-        )
     builder = status.Builder(current, generation, status.utcnow())
     profile = ctx.profiles.current()
     report = validate_spec_dict(spec_dict, catalog_for(profile))
@@ -72,7 +66,7 @@ async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: 
         )
         event(body, CHILD_REJECTED, failed.message, warning=True)
         return
-    desired = builder.started(attempt, children.workload_ref(rendered))
+    desired = builder.started(attempt, children.workload_ref(rendered), report.spec.to_wire(), accepted_generation)
     await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, desired))
     if created:
         event(body, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}")
