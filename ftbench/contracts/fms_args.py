@@ -76,4 +76,17 @@ def sft_trainer_args(plan: LaunchPlan, *, dataset_path: str, model_path: str | N
     # Seed: "--fast_moe is only supported for fms-hf-tuning v2.4.0+"; validation rejects fastMoe > 0 below it.
     if plan.engine_version and version_tuple(plan.engine_version) >= FAST_MOE_MIN_VERSION:
         args += ["--fast_moe", str(t.fast_moe)]
+    _no_value_reads_as_flag(plan, dataset_path, model_path)
     return args
+
+
+def _no_value_reads_as_flag(plan: LaunchPlan, dataset_path: str, model_path: str | None) -> None:
+    """Free-text values (names, paths) follow their `--flag`; one starting with '-' (a LoRA target
+    module "--max_steps") would be parsed as a flag of its own and change what is measured. The
+    spec's patterns already refuse such values; this is the last line, next to the command line."""
+    t = plan.training
+    texts = [model_path or plan.model.ref, dataset_path, t.dataset_text_field, plan.output.dir]
+    texts += [*(t.peft.target_modules or ()), *([t.dataset_image_field] if t.dataset_image_field else [])]
+    for value in texts:
+        if value.startswith("-"):
+            raise ValueError(f"trainer argument value {value!r} starts with '-' and would be read as a flag")
