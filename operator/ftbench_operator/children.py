@@ -1,8 +1,10 @@
 """Render an attempt and create or delete its children: the only code that writes them.
 
-Names are deterministic (`ftbench.render.names`), so creating is idempotent: an HTTP 409 means
-an earlier reconcile (maybe by an operator that was killed) already created the object, and a
-restarted operator never duplicates children. Owner references come from `kopf.adopt`; the
+Names are deterministic (`ftbench.render.names`), so creating is idempotent: an HTTP 409 on an
+object whose owner reference names this experiment's uid means an earlier reconcile (maybe by an
+operator that was killed) already created it, and a restarted operator never duplicates
+children. A 409 on an object owned by anything else is `ChildConflict`: it is never adopted, and
+its output is never read as this experiment's. Owner references come from `kopf.adopt`; the
 garbage collector removes the children when the experiment is deleted, so no finalizer is needed.
 """
 
@@ -19,7 +21,7 @@ from ftbench.profile import ClusterProfile, catalog_for
 from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL, Rendered, render_experiment
 from ftbench.render.names import label_value
 from ftbench.render.runtimes import TRIAL_LABEL
-from ftbench_operator.kube import Kube
+from ftbench_operator.kube import Kube, KubeError
 
 Obj = dict[str, Any]
 # Kinds an attempt may own, deleted on retry (pods go with their workload).
@@ -81,13 +83,41 @@ def workload_ref(rendered: Rendered) -> dict[str, str]:
     return {"apiVersion": first["apiVersion"], "kind": first["kind"], "name": first["metadata"]["name"]}
 
 
+class ChildConflict(Exception):
+    """An object with a child's name exists and does not belong to this experiment."""
+
+    def __init__(self, obj: Mapping[str, Any], existing: Mapping[str, Any]) -> None:
+        meta = existing.get("metadata") or {}
+        owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in meta.get("ownerReferences") or []) or "nobody"
+        super().__init__(
+            f"a {obj['kind']} named {meta.get('name')} already exists in namespace {meta.get('namespace')} and "
+            f"belongs to {owners}, not to this experiment; delete it (or rename this experiment) and retry"
+        )
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Ours only if an owner reference says so: labels and names can be written by anyone."""
+    return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
 async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any]) -> int:
-    """Create in order (ConfigMap before the pods that mount it); returns how many were new."""
+    """Create in order (ConfigMap before the pods that mount it); returns how many were new.
+
+    Raises `ChildConflict` when a name is taken by an object this experiment does not own."""
     created = 0
+    uid = owner["metadata"]["uid"]
     for obj in objects:
         child = copy.deepcopy(obj)
         kopf.adopt(child, owner=dict(owner))
-        created += await kube.create(child)
+        if await kube.create(child):
+            created += 1
+            continue
+        meta = child["metadata"]
+        existing = await kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+        if existing is None:  # deleted in between (a predecessor being collected): try again later
+            raise KubeError(409, "Conflict", f"{child['kind']} {meta['name']} is being deleted; retrying")
+        if not owned_by(existing, uid):
+            raise ChildConflict(child, existing)
     return created
 
 
@@ -106,8 +136,7 @@ async def delete_owned(kube: Kube, owner: Mapping[str, Any], selector: str) -> i
     deleted = 0
     for api_version, kind in CHILD_KINDS:
         for child in await kube.list(api_version, kind, meta["namespace"], selector):
-            owners = (child.get("metadata") or {}).get("ownerReferences") or []
-            if any(ref.get("uid") == meta["uid"] for ref in owners):
+            if owned_by(child, meta["uid"]):
                 await kube.delete(api_version, kind, meta["namespace"], child["metadata"]["name"])
                 deleted += 1
     return deleted

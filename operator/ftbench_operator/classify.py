@@ -39,6 +39,8 @@ CONTAINER_CONFIG = "CreateContainerConfigError"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 CHILD_DELETED = "ChildDeleted"
 CHILD_REJECTED = "ChildRejected"
+CHILD_CONFLICT = "ChildConflict"
+UNKNOWN_WORKLOAD = "UnknownWorkload"
 BACKOFF_LIMIT = "BackoffLimitExceeded"
 TRAINING_ERROR = "TrainingError"
 POD_FAILED = "PodFailed"
@@ -84,6 +86,7 @@ class PodSummary:
     trial_label: int | None = None
     container: ContainerState = ContainerState()
     deleting: bool = False
+    owner_uid: str = ""  # the controller (Job / PyTorchJob) that made it: pods are only read when it is ours
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         trial_label=_int(labels.get(TRIAL_LABEL)),
         container=_container_state(status),
         deleting=bool(meta.get("deletionTimestamp")),
+        owner_uid=next((str(r.get("uid", "")) for r in meta.get("ownerReferences") or [] if r.get("controller")), ""),
     )
 
 

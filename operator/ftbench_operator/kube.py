@@ -61,6 +61,15 @@ class KubeError(Exception):
         super().__init__(f"HTTP {status} {reason}: {body[:500]}")
 
     @property
+    def server_message(self) -> str:
+        """The API server's own explanation (the `message` of its Status body), else the raw error."""
+        try:
+            message = json.loads(self.body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        return str(message) if message else f"HTTP {self.status} {self.reason}: {self.body[:500]}"
+
+    @property
     def temporary(self) -> bool:
         """Worth retrying: unreachable, throttled, server-side or a conflict on a stale read."""
         return self.status in (0, 409, 429) or self.status >= 500
@@ -158,7 +167,8 @@ class Kube:
     # Children ----------------------------------------------------------------------------
 
     async def create(self, obj: Mapping[str, Any]) -> bool:
-        """Create `obj`; False when it already exists (409: created by an earlier reconcile)."""
+        """Create `obj`; False when one of that name already exists (409). Whose it is, the caller
+        decides from its owner references (`children.create_all`): a name alone proves nothing."""
         meta = obj["metadata"]
         try:
             await self.request("POST", collection_path(obj["apiVersion"], obj["kind"], meta["namespace"]), body=obj)
@@ -167,6 +177,14 @@ class Kube:
                 return False
             raise
         return True
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self.request("GET", f"{collection_path(api_version, kind, namespace)}/{name}")
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
 
     async def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[Obj]:
         try:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
-from operator_testkit import failed_result, lora_spec, wait_for
+from operator_testkit import SELECTOR, failed_result, lora_spec, success_result, wait_for
 
 from ftbench.api.resource import GROUP, PLURAL, VERSION
 from ftbench.contracts.plan import PLAN_FILENAME
@@ -46,3 +46,78 @@ def test_accepted_spec_annotation_cannot_override_what_runs(operator, kubelet, c
     plan = wait_for(lambda: plan_of(kube_api, namespace, f"{name}-a1-plan"), what="attempt 1 plan")
     assert plan["topology"]["batchSize"] == 4 and plan["training"]["maxSteps"] == 5
     assert BatchV1Api(kube_api).read_namespaced_job(f"{name}-a1", namespace)
+
+
+def test_names_that_map_to_one_label_run_apart(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 3: `dup.x` and `dup-x` (and `1abc`, `x-1abc`) get their own children and results."""
+    names = ["dup.x", "dup-x", "1abc", "x-1abc"]
+    for i, name in enumerate(names):
+        create_experiment(lora_spec(batchSize=4 * (i + 1)), name=name)
+    jobs = {name: kubelet.wait_phase(name, "Pending")["status"]["job"]["name"] for name in names}
+    assert len(set(jobs.values())) == len(names), jobs
+    for i, name in enumerate(names):
+        pod = kubelet.wait_pods(1, f"job-name={jobs[name]}")[0]
+        kubelet.finish(pod, success_result(tokens_per_second=100.0 + i))
+    for i, name in enumerate(names):
+        done = kubelet.wait_phase(name, "Succeeded")
+        assert done["status"]["results"]["trainTokensPerSecond"] == 100.0 + i
+        assert done["status"]["acceptedSpec"]["batchSize"] == 4 * (i + 1)
+
+
+def test_a_pre_created_child_is_never_adopted(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 3: an object with a child's name that this experiment does not own is not taken as
+    "already created": the experiment fails with the reason, and what it did create is removed."""
+    batch = BatchV1Api(kube_api)
+    name = "taken"
+    squatter = {
+        "metadata": {"name": f"{name}-a0", "labels": {"app.kubernetes.io/managed-by": "ftbench"}},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "busybox"}]},
+            },
+            "backoffLimit": 0,
+        },
+    }
+    batch.create_namespaced_job(namespace, squatter)
+    create_experiment(lora_spec(), name=name)
+    failed = kubelet.wait_phase(name, "Failed")
+    assert {c["type"]: c for c in failed["status"]["conditions"]}["Succeeded"]["reason"] == "ChildConflict"
+    assert f"Job named {name}-a0 already exists" in failed["status"]["message"], failed["status"]
+    assert "job" not in failed["status"]
+    wait_for(lambda: not CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=SELECTOR).items,
+             what="plan ConfigMap removed")  # fmt: skip
+    assert batch.read_namespaced_job(f"{name}-a0", namespace).metadata.owner_references is None
+
+
+def test_a_forged_status_job_fails_the_run_once(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 7: a status.job of a kind ftbench never creates fails the run with the reason
+    instead of crashing every sync."""
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    kubelet.wait_phase(name, "Pending")
+    forged = {"status": {"job": {"apiVersion": "v1", "kind": "Secret", "name": "x"}}}
+    CustomObjectsApi(kube_api).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, forged)
+    kubelet.run(kubelet.wait_pods(1)[0])  # any child event makes the operator look again
+    failed = kubelet.wait_phase(name, "Failed")
+    assert "not a workload ftbench creates" in failed["status"]["message"]
+    assert "Traceback" not in operator.log()[-20000:]
+
+
+def test_pytorchjob_without_its_crd_is_invalid_and_leaves_nothing(
+    operator, kubelet, create_experiment, kube_api, namespace
+):
+    """Item 8: runtime PyTorchJob on a cluster without the training operator is Invalid with the
+    reason (not Failed with a raw 404), and the plan ConfigMap created before it is removed."""
+    from kubernetes.client import ApiextensionsV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        ApiextensionsV1Api(kube_api).read_custom_resource_definition("pytorchjobs.kubeflow.org")
+        pytest.skip("the PyTorchJob CRD is installed in this session")
+    except ApiException as err:
+        assert err.status == 404
+    spec = lora_spec(numberGpus=2, batchSize=4, numberNodes=2, run={"runtime": "PyTorchJob"})
+    name = create_experiment(spec)["metadata"]["name"]
+    invalid = kubelet.wait_phase(name, "Invalid")
+    assert "pytorchjobs.kubeflow.org" in invalid["status"]["message"] and "HTTP" not in invalid["status"]["message"]
+    wait_for(lambda: not CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=SELECTOR).items,
+             what="plan ConfigMap removed")  # fmt: skip

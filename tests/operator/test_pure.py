@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv
 from ftbench_operator.classify import (
     ContainerState,
+    Observation,
     PodSummary,
     WorkloadSummary,
     classify_run,
@@ -195,6 +197,17 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
     assert retry["results"] is None and retry["attempt"] == 1
     invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
+
+
+def test_status_messages_are_bounded():
+    """Issue 12: a 60 KB list of problems must not become a 187 KB status."""
+    huge = "spec.targetModules[0]: bad; " * 3000
+    invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", huge)
+    assert len(json.dumps(invalid)) < 5 * st.MESSAGE_MAX
+    assert invalid["message"].endswith("`ftbench validate`)") and len(invalid["message"]) == st.MESSAGE_MAX
+    failed = st.Builder({}, 1, NOW).observed(Observation(Phase.FAILED, "PodFailed", huge), trials=1)
+    assert len(json.dumps(failed)) < 5 * st.MESSAGE_MAX
+    assert st.bounded("short") == "short"
 
 
 def test_metrics_track_phases_and_headline_results():

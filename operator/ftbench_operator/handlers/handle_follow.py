@@ -20,6 +20,8 @@ from ftbench.catalog import load_catalog
 from ftbench.render.names import label_value
 from ftbench_operator import children, status
 from ftbench_operator.classify import (
+    CHILD_CONFLICT,
+    UNKNOWN_WORKLOAD,
     Observation,
     PodSummary,
     classify_run,
@@ -29,6 +31,9 @@ from ftbench_operator.classify import (
 )
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.kube import KubeError
+
+# The workloads `status.job` may name; anything else was not written by this operator.
+WORKLOAD_KINDS = frozenset({("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob")})
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 60.0
@@ -100,7 +105,11 @@ def observe(
 ) -> Observation:
     """Classify one attempt from its workloads and pods (pure apart from the clock)."""
     job = (body.get("status") or {}).get("job") or {}
-    workloads = [summarize_workload(w, job.get("kind", "")) for w in workload_bodies]
+    # Only children this experiment owns count: anyone may create objects with its labels.
+    owned = [w for w in workload_bodies if children.owned_by(w, body["metadata"]["uid"])]
+    owner_uids = {str((w.get("metadata") or {}).get("uid")) for w in owned}
+    pods = [p for p in pods if p.owner_uid in owner_uids]
+    workloads = [summarize_workload(w, job.get("kind", "")) for w in owned]
     missing = job.get("name") not in {w.name for w in workloads}
     now = status.utcnow()
     grace = ctx.settings.image_pull_grace_seconds
@@ -128,6 +137,13 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
     if current.get("phase") in status.TERMINAL or not job:
         return
     attempt = int(current.get("attempt") or 0)
+    if (job.get("apiVersion"), job.get("kind")) not in WORKLOAD_KINDS:  # status is schema-checked, not trusted
+        await _record(
+            ctx,
+            body,
+            Observation(Phase.FAILED, UNKNOWN_WORKLOAD, f"status.job names {job!r}, not a workload ftbench creates"),
+        )
+        return
     spec, _ = children.accepted_spec(body)
     trials = trials_of(spec)
     selector = children.attempt_selector(name, attempt)
@@ -151,8 +167,18 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
         obs.reason,
     )
     if obs.next_trial is not None:
-        await start_trial(ctx, body, spec, attempt, obs.next_trial)
-    desired = status.Builder(current, body["metadata"].get("generation"), status.utcnow()).observed(obs, trials=trials)
+        try:
+            await start_trial(ctx, body, spec, attempt, obs.next_trial)
+        except children.ChildConflict as err:
+            obs = Observation(Phase.FAILED, CHILD_CONFLICT, str(err), trials=obs.trials)
+    await _record(ctx, body, obs, trials)
+
+
+async def _record(ctx: OperatorContext, body: Mapping[str, Any], obs: Observation, trials: int = 1) -> None:
+    """Write the status for `obs` and, on a phase change, its Event."""
+    meta, current = body["metadata"], body.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    desired = status.Builder(current, meta.get("generation"), status.utcnow()).observed(obs, trials=trials)
     patch = status.diff(current, desired)
     if not patch:
         return

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ftbench.api.enums import Runtime
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
 from ftbench.profile import catalog_for
+from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
-from ftbench_operator.classify import CHILD_REJECTED, INVALID_SPEC, NOT_RUNNABLE, Observation
+from ftbench_operator.classify import CHILD_CONFLICT, CHILD_REJECTED, INVALID_SPEC, NOT_RUNNABLE, Observation
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_follow import sync_once
 from ftbench_operator.kube import KubeError
@@ -56,20 +58,52 @@ async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: 
         await children.delete_owned(ctx.kube, body, children.attempt_selector(name, other_than=attempt))
     try:
         created = await children.create_all(ctx.kube, children.initial_objects(rendered), body)
-    except KubeError as err:
-        if err.temporary:
+    except (KubeError, children.ChildConflict) as err:
+        if isinstance(err, KubeError) and err.temporary:
             raise
-        # The server refused a rendered object (admission, quota, schema): retrying cannot help.
-        failed = Observation(Phase.FAILED, CHILD_REJECTED, f"creating the run's objects failed: {err}")
-        await ctx.kube.patch_experiment_status(
-            namespace, name, status.diff(current, builder.observed(failed, trials=1))
-        )
-        event(body, CHILD_REJECTED, failed.message, warning=True)
+        # Retrying cannot help; remove what this attempt did create, so nothing is left behind.
+        await children.delete_owned(ctx.kube, body, children.attempt_selector(name, attempt))
+        await _not_created(ctx, body, builder, rendered, err)
         return
     desired = builder.started(attempt, children.workload_ref(rendered), report.spec.to_wire(), accepted_generation)
     await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, desired))
     if created:
         event(body, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}")
+
+
+async def _not_created(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    builder: status.Builder,
+    rendered: Rendered,
+    err: KubeError | children.ChildConflict,
+) -> None:
+    """A refused child, said in words: a kind the cluster does not serve or an object the server
+    rejects (422) make the spec not runnable here (Invalid); a name taken by someone else's object,
+    admission or quota refusals are a Failed run with the server's reason."""
+    if isinstance(err, children.ChildConflict):
+        await _failed(ctx, body, builder, CHILD_CONFLICT, str(err))
+    elif err.status == 404 and rendered.runtime == Runtime.PYTORCH_JOB:
+        message = (
+            "runtime PyTorchJob needs the Kubeflow training operator, but this cluster does not serve "
+            "pytorchjobs.kubeflow.org; set spec.run.runtime to auto or IndexedJob, or install the training operator"
+        )
+        await _invalid(ctx, body, builder, NOT_RUNNABLE, message)
+    elif err.status in (404, 422):
+        await _invalid(
+            ctx, body, builder, NOT_RUNNABLE, f"the API server refused the run's objects: {err.server_message}"
+        )
+    else:
+        await _failed(ctx, body, builder, CHILD_REJECTED, f"creating the run's objects failed: {err.server_message}")
+
+
+async def _failed(
+    ctx: OperatorContext, body: Mapping[str, Any], builder: status.Builder, reason: str, message: str
+) -> None:
+    meta = body["metadata"]
+    desired = builder.observed(Observation(Phase.FAILED, reason, message), trials=1)
+    await ctx.kube.patch_experiment_status(meta["namespace"], meta["name"], status.diff(builder.current, desired))
+    event(body, reason, message, warning=True)
 
 
 async def _invalid(
