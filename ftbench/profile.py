@@ -173,6 +173,11 @@ class ClusterProfile(ApiModel):
         default_factory=Features, description="What the cluster supports (Kubernetes version, training operator)."
     )
     service_account: str | None = Field(None, description="ServiceAccount of training pods (progress reports).")
+    pending_deadline_seconds: Annotated[int, Field(ge=1)] | None = Field(
+        1800,
+        description="A run whose pods have not started this many seconds after its workload was created "
+        "(no pod created, unschedulable, image pull back-off) fails with the last reason. Unset: wait forever.",
+    )
     report_progress: bool = Field(
         True, description="Trainer rank 0 patches status.progress (needs the chart's trainer Role)."
     )

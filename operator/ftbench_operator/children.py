@@ -21,7 +21,7 @@ from ftbench.profile import ClusterProfile, catalog_for
 from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL, Rendered, render_experiment
 from ftbench.render.names import label_value
 from ftbench.render.runtimes import TRIAL_LABEL
-from ftbench_operator.kube import Kube, KubeError
+from ftbench_operator.kube import Kube, KubeError, collection_path
 
 Obj = dict[str, Any]
 # Kinds an attempt may own, deleted on retry (pods go with their workload).
@@ -98,6 +98,42 @@ class ChildConflict(Exception):
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     """Ours only if an owner reference says so: labels and names can be written by anyone."""
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _pod_specs(node: Any) -> Iterable[Mapping[str, Any]]:
+    """Every pod spec in a rendered object (Job template, PyTorchJob replica templates)."""
+    if isinstance(node, Mapping):
+        if "containers" in node:
+            yield node
+        for value in node.values():
+            yield from _pod_specs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _pod_specs(value)
+
+
+async def missing_dependencies(kube: Kube, objects: Iterable[Obj], namespace: str) -> list[str]:
+    """What the pods reference but the cluster lacks (their ServiceAccount, PriorityClass).
+
+    Without them the workload's controller cannot create a pod and the run would wait forever,
+    with FailedCreate events on the Job as the only sign; checked before anything is created."""
+    accounts, classes = set(), set()
+    for obj in objects:
+        for pod in _pod_specs(obj.get("spec") or {}):
+            accounts.add(pod.get("serviceAccountName"))
+            classes.add(pod.get("priorityClassName"))
+    missing = []
+    for account in sorted(a for a in accounts if a):
+        path = f"{collection_path('v1', 'ServiceAccount', namespace)}/{account}"
+        if await kube.exists(path) is False:
+            missing.append(
+                f"ServiceAccount {account} does not exist in namespace {namespace} (the cluster profile's "
+                "serviceAccount: create it there, e.g. with the chart's trainer.namespaces)"
+            )
+    for name in sorted(c for c in classes if c):
+        if await kube.exists(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is False:
+            missing.append(f"PriorityClass {name} does not exist (spec.run.priorityClassName)")
+    return missing
 
 
 async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any]) -> int:

@@ -29,6 +29,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "Service"): "services",
     ("v1", "Pod"): "pods",
+    ("v1", "ServiceAccount"): "serviceaccounts",
     ("batch/v1", "Job"): "jobs",
     ("kubeflow.org/v1", "PyTorchJob"): "pytorchjobs",
     (f"{GROUP}/{VERSION}", "FineTuneExperiment"): PLURAL,
@@ -225,6 +226,18 @@ class Kube:
         except KubeError as err:
             if err.status in (403, 404):
                 return False
+            raise
+        return True
+
+    async def exists(self, path: str) -> bool | None:
+        """Whether the object at `path` exists; None when the operator may not look (403)."""
+        try:
+            await self.request("GET", path)
+        except KubeError as err:
+            if err.status == 404:
+                return False
+            if err.status == 403:
+                return None
             raise
         return True
 

@@ -5,14 +5,19 @@ what is measured, reach a flag, take over another experiment's children, or leav
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
-from operator_testkit import SELECTOR, failed_result, lora_spec, success_result, wait_for
+from operator_testkit import SELECTOR, TEST_PROFILE, Kubelet, failed_result, lora_spec, success_result, wait_for
 
-from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench.contracts.plan import PLAN_FILENAME
+from ftbench.crd import crd
+from ftbench.devcluster import ControlPlane
+from ftbench.devcluster.crds import install_crd
 
 pytestmark = pytest.mark.k8s
 
@@ -121,3 +126,62 @@ def test_pytorchjob_without_its_crd_is_invalid_and_leaves_nothing(
     assert "pytorchjobs.kubeflow.org" in invalid["status"]["message"] and "HTTP" not in invalid["status"]["message"]
     wait_for(lambda: not CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=SELECTOR).items,
              what="plan ConfigMap removed")  # fmt: skip
+
+
+def test_missing_priority_class_fails_up_front(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 4: pods naming a PriorityClass that does not exist would never be created; the run
+    fails at once with the reason (Failed, so ftbench.io/retry works once it exists)."""
+    name = create_experiment(lora_spec(run={"priorityClassName": "no-such-class"}))["metadata"]["name"]
+    failed = kubelet.wait_phase(name, "Failed")
+    assert "PriorityClass no-such-class does not exist" in failed["status"]["message"]
+    assert not BatchV1Api(kube_api).list_namespaced_job(namespace, label_selector=SELECTOR).items
+
+
+@pytest.fixture
+def own_cluster(control_plane_binaries: dict[str, Path]) -> Iterator[ControlPlane]:
+    with ControlPlane(binaries=control_plane_binaries) as cp:
+        yield cp
+
+
+def test_nothing_hangs_pending(own_cluster: ControlPlane, tmp_path: Path, operator_process: Any) -> None:
+    """Item 4, with the profile's trainer ServiceAccount and a short pending deadline (a control
+    plane of its own: the session operator has neither). A namespace without the account fails
+    up front; an unschedulable pod is reported at once, then fails at the deadline with that reason."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(own_cluster.kubeconfig))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    install_crd(api, crd())
+    for ns in ("no-account", "has-account"):
+        core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_service_account("has-account", {"metadata": {"name": "trainer"}})
+    wait_for(lambda: core.read_namespaced_service_account("trainer", "has-account").secrets, 30, what="SA token")
+    profile = {**TEST_PROFILE, "serviceAccount": "trainer", "pendingDeadlineSeconds": 6}
+    operator = operator_process(own_cluster.kubeconfig, tmp_path, profile).start()
+    try:
+        for ns in ("no-account", "has-account"):
+            body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "exp"}, "spec": lora_spec()}
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        lacking = Kubelet(api, "no-account").wait_phase("exp", "Failed", timeout=60)
+        assert "ServiceAccount trainer does not exist in namespace no-account" in lacking["status"]["message"]
+
+        kubelet = Kubelet(api, "has-account")
+        pod = kubelet.wait_pods(1, timeout=60)[0]
+        scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}  # fmt: skip
+        core.patch_namespaced_pod_status(pod.metadata.name, "has-account", {"status": {"conditions": [scheduled]}})
+        reported = wait_for(
+            lambda: (
+                (s := kubelet.experiment("exp")["status"]).get("phase") == "Pending"
+                and "Insufficient nvidia.com/gpu" in s.get("message", "")
+                and s
+            ),
+            10,
+            what="unschedulable reported while Pending",
+        )
+        assert {c["type"]: c for c in reported["conditions"]}["Running"]["reason"] == "Unschedulable"
+        failed = kubelet.wait_phase("exp", "Failed", timeout=30)
+        assert "PendingTimeout" in failed["status"]["message"] or "still pending" in failed["status"]["message"]
+        assert "Insufficient nvidia.com/gpu" in failed["status"]["message"]
+    finally:
+        operator.stop()

@@ -19,6 +19,7 @@ from ftbench_operator.classify import (
     WorkloadSummary,
     classify_run,
     classify_trials,
+    pending_too_long,
     rank_of,
     summarize_pod,
     summarize_workload,
@@ -59,7 +60,8 @@ def run(pods, workloads=(JOB,), missing=False, grace=300.0):
 @pytest.mark.parametrize(
     ("pods", "workloads", "phase", "reason"),
     [
-        ([], (JOB,), Phase.PENDING, "Pending"),
+        ([], (JOB,), Phase.PENDING, "NoPods"),
+        ([pod(phase="Pending", state="")], (JOB,), Phase.PENDING, "Pending"),
         ([pod()], (JOB,), Phase.RUNNING, "Running"),
         ([terminated(success_result())], (JOB,), Phase.SUCCEEDED, "ResultsRecorded"),
         ([terminated(oom_result(), 42)], (JOB,), Phase.INVALID, "GpuOutOfMemory"),
@@ -114,7 +116,20 @@ def test_result_wins_over_deadline_and_deletion_is_first():
 def test_image_pull_fails_only_after_the_grace_period():
     waiting = pod(phase="Pending", state="waiting", reason="ImagePullBackOff")
     assert run([waiting], grace=7200).phase == Phase.PENDING
+    assert run([waiting], grace=7200).reason == "ImagePullBackOff"  # said at once, while Pending
     assert run([waiting], grace=60).reason == "ImagePullBackOff"
+
+
+def test_pending_past_the_deadline_fails_with_the_last_reason():
+    """Issue 12: nothing hangs Pending forever; the reason is reported at once, then at the deadline."""
+    stuck = pod(phase="Pending", state="", unschedulable="0/3 nodes are available: 3 Insufficient cpu.")
+    obs = run([stuck])
+    assert (obs.phase, obs.reason) == (Phase.PENDING, "Unschedulable") and "Insufficient cpu" in obs.message
+    created = WorkloadSummary("Job", "j", created=st.timestamp(NOW - timedelta(seconds=100)))
+    assert pending_too_long(obs, [created], NOW, 300).phase == Phase.PENDING
+    assert pending_too_long(obs, [created], NOW, None).phase == Phase.PENDING
+    late = pending_too_long(obs, [created], NOW, 60)
+    assert (late.phase, late.reason) == (Phase.FAILED, "PendingTimeout") and "Insufficient cpu" in late.message
 
 
 def test_multi_node_ranks():

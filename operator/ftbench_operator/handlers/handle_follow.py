@@ -26,6 +26,7 @@ from ftbench_operator.classify import (
     PodSummary,
     classify_run,
     classify_trials,
+    pending_too_long,
     summarize_pod,
     summarize_workload,
 )
@@ -58,6 +59,19 @@ class Syncer:
         self.ctx = ctx
         self.tasks: dict[Key, asyncio.Task[None]] = {}
         self.dirty: set[Key] = set()
+        self.timers: dict[Key, asyncio.TimerHandle] = {}
+        ctx.request_sync_later = self.request_later
+
+    def request_later(self, namespace: str, name: str, delay: float) -> None:
+        """One more sync after `delay` seconds (the pending deadline: no child event may come)."""
+        key = (namespace, name)
+        if key not in self.timers:
+            loop = asyncio.get_running_loop()
+            self.timers[key] = loop.call_later(delay, self._wake, key)
+
+    def _wake(self, key: Key) -> None:
+        self.timers.pop(key, None)
+        self.request(*key)
 
     def request(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -91,6 +105,8 @@ class Syncer:
             self.tasks.pop(key, None)
 
     async def stop(self) -> None:
+        for timer in self.timers.values():
+            timer.cancel()
         for task in list(self.tasks.values()):
             task.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
@@ -113,9 +129,10 @@ def observe(
     missing = job.get("name") not in {w.name for w in workloads}
     now = status.utcnow()
     grace = ctx.settings.image_pull_grace_seconds
+    deadline = ctx.profiles.current().pending_deadline_seconds
     if trials > 1:
         per_trial = any(w.trial_label is not None for w in workloads)
-        return classify_trials(
+        obs = classify_trials(
             workloads,
             pods,
             trials=trials,
@@ -124,7 +141,9 @@ def observe(
             now=now,
             image_pull_grace_seconds=grace,
         )
-    return classify_run(workloads, pods, workload_missing=missing, now=now, image_pull_grace_seconds=grace)
+        return obs if obs.trials else pending_too_long(obs, workloads, now, deadline)
+    obs = classify_run(workloads, pods, workload_missing=missing, now=now, image_pull_grace_seconds=grace)
+    return pending_too_long(obs, workloads, now, deadline)
 
 
 async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any] | None = None) -> None:
@@ -171,6 +190,9 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
             await start_trial(ctx, body, spec, attempt, obs.next_trial)
         except children.ChildConflict as err:
             obs = Observation(Phase.FAILED, CHILD_CONFLICT, str(err), trials=obs.trials)
+    deadline = ctx.profiles.current().pending_deadline_seconds
+    if obs.phase == Phase.PENDING and deadline is not None and ctx.request_sync_later is not None:
+        ctx.request_sync_later(namespace, name, float(deadline) + 1.0)
     await _record(ctx, body, obs, trials)
 
 

@@ -18,7 +18,14 @@ from ftbench.profile import catalog_for
 from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
-from ftbench_operator.classify import CHILD_CONFLICT, CHILD_REJECTED, INVALID_SPEC, NOT_RUNNABLE, Observation
+from ftbench_operator.classify import (
+    CHILD_CONFLICT,
+    CHILD_REJECTED,
+    INVALID_SPEC,
+    MISSING_DEPENDENCY,
+    NOT_RUNNABLE,
+    Observation,
+)
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_follow import sync_once
 from ftbench_operator.kube import KubeError
@@ -56,6 +63,10 @@ async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: 
         return
     if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
         await children.delete_owned(ctx.kube, body, children.attempt_selector(name, other_than=attempt))
+    missing = await children.missing_dependencies(ctx.kube, children.initial_objects(rendered), namespace)
+    if missing:  # Failed, not Invalid: once the object exists, ftbench.io/retry runs the same spec
+        await _failed(ctx, body, builder, MISSING_DEPENDENCY, "; ".join(missing))
+        return
     try:
         created = await children.create_all(ctx.kube, children.initial_objects(rendered), body)
     except (KubeError, children.ChildConflict) as err:
