@@ -71,7 +71,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     profiles = ProfileSource(opts.profile_file, opts.profile_key)
     minor = await kube.server_minor()
     profiles.set_server_features(minor, training_operator=await kube.has_crd("pytorchjobs.kubeflow.org"))
-    if opts.profile_namespace and opts.profile_file is None:
+    if opts.profile_file is None:
         found = await kube.get_config_map(opts.profile_namespace, opts.profile_config_map)
         if found is not None:
             profiles.update_from_config_map(found)
@@ -191,7 +191,7 @@ async def profile_config_map(type: str, body: kopf.Body, name: str, namespace: s
     opts = ctx.settings
     if ctx.settings.profile_file is not None or name != opts.profile_config_map:
         return
-    if opts.profile_namespace and namespace != opts.profile_namespace:
+    if namespace != opts.profile_namespace:  # one namespace only, always (tenants own the others)
         return
     if type == "DELETED":
         ctx.profiles.reset()

@@ -254,6 +254,8 @@ def test_metrics_track_phases_and_headline_results():
 def test_settings_and_command_line(tmp_path):
     opts = OperatorSettings.from_env({"FTBENCH_OPERATOR_METRICS_PORT": "0", "POD_NAMESPACE": "ops", "OTHER": "x"})
     assert opts.metrics_port == 0 and opts.profile_namespace == "ops"
+    # Issue 12: outside a pod (`kopf run`, `ftbench dev up`) the profile still comes from one namespace.
+    assert OperatorSettings.from_env({}).profile_namespace == "ftbench-system"
     with pytest.raises(ValueError):
         OperatorSettings.from_env({"FTBENCH_OPERATOR_METRICS_PORT": "x"})
     assert argv([]) == [
