@@ -6,6 +6,7 @@ defaults work on a plain GPU cluster; docs/reference/cluster-profile.md is gener
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -21,6 +22,9 @@ DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A C identifier, as environment variable names in pod specs should be.
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# A model-map reference is a Hugging Face id or a path; it becomes a trainer argument, so it may
+# not start with '-' (it would read as a flag) and holds no spaces or shell characters.
+MODEL_REF = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./:@+-]{0,511}$")
 
 
 class Toleration(ApiModel):
@@ -205,6 +209,11 @@ class ClusterProfile(ApiModel):
         default_factory=TrainJobSettings, description="Kubeflow Trainer v2 TrainJobs: the runtime they use."
     )
     service_account: str | None = Field(None, description="ServiceAccount of training pods (progress reports).")
+    pending_deadline_seconds: Annotated[int, Field(ge=1)] | None = Field(
+        1800,
+        description="A run whose pods have not started this many seconds after its workload was created "
+        "(no pod created, unschedulable, image pull back-off) fails with the last reason. Unset: wait forever.",
+    )
     report_progress: bool = Field(
         True, description="Trainer rank 0 patches status.progress (needs the chart's trainer Role)."
     )
@@ -218,6 +227,14 @@ class ClusterProfile(ApiModel):
     @classmethod
     def _model_map_applies(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
         """Reject a bad map when the profile is loaded, not when an experiment first uses it."""
+        for name, variants in value.items():
+            refs = variants.values() if isinstance(variants, dict) else ()
+            bad = [v for v in (name, *refs) if not MODEL_REF.match(v)]
+            if bad:
+                raise ValueError(
+                    f"model_map.{name}: {bad[0]!r} is not a model name, Hugging Face id or path (letters, digits, "
+                    "'_', '.', '/', ':', '@', '+', '-', not starting with '-', at most 512 characters)"
+                )
         load_catalog().with_model_map(value)
         return value
 

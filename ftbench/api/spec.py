@@ -38,6 +38,23 @@ FmsHfTuningVersion = Literal[FMS_HF_TUNING_VERSIONS]  # type: ignore[valid-type]
 # Kubernetes names for resources (RFC 1123 label), used for the queue and priority class names.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+# Free text that reaches a trainer command line, a label or a node selector is held to a pattern
+# and a length here, so the CRD refuses it at `kubectl apply` and validation names the field.
+# None of these patterns lets a value start with '-': a value can never be read as a flag.
+# A Kubernetes label value (gpuModel becomes a node selector value); empty is a valid label value.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# A Python identifier-like name: module names (LoRA targets, "all-linear"), dataset columns.
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+# A catalog key: model names may hold an organisation ("org/name"), as Hugging Face ids do.
+CATALOG_KEY = r"^[A-Za-z0-9][A-Za-z0-9_./-]*$"
+IDENTIFIER_MAX = 128
+MAX_TARGET_MODULES = 64
+# Upper bounds that no real run reaches, so an absurd value is refused instead of planned.
+MAX_GPUS = 1024
+MAX_BATCH = 65_536
+MAX_STEPS = 10_000_000
+MAX_EPOCHS = 10_000
+MAX_SECONDS = 31_536_000  # one year
 
 
 class ApiModel(BaseModel):
@@ -76,14 +93,14 @@ class RunSettings(ApiModel):
     priority_class_name: Annotated[str, Field(max_length=253, pattern=DNS_LABEL)] | None = Field(
         default=None, description="PriorityClass of the training pods."
     )
-    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = Field(
+    active_deadline_seconds: Annotated[int, Field(ge=1, le=MAX_SECONDS)] | None = Field(
         default=None,
         description=(
             "Wall-clock limit for the whole run in seconds; the run fails with DeadlineExceeded after it. "
             "Unset: no limit."
         ),
     )
-    memory: Annotated[str, Field(pattern=QUANTITY)] | None = Field(
+    memory: Annotated[str, Field(max_length=32, pattern=QUANTITY)] | None = Field(
         default=None,
         description="Memory request and limit of each training pod (a Kubernetes quantity, e.g. 200Gi). "
         "Unset: the cluster profile's default.",
@@ -110,29 +127,30 @@ class FineTuneExperimentSpec(ApiModel):
     )
 
     # ---- required parameters (seed 001 "Required") ----
-    model: Annotated[str, Field(min_length=1, max_length=253)] = Field(
+    model: Annotated[str, Field(min_length=1, max_length=253, pattern=CATALOG_KEY)] = Field(
         description="Model name from the model catalog (`ftbench catalog models`), seed parameter model_name."
     )
     model_max_length: Annotated[int, Field(ge=1, le=1_048_576)] = Field(
         description="Maximum sequence length (tokens). Sequences are right padded and possibly truncated. "
         "Seed parameter model_max_length; passed as --max_seq_length."
     )
-    number_gpus: Annotated[int, Field(ge=0, le=4096)] = Field(
+    number_gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = Field(
         description="The effective number of GPUs, evenly distributed over numberNodes machines. "
         "0 runs on CPU. Seed parameter number_gpus."
     )
-    batch_size: Annotated[int, Field(ge=1)] = Field(
+    batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
         description="The effective batch size, evenly distributed over max(1, numberGpus) devices. "
         "Seed parameter batch_size."
     )
-    gpu_model: Annotated[str, Field(max_length=253)] | None = Field(
+    gpu_model: Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)] | None = Field(
         default=None,
         description="Value of the GPU product node label (nvidia.com/gpu.product by default), e.g. "
-        "NVIDIA-A100-SXM4-80GB. Required when numberGpus > 0. Seed parameter gpu_model.",
+        "NVIDIA-A100-SXM4-80GB: a label value (at most 63 letters, digits, '-', '_', '.'). Required when "
+        "numberGpus > 0. Seed parameter gpu_model.",
     )
 
     # ---- optional parameters (seed 001 "Optional"), with the seed's defaults ----
-    dataset_id: str = Field(
+    dataset_id: Annotated[str, Field(max_length=253, pattern=CATALOG_KEY)] = Field(
         default="news-tokens-16384plus-entries-4096",
         description="Dataset from the dataset catalog (`ftbench catalog datasets`). Seed parameter dataset_id.",
     )
@@ -140,7 +158,7 @@ class FineTuneExperimentSpec(ApiModel):
         default=True,
         description="Use gradient checkpointing: saves memory (bigger batches) at the cost of a slower backward pass.",
     )
-    gradient_accumulation_steps: Annotated[int, Field(ge=1)] = Field(
+    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
         default=4, description="Number of update steps to accumulate before a backward/update pass."
     )
     torch_dtype: TorchDtype | None = Field(
@@ -148,14 +166,14 @@ class FineTuneExperimentSpec(ApiModel):
         description="dtype the model weights are loaded in. Unset: the experiment's default (bfloat16; "
         "float16 for GPTQ-LoRA, which allows nothing else).",
     )
-    max_steps: Annotated[int, Field(ge=-1)] = Field(
+    max_steps: Annotated[int, Field(ge=-1, le=MAX_STEPS)] = Field(
         default=-1,
         description="Number of optimization steps to run; -1 runs numTrainEpochs instead.",
     )
-    num_train_epochs: Annotated[float, Field(gt=0)] = Field(
+    num_train_epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS)] = Field(
         default=1.0, description="How many epochs to run. Ignored when maxSteps > 0."
     )
-    stop_after_seconds: float = Field(
+    stop_after_seconds: Annotated[float, Field(ge=-1, le=MAX_SECONDS)] = Field(
         default=-1.0,
         description="Stop after this many seconds of training (checked at the end of each step; all ranks "
         "stop on the same step). -1 or 0: no time limit.",
@@ -183,7 +201,7 @@ class FineTuneExperimentSpec(ApiModel):
         default=False,
         description="Use RDMA over Converged Ethernet between nodes. Only in effect for multi-node runs.",
     )
-    fast_moe: Annotated[int, Field(ge=0)] = Field(
+    fast_moe: Annotated[int, Field(ge=0, le=MAX_GPUS)] = Field(
         default=0,
         description="Expert-parallel sharding degree (fms-acceleration ep_degrees); 0 disables. numberGpus "
         "and the model's num_local_experts must be divisible by it. Needs fms-hf-tuning >= 2.4.0.",
@@ -193,16 +211,23 @@ class FineTuneExperimentSpec(ApiModel):
         description="fms-acceleration fast kernels as three booleans: [fast_loss, fast_rms_layernorm, "
         "fast_rope_embeddings]. Unset: off.",
     )
-    r: Annotated[int, Field(ge=1)] | None = Field(
+    r: Annotated[int, Field(ge=1, le=MAX_BATCH)] | None = Field(
         default=None, description="LoRA rank (LoRA and GPTQ-LoRA only). Unset: 4."
     )
-    lora_alpha: Annotated[int, Field(ge=1)] | None = Field(
+    lora_alpha: Annotated[int, Field(ge=1, le=MAX_BATCH)] | None = Field(
         default=None, description="LoRA alpha scaling (LoRA and GPTQ-LoRA only). Unset: 16."
     )
-    target_modules: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = Field(
+    target_modules: (
+        Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)]],
+            Field(min_length=1, max_length=MAX_TARGET_MODULES),
+        ]
+        | None
+    ) = Field(
         default=None,
         description="LoRA target modules (LoRA and GPTQ-LoRA only). Unset: the model catalog's per-model "
-        "list (seed 001's table). An ftbench extension.",
+        "list (seed 001's table). Module names: a letter or '_', then letters, digits, '_', '.', '-'. An ftbench "
+        "extension.",
     )
     optim: Optimizer = Field(  # type: ignore[valid-type]
         default="adamw_torch", description="The optimizer (transformers TrainingArguments.optim)."
@@ -230,17 +255,27 @@ class FineTuneExperimentSpec(ApiModel):
         description="accelerate mixed_precision: no, fp16, bf16 or fp8 (fp8 needs transformer-engine).",
     )
     accelerate_config_fsdp_transformer_layer_cls_to_wrap: (
-        Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$")] | None
+        Annotated[
+            str, Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$")
+        ]
+        | None
     ) = Field(
         default=None,
         description="Comma-separated transformer layer class names FSDP wraps, e.g. LlamaDecoderLayer. "
         "Unset: the model catalog's class.",
     )
-    dataset_text_field: Annotated[str, Field(min_length=1)] | None = Field(
-        default=None, description="Dataset column with the text. Unset: output (the generated datasets')."
+    dataset_text_field: Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)] | None = (
+        Field(
+            default=None,
+            description="Dataset column with the text (a letter or '_', then letters, digits, '_', '.', '-'). "
+            "Unset: output (the generated datasets').",
+        )
     )
-    dataset_image_field: Annotated[str, Field(min_length=1)] | None = Field(
-        default=None, description="Dataset column with the images (vision-language models)."
+    dataset_image_field: Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)] | None = (
+        Field(
+            default=None,
+            description="Dataset column with the images (vision-language models; same characters as datasetTextField).",
+        )
     )
     remove_unused_columns: bool = Field(default=True, description="Remove dataset columns the model does not use.")
     dataset_kwargs_skip_prepare_dataset: bool = Field(

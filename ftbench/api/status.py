@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ftbench.api.spec import ApiModel
+from ftbench.api.spec import ApiModel, FineTuneExperimentSpec
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment
 
 
@@ -103,6 +103,14 @@ class FineTuneExperimentStatus(ApiModel):
     attempt: Annotated[int, Field(ge=0)] = Field(0, description="Run attempt, incremented by ftbench.io/retry.")
     job: ObjectRef | None = Field(None, description="The child that runs the pods.")
     runtime: RuntimeStatus | None = Field(None, description="The runtime the attempt runs on and why it was chosen.")
+    accepted_spec: FineTuneExperimentSpec | None = Field(
+        None,
+        description="The spec the operator accepted and runs (with defaults filled in), recorded when the run "
+        "started. Only the operator writes status, so nothing a user writes can change what is measured.",
+    )
+    accepted_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="metadata.generation of the accepted spec."
+    )
     start_time: datetime | None = Field(None, description="When the first training pod started.")
     completion_time: datetime | None = Field(None, description="When the run ended.")
     progress: Progress | None = Field(None, description="Live progress.")

@@ -100,7 +100,20 @@ def sft_trainer_args(plan: LaunchPlan, *, dataset_path: str, model_path: str | N
             )
         args.append(flag)
         args.extend(values)
+    _no_value_reads_as_flag(plan, dataset_path, model_path)
     return args
+
+
+def _no_value_reads_as_flag(plan: LaunchPlan, dataset_path: str, model_path: str | None) -> None:
+    """Free-text values (names, paths) follow their `--flag`; one starting with '-' (a LoRA target
+    module "--max_steps") would be parsed as a flag of its own and change what is measured. The
+    spec's patterns already refuse such values; this is the last line, next to the command line."""
+    t = plan.training
+    texts = [model_path or plan.model.ref, dataset_path, t.dataset_text_field, plan.output.dir]
+    texts += [*(t.peft.target_modules or ()), *([t.dataset_image_field] if t.dataset_image_field else [])]
+    for value in texts:
+        if value.startswith("-"):
+            raise ValueError(f"trainer argument value {value!r} starts with '-' and would be read as a flag")
 
 
 def equivalent_command(plan: LaunchPlan, args: list[str], accelerate_config: str | None) -> str:

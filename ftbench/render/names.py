@@ -24,12 +24,15 @@ BASE_MAX = DNS_LABEL_MAX - len("-worker-1023")
 HASH_LEN = 8
 
 
+def digest(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:HASH_LEN]
+
+
 def fit(name: str, limit: int) -> str:
     """`name` if it fits, else a prefix plus a hash of the whole name (stable, collision-resistant)."""
     if len(name) <= limit:
         return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:HASH_LEN]
-    return f"{name[: limit - HASH_LEN - 1].rstrip('-')}-{digest}"
+    return f"{name[: limit - HASH_LEN - 1].rstrip('-')}-{digest(name)}"
 
 
 def dns1035(name: str) -> str:
@@ -58,8 +61,18 @@ class ChildNames:
         return (self.plan_config_map, *((self.service,) if self.service else ()), *self.workloads)
 
 
+def experiment_label(experiment: str) -> str:
+    """A DNS-1035 label unique to `experiment` in its namespace.
+
+    A name that is already such a label stays readable. Any other is mapped (`dup.x` -> `dup-x`,
+    `1abc` -> `x-1abc`), and several names could map to one label, so the mapped form carries a
+    hash of the original name: two experiments never share (or follow) each other's children."""
+    label = dns1035(experiment)
+    return label if label == experiment else f"{label}-{digest(experiment)}"
+
+
 def base_name(experiment: str, attempt: int) -> str:
-    return fit(dns1035(f"{experiment}-a{attempt}"), BASE_MAX)
+    return fit(f"{experiment_label(experiment)}-a{attempt}", BASE_MAX)
 
 
 def child_names(

@@ -27,7 +27,6 @@ from ftbench.api.resource import GROUP, PLURAL, VERSION
 from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL
 from ftbench.render.names import label_value
 from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
-from ftbench_operator.children import ACCEPTED_SPEC_ANNOTATION
 from ftbench_operator.classify import summarize_pod
 from ftbench_operator.context import OperatorContext, api_errors
 from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
@@ -65,9 +64,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_PREFIX,
-        key="last-handled-configuration",
-        ignored_fields=[("metadata", "annotations", ACCEPTED_SPEC_ANNOTATION)],
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.watching.server_timeout = opts.watch_server_timeout_seconds
     settings.watching.client_timeout = opts.watch_client_timeout_seconds
@@ -80,7 +77,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
         training_operator=await kube.has_crd("pytorchjobs.kubeflow.org"),
         training_runtimes=await trainer_v2_runtimes(kube),
     )
-    if opts.profile_namespace and opts.profile_file is None:
+    if opts.profile_file is None:
         found = await kube.get_config_map(opts.profile_namespace, opts.profile_config_map)
         if found is not None:
             profiles.update_from_config_map(found)
@@ -135,12 +132,10 @@ def ftbench_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any)
 
 
 @kopf.on.create(*FTE, backoff=HANDLER_BACKOFF)
-async def create(
-    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any
-) -> None:
+async def create(body: kopf.Body, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any) -> None:
     _ctx(memo).pods = ftbench_pods
     with _ctx(memo).metrics.timed("create"), _api_errors(memo):
-        await start_or_resume(_ctx(memo), body, patch)
+        await start_or_resume(_ctx(memo), body)
 
 
 @kopf.on.resume(*FTE, backoff=HANDLER_BACKOFF)
@@ -151,7 +146,7 @@ async def resume(
     with _ctx(memo).metrics.timed("resume"), _api_errors(memo):
         if RETRY_ANNOTATION in body.metadata.annotations:
             await retry(_ctx(memo), body, patch)
-        await start_or_resume(_ctx(memo), body, patch)
+        await start_or_resume(_ctx(memo), body)
 
 
 @kopf.on.update(*FTE, field="spec", backoff=HANDLER_BACKOFF)
@@ -210,7 +205,7 @@ async def profile_config_map(type: str, body: kopf.Body, name: str, namespace: s
     opts = ctx.settings
     if ctx.settings.profile_file is not None or name != opts.profile_config_map:
         return
-    if opts.profile_namespace and namespace != opts.profile_namespace:
+    if namespace != opts.profile_namespace:  # one namespace only, always (tenants own the others)
         return
     if type == "DELETED":
         ctx.profiles.reset()

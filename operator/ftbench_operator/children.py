@@ -1,15 +1,16 @@
 """Render an attempt and create or delete its children: the only code that writes them.
 
-Names are deterministic (`ftbench.render.names`), so creating is idempotent: an HTTP 409 means
-an earlier reconcile (maybe by an operator that was killed) already created the object, and a
-restarted operator never duplicates children. Owner references come from `kopf.adopt`; the
+Names are deterministic (`ftbench.render.names`), so creating is idempotent: an HTTP 409 on an
+object whose owner reference names this experiment's uid means an earlier reconcile (maybe by an
+operator that was killed) already created it, and a restarted operator never duplicates
+children. A 409 on an object owned by anything else is `ChildConflict`: it is never adopted, and
+its output is never read as this experiment's. Owner references come from `kopf.adopt`; the
 garbage collector removes the children when the experiment is deleted, so no finalizer is needed.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,10 +21,9 @@ from ftbench.profile import ClusterProfile, catalog_for
 from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL, Rendered, render_experiment
 from ftbench.render.names import label_value
 from ftbench.render.runtimes import TRIAL_LABEL
-from ftbench_operator.kube import Kube
+from ftbench_operator.kube import Kube, KubeError, collection_path
 
 Obj = dict[str, Any]
-ACCEPTED_SPEC_ANNOTATION = "ftbench.io/accepted-spec"
 # Kinds an attempt may own, deleted on retry (pods go with their workload).
 CHILD_KINDS = (
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
@@ -35,23 +35,19 @@ CHILD_KINDS = (
 
 
 def accepted_spec(body: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """The spec (and generation) the operator accepted at creation; later edits are ignored.
+    """The spec (and generation) the operator accepted when the run started; later edits are ignored.
 
-    Falls back to the current spec for objects that have no record yet (first reconcile).
+    The record lives in `status.acceptedSpec`, which only the operator writes (the status
+    subresource): an annotation would be user-writable, and a user who set one at create time
+    would run a different spec than the one shown. Falls back to the current spec before the
+    first start (nothing is recorded yet, so nothing can have diverged).
     """
     meta = body.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(ACCEPTED_SPEC_ANNOTATION)
-    if raw:
-        try:
-            record = json.loads(raw)
-            return dict(record["spec"]), record.get("generation")
-        except (ValueError, KeyError, TypeError):
-            pass
+    current = body.get("status") or {}
+    recorded = current.get("acceptedSpec")
+    if isinstance(recorded, Mapping):
+        return dict(recorded), current.get("acceptedGeneration")
     return dict(body.get("spec") or {}), meta.get("generation")
-
-
-def accepted_spec_annotation(spec: Mapping[str, Any], generation: int | None) -> str:
-    return json.dumps({"generation": generation, "spec": spec}, separators=(",", ":"), sort_keys=True)
 
 
 def render(body: Mapping[str, Any], spec: FineTuneExperimentSpec, profile: ClusterProfile, attempt: int) -> Rendered:
@@ -93,13 +89,77 @@ def workload_ref(rendered: Rendered) -> dict[str, str]:
     return {"apiVersion": first["apiVersion"], "kind": first["kind"], "name": first["metadata"]["name"]}
 
 
+class ChildConflict(Exception):
+    """An object with a child's name exists and does not belong to this experiment."""
+
+    def __init__(self, obj: Mapping[str, Any], existing: Mapping[str, Any]) -> None:
+        meta = existing.get("metadata") or {}
+        owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in meta.get("ownerReferences") or []) or "nobody"
+        super().__init__(
+            f"a {obj['kind']} named {meta.get('name')} already exists in namespace {meta.get('namespace')} and "
+            f"belongs to {owners}, not to this experiment; delete it (or rename this experiment) and retry"
+        )
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Ours only if an owner reference says so: labels and names can be written by anyone."""
+    return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _pod_specs(node: Any) -> Iterable[Mapping[str, Any]]:
+    """Every pod spec in a rendered object (Job template, PyTorchJob replica templates)."""
+    if isinstance(node, Mapping):
+        if "containers" in node:
+            yield node
+        for value in node.values():
+            yield from _pod_specs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _pod_specs(value)
+
+
+async def missing_dependencies(kube: Kube, objects: Iterable[Obj], namespace: str) -> list[str]:
+    """What the pods reference but the cluster lacks (their ServiceAccount, PriorityClass).
+
+    Without them the workload's controller cannot create a pod and the run would wait forever,
+    with FailedCreate events on the Job as the only sign; checked before anything is created."""
+    accounts, classes = set(), set()
+    for obj in objects:
+        for pod in _pod_specs(obj.get("spec") or {}):
+            accounts.add(pod.get("serviceAccountName"))
+            classes.add(pod.get("priorityClassName"))
+    missing = []
+    for account in sorted(a for a in accounts if a):
+        path = f"{collection_path('v1', 'ServiceAccount', namespace)}/{account}"
+        if await kube.exists(path) is False:
+            missing.append(
+                f"ServiceAccount {account} does not exist in namespace {namespace} (the cluster profile's "
+                "serviceAccount: create it there, e.g. with the chart's trainer.namespaces)"
+            )
+    for name in sorted(c for c in classes if c):
+        if await kube.exists(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is False:
+            missing.append(f"PriorityClass {name} does not exist (spec.run.priorityClassName)")
+    return missing
+
+
 async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any]) -> int:
-    """Create in order (ConfigMap before the pods that mount it); returns how many were new."""
+    """Create in order (ConfigMap before the pods that mount it); returns how many were new.
+
+    Raises `ChildConflict` when a name is taken by an object this experiment does not own."""
     created = 0
+    uid = owner["metadata"]["uid"]
     for obj in objects:
         child = copy.deepcopy(obj)
         kopf.adopt(child, owner=dict(owner))
-        created += await kube.create(child)
+        if await kube.create(child):
+            created += 1
+            continue
+        meta = child["metadata"]
+        existing = await kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+        if existing is None:  # deleted in between (a predecessor being collected): try again later
+            raise KubeError(409, "Conflict", f"{child['kind']} {meta['name']} is being deleted; retrying")
+        if not owned_by(existing, uid):
+            raise ChildConflict(child, existing)
     return created
 
 
@@ -118,8 +178,7 @@ async def delete_owned(kube: Kube, owner: Mapping[str, Any], selector: str) -> i
     deleted = 0
     for api_version, kind in CHILD_KINDS:
         for child in await kube.list(api_version, kind, meta["namespace"], selector):
-            owners = (child.get("metadata") or {}).get("ownerReferences") or []
-            if any(ref.get("uid") == meta["uid"] for ref in owners):
+            if owned_by(child, meta["uid"]):
                 await kube.delete(api_version, kind, meta["namespace"], child["metadata"]["name"])
                 deleted += 1
     return deleted

@@ -39,12 +39,18 @@ CONTAINER_CONFIG = "CreateContainerConfigError"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 CHILD_DELETED = "ChildDeleted"
 CHILD_REJECTED = "ChildRejected"
+CHILD_CONFLICT = "ChildConflict"
+UNKNOWN_WORKLOAD = "UnknownWorkload"
+MISSING_DEPENDENCY = "MissingDependency"
 BACKOFF_LIMIT = "BackoffLimitExceeded"
 TRAINING_ERROR = "TrainingError"
 POD_FAILED = "PodFailed"
 NO_RESULT = "NoResult"
 WORKLOAD_FAILED = "WorkloadFailed"
 PENDING = "Pending"
+NO_PODS = "NoPods"
+UNSCHEDULABLE = "Unschedulable"
+PENDING_TIMEOUT = "PendingTimeout"
 RUNNING = "Running"
 QUEUED_REASON = "Suspended"
 TRIALS_COMPLETED = "TrialsCompleted"
@@ -85,6 +91,8 @@ class PodSummary:
     trial_label: int | None = None
     container: ContainerState = ContainerState()
     deleting: bool = False
+    unschedulable: str = ""  # the scheduler's PodScheduled=False message, when it gave up for now
+    owner_uid: str = ""  # the controller (Job / PyTorchJob) that made it: pods are only read when it is ours
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,7 @@ class WorkloadSummary:
     reason: str = ""
     message: str = ""
     trial_label: int | None = None
+    created: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,15 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
         trial_label=_int(labels.get(TRIAL_LABEL)),
         container=_container_state(status),
         deleting=bool(meta.get("deletionTimestamp")),
+        unschedulable=next(
+            (
+                str(c.get("message") or "Unschedulable")
+                for c in status.get("conditions") or []
+                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+            ),
+            "",
+        ),
+        owner_uid=next((str(r.get("uid", "")) for r in meta.get("ownerReferences") or [] if r.get("controller")), ""),
     )
 
 
@@ -189,6 +207,7 @@ def summarize_workload(body: Mapping[str, Any], kind: str = "") -> WorkloadSumma
         reason=str((failed or {}).get("reason") or ""),
         message=str((failed or {}).get("message") or ""),
         trial_label=_int((meta.get("labels") or {}).get(TRIAL_LABEL)),
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 
@@ -313,7 +332,37 @@ def _progress(pods: Iterable[PodSummary], workloads: Iterable[WorkloadSummary] =
         return Observation(
             Phase.PENDING, QUEUED_REASON, f"{w.kind} {w.name} is suspended: queued until Kueue admits it"
         )
+    return _why_pending(pods)
+
+
+def _why_pending(pods: list[PodSummary]) -> Observation:
+    """Pending, with the most telling reason the pods show now (reported at once, not at the deadline)."""
+    if not pods:
+        return Observation(
+            Phase.PENDING, NO_PODS, "no pod created yet (the workload's events say why, e.g. FailedCreate)"
+        )
+    for pod in pods:
+        if pod.unschedulable:
+            return Observation(Phase.PENDING, UNSCHEDULABLE, f"pod {pod.name} cannot be scheduled: {pod.unschedulable}")
+    for pod in pods:
+        c = pod.container
+        if c.state == "waiting" and c.reason:
+            return Observation(Phase.PENDING, c.reason, f"pod {pod.name}: {c.reason}: {c.message}".rstrip(": "))
     return Observation(Phase.PENDING, PENDING, "waiting for pods to start")
+
+
+def pending_too_long(
+    obs: Observation, workloads: Iterable[WorkloadSummary], now: datetime, deadline_seconds: float | None
+) -> Observation:
+    """`obs`, or Failed with its reason once the run has been Pending past the profile's deadline."""
+    if obs.phase != Phase.PENDING or deadline_seconds is None:
+        return obs
+    since = min((w.created for w in workloads if w.created), default="")
+    waited = _elapsed(since, now)
+    if waited < deadline_seconds:
+        return obs
+    message = f"still pending {waited:.0f}s after the workload was created ({obs.reason}): {obs.message}"
+    return Observation(Phase.FAILED, PENDING_TIMEOUT, message, trials=obs.trials)
 
 
 def classify_run(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +34,8 @@ class OperatorContext:
     locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
     # Set by the first pod event; the follow path reads pods from it (no API list per event).
     pods: kopf.Index[Any, Any] | None = None
+    # Set by the Syncer: look at an experiment again later (deadlines that no child event announces).
+    request_sync_later: Callable[[str, str, float], None] | None = None
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())

@@ -29,6 +29,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "Service"): "services",
     ("v1", "Pod"): "pods",
+    ("v1", "ServiceAccount"): "serviceaccounts",
     ("batch/v1", "Job"): "jobs",
     ("kubeflow.org/v1", "PyTorchJob"): "pytorchjobs",
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainjobs",
@@ -60,6 +61,15 @@ class KubeError(Exception):
     def __init__(self, status: int, reason: str, body: str = "") -> None:
         self.status, self.reason, self.body = status, reason, body
         super().__init__(f"HTTP {status} {reason}: {body[:500]}")
+
+    @property
+    def server_message(self) -> str:
+        """The API server's own explanation (the `message` of its Status body), else the raw error."""
+        try:
+            message = json.loads(self.body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        return str(message) if message else f"HTTP {self.status} {self.reason}: {self.body[:500]}"
 
     @property
     def temporary(self) -> bool:
@@ -159,7 +169,8 @@ class Kube:
     # Children ----------------------------------------------------------------------------
 
     async def create(self, obj: Mapping[str, Any]) -> bool:
-        """Create `obj`; False when it already exists (409: created by an earlier reconcile)."""
+        """Create `obj`; False when one of that name already exists (409). Whose it is, the caller
+        decides from its owner references (`children.create_all`): a name alone proves nothing."""
         meta = obj["metadata"]
         try:
             await self.request("POST", collection_path(obj["apiVersion"], obj["kind"], meta["namespace"]), body=obj)
@@ -168,6 +179,14 @@ class Kube:
                 return False
             raise
         return True
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self.request("GET", f"{collection_path(api_version, kind, namespace)}/{name}")
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
 
     async def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[Obj]:
         try:
@@ -220,6 +239,18 @@ class Kube:
                 return None
             raise
         return frozenset(str((i.get("metadata") or {}).get("name", "")) for i in found.get("items") or [])
+
+    async def exists(self, path: str) -> bool | None:
+        """Whether the object at `path` exists; None when the operator may not look (403)."""
+        try:
+            await self.request("GET", path)
+        except KubeError as err:
+            if err.status == 404:
+                return False
+            if err.status == 403:
+                return None
+            raise
+        return True
 
     async def get_config_map(self, namespace: str, name: str) -> Obj | None:
         try:

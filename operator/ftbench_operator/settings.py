@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 ENV_PREFIX = "FTBENCH_OPERATOR_"
+# Where the chart installs the operator (README); the profile namespace outside a pod.
+DEFAULT_PROFILE_NAMESPACE = "ftbench-system"
 
 
 class OperatorSettings(BaseModel):
@@ -24,8 +26,12 @@ class OperatorSettings(BaseModel):
     profile_config_map: str = Field(
         "ftbench-profile", description="ConfigMap holding the cluster profile (key `profileKey`)."
     )
-    profile_namespace: str | None = Field(
-        None, description="Namespace of the profile ConfigMap; unset: the operator's own namespace (POD_NAMESPACE)."
+    profile_namespace: str = Field(
+        DEFAULT_PROFILE_NAMESPACE,
+        min_length=1,
+        description="The one namespace the profile ConfigMap is read from: this variable, else the operator's own "
+        "namespace (POD_NAMESPACE), else ftbench-system. Never any namespace: a tenant's labelled ConfigMap "
+        "would set images and security settings for everyone.",
     )
     profile_key: str = Field("profile.yaml", description="Key of the profile YAML in the ConfigMap.")
     profile_file: Path | None = Field(None, description="Profile YAML file for local runs (re-read when it changes).")

@@ -23,6 +23,9 @@ SUCCEEDED = "Succeeded"
 SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, SPEC_CHANGE_IGNORED)
 
+# Every message the status holds is cut to this: a status is read by every watcher on every
+# change, and one spec with a huge list of problems once produced a 187 KB status.
+MESSAGE_MAX = 4096
 TERMINAL = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.INVALID.value})
 Status = dict[str, Any]
 
@@ -34,6 +37,14 @@ def timestamp(now: datetime) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def bounded(text: str, limit: int = MESSAGE_MAX) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    tail = f" ... ({len(text) - limit} more characters; see the experiment's Events or `ftbench validate`)"
+    return text[: limit - len(tail)] + tail
 
 
 def set_condition(
@@ -54,7 +65,7 @@ def set_condition(
         "type": type_,
         "status": status,
         "reason": reason,
-        "message": message[:32768],
+        "message": bounded(message),
         "lastTransitionTime": timestamp(now) if changed else old["lastTransitionTime"],
     }
     if generation is not None:
@@ -101,6 +112,7 @@ class Builder:
 
     def invalid_spec(self, reason: str, message: str) -> Status:
         """Nothing was created: the spec breaks a rule (reason InvalidSpec) or cannot run here (NotRunnable)."""
+        message = bounded(message)
         self.cond(VALID, "False", reason, message)
         self.cond(SUCCEEDED, "False", reason, message)
         return {
@@ -112,8 +124,16 @@ class Builder:
             "conditions": self.conditions,
         }
 
-    def started(self, attempt: int, job: Mapping[str, str], runtime: Mapping[str, str] | None = None) -> Status:
-        """Children created for `attempt` (`runtime`: which and why); the run waits for its pods."""
+    def started(
+        self,
+        attempt: int,
+        job: Mapping[str, str],
+        spec: Mapping[str, Any],
+        spec_generation: int | None,
+        runtime: Mapping[str, str] | None = None,
+    ) -> Status:
+        """Children created for `attempt` from `spec` (recorded as the accepted spec; `runtime`: which
+        runtime and why); the run waits for its pods."""
         self.cond(VALID, "True", "SpecValid", "the spec passed every rule")
         self.cond(RUNNING, "False", PENDING, "waiting for pods to start")
         self.cond(SUCCEEDED, "Unknown", PENDING, f"attempt {attempt} created")
@@ -122,6 +142,8 @@ class Builder:
             "attempt": attempt,
             "job": dict(job),
             "runtime": dict(runtime) if runtime else None,
+            "acceptedSpec": dict(spec),
+            "acceptedGeneration": spec_generation,
             "message": f"attempt {attempt}: waiting for pods",
             "observedGeneration": self.generation,
             "conditions": self.conditions,
@@ -152,7 +174,7 @@ class Builder:
 
     def observed(self, obs: Observation, *, trials: int) -> Status:
         """Status for what the children show (`classify`)."""
-        out: Status = {"phase": obs.phase.value, "message": obs.message[:4096]}
+        out: Status = {"phase": obs.phase.value, "message": bounded(obs.message)}
         if obs.start_time and not self.current.get("startTime"):
             out["startTime"] = obs.start_time
         self.queued(obs)
@@ -168,7 +190,7 @@ class Builder:
         if obs.phase == Phase.SUCCEEDED:
             out["isValid"] = True
         if obs.phase == Phase.INVALID:
-            out |= {"isValid": False, "invalidReason": f"{obs.reason}: {obs.message}"[:4096]}
+            out |= {"isValid": False, "invalidReason": bounded(f"{obs.reason}: {obs.message}")}
         if obs.result is not None:
             if obs.phase == Phase.SUCCEEDED and obs.result.metrics is not None:
                 out["results"] = obs.result.metrics.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -201,7 +223,12 @@ def stability(done: tuple[TrialResult, ...], planned: int) -> Status:
         "fOtherError": frac(Outcome.FAILED),
         "fNoError": frac(Outcome.SUCCEEDED),
         "trials": [
-            {"index": t.index, "outcome": t.outcome.value, "reason": t.reason, "message": t.message[:1024]}
+            {
+                "index": t.index,
+                "outcome": t.outcome.value,
+                "reason": t.reason[:256],
+                "message": bounded(t.message, 1024),
+            }
             for t in done
         ],
     }

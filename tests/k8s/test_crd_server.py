@@ -48,6 +48,20 @@ def test_valid_experiment_is_stored_with_defaults(custom, namespace: str) -> Non
         ({"numberNodes": 0}, "spec.numberNodes"),
         ({"datasetId": "wikipedia"}, "spec.datasetId"),
         ({"fastKernels": [True]}, "spec.fastKernels"),
+        # Issue 12: free text that reaches a command line or a label, and absurd values.
+        ({"targetModules": ["q_proj", "--max_steps", "999999"]}, "spec.targetModules"),
+        ({"targetModules": ["q_proj"] * 65}, "spec.targetModules"),
+        ({"targetModules": ["x" * 129]}, "spec.targetModules"),
+        ({"datasetTextField": "--output_dir"}, "spec.datasetTextField"),
+        ({"datasetImageField": "a b"}, "spec.datasetImageField"),
+        ({"gpuModel": "NVIDIA A100/80GB"}, "spec.gpuModel"),
+        ({"gpuModel": "G" * 64}, "spec.gpuModel"),
+        ({"model": "-x"}, "spec.model"),
+        ({"batchSize": 10**9}, "spec.batchSize"),
+        ({"numberGpus": 4096, "batchSize": 4096}, "spec.numberGpus"),
+        ({"numTrainEpochs": 1e300}, "spec.numTrainEpochs"),
+        ({"stopAfterSeconds": -5}, "spec.stopAfterSeconds"),
+        ({"maxSteps": 10**9}, "spec.maxSteps"),
     ],
 )
 def test_schema_violations_are_rejected_with_the_field(custom, namespace: str, spec: dict, expected: str) -> None:

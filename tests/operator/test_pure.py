@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,10 +14,12 @@ from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv
 from ftbench_operator.classify import (
     ContainerState,
+    Observation,
     PodSummary,
     WorkloadSummary,
     classify_run,
     classify_trials,
+    pending_too_long,
     rank_of,
     summarize_pod,
     summarize_workload,
@@ -57,7 +60,8 @@ def run(pods, workloads=(JOB,), missing=False, grace=300.0):
 @pytest.mark.parametrize(
     ("pods", "workloads", "phase", "reason"),
     [
-        ([], (JOB,), Phase.PENDING, "Pending"),
+        ([], (JOB,), Phase.PENDING, "NoPods"),
+        ([pod(phase="Pending", state="")], (JOB,), Phase.PENDING, "Pending"),
         ([pod()], (JOB,), Phase.RUNNING, "Running"),
         ([terminated(success_result())], (JOB,), Phase.SUCCEEDED, "ResultsRecorded"),
         ([terminated(oom_result(), 42)], (JOB,), Phase.INVALID, "GpuOutOfMemory"),
@@ -112,7 +116,20 @@ def test_result_wins_over_deadline_and_deletion_is_first():
 def test_image_pull_fails_only_after_the_grace_period():
     waiting = pod(phase="Pending", state="waiting", reason="ImagePullBackOff")
     assert run([waiting], grace=7200).phase == Phase.PENDING
+    assert run([waiting], grace=7200).reason == "ImagePullBackOff"  # said at once, while Pending
     assert run([waiting], grace=60).reason == "ImagePullBackOff"
+
+
+def test_pending_past_the_deadline_fails_with_the_last_reason():
+    """Issue 12: nothing hangs Pending forever; the reason is reported at once, then at the deadline."""
+    stuck = pod(phase="Pending", state="", unschedulable="0/3 nodes are available: 3 Insufficient cpu.")
+    obs = run([stuck])
+    assert (obs.phase, obs.reason) == (Phase.PENDING, "Unschedulable") and "Insufficient cpu" in obs.message
+    created = WorkloadSummary("Job", "j", created=st.timestamp(NOW - timedelta(seconds=100)))
+    assert pending_too_long(obs, [created], NOW, 300).phase == Phase.PENDING
+    assert pending_too_long(obs, [created], NOW, None).phase == Phase.PENDING
+    late = pending_too_long(obs, [created], NOW, 60)
+    assert (late.phase, late.reason) == (Phase.FAILED, "PendingTimeout") and "Insufficient cpu" in late.message
 
 
 def test_multi_node_ranks():
@@ -182,7 +199,8 @@ def test_condition_transition_time_only_moves_on_transitions():
 
 def test_builders_produce_schema_valid_status_and_minimal_patches():
     builder = st.Builder({}, 1, NOW)
-    started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"})
+    spec = {"model": "m", "modelMaxLength": 1024, "numberGpus": 0, "batchSize": 1}
+    started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"}, spec, 1)
     FineTuneExperimentStatus.model_validate(st.strip_empty(started))
     assert st.diff(st.strip_empty(started), started) == {}
     done = st.Builder(started, 1, NOW).observed(run([terminated(success_result())]), trials=1)
@@ -194,6 +212,17 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
     assert retry["results"] is None and retry["attempt"] == 1
     invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
+
+
+def test_status_messages_are_bounded():
+    """Issue 12: a 60 KB list of problems must not become a 187 KB status."""
+    huge = "spec.targetModules[0]: bad; " * 3000
+    invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", huge)
+    assert len(json.dumps(invalid)) < 5 * st.MESSAGE_MAX
+    assert invalid["message"].endswith("`ftbench validate`)") and len(invalid["message"]) == st.MESSAGE_MAX
+    failed = st.Builder({}, 1, NOW).observed(Observation(Phase.FAILED, "PodFailed", huge), trials=1)
+    assert len(json.dumps(failed)) < 5 * st.MESSAGE_MAX
+    assert st.bounded("short") == "short"
 
 
 def test_metrics_track_phases_and_headline_results():
@@ -225,6 +254,8 @@ def test_metrics_track_phases_and_headline_results():
 def test_settings_and_command_line(tmp_path):
     opts = OperatorSettings.from_env({"FTBENCH_OPERATOR_METRICS_PORT": "0", "POD_NAMESPACE": "ops", "OTHER": "x"})
     assert opts.metrics_port == 0 and opts.profile_namespace == "ops"
+    # Issue 12: outside a pod (`kopf run`, `ftbench dev up`) the profile still comes from one namespace.
+    assert OperatorSettings.from_env({}).profile_namespace == "ftbench-system"
     with pytest.raises(ValueError):
         OperatorSettings.from_env({"FTBENCH_OPERATOR_METRICS_PORT": "x"})
     assert argv([]) == [

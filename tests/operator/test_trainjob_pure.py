@@ -73,7 +73,7 @@ def test_suspended_trainjob_is_pending_and_queued() -> None:
     suspended = summarize_workload(trainjob(conditions=[{"type": "Suspended", "status": "True"}]))
     assert classify_run([suspended], [], workload_missing=False, now=NOW).reason == QUEUED_REASON
     admitted = summarize_workload(trainjob(conditions=[{"type": "Suspended", "status": "False"}]))
-    assert classify_run([admitted], [], workload_missing=False, now=NOW).reason == "Pending"
+    assert classify_run([admitted], [], workload_missing=False, now=NOW).reason == "NoPods"  # admitted, no pod yet
 
     builder = st.Builder({}, 1, NOW)
     first = builder.observed(obs, trials=1)

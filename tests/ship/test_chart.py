@@ -126,12 +126,14 @@ def test_namespaced_mode_watches_only_the_listed_namespaces() -> None:
     assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=team-a", "--namespace=team-b"]
     operator_roles = [r for r in by_kind(objects, "Role") if r["metadata"]["name"] == "ftb-ftbench"]
     assert sorted(r["metadata"]["namespace"] for r in operator_roles) == ["team-a", "team-b"]
-    # Cluster-wide, the operator only discovers CRDs, namespaces and Trainer v2 runtimes.
+    # Cluster-wide, the operator only discovers CRDs, namespaces and Trainer v2 runtimes, and checks
+    # PriorityClasses exist.
     (cluster_role,) = by_kind(objects, "ClusterRole")
     assert {res for rule in cluster_role["rules"] for res in rule["resources"]} == {
         "customresourcedefinitions",
         "namespaces",
         "clustertrainingruntimes",
+        "priorityclasses",
     }
     assert {verb for rule in cluster_role["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
     trainer_accounts = {

@@ -86,15 +86,17 @@ def can_in(
 
 # (verb, resource, group, subresource): what the operator's handlers do.
 OPERATOR_NEEDS = [
-    *[(v, "finetuneexperiments", "ftbench.io", "") for v in ("get", "list", "watch", "patch", "update")],
-    *[(v, "finetuneexperiments", "ftbench.io", "status") for v in ("get", "patch", "update")],
-    *[(v, "jobs", "batch", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
-    *[(v, "pytorchjobs", "kubeflow.org", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
-    *[(v, "trainjobs", "trainer.kubeflow.org", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
+    *[(v, "finetuneexperiments", "ftbench.io", "") for v in ("get", "list", "watch", "patch")],
+    *[(v, "finetuneexperiments", "ftbench.io", "status") for v in ("get", "patch")],
+    *[(v, "jobs", "batch", "") for v in ("create", "get", "list", "watch", "delete")],
+    *[(v, "pytorchjobs", "kubeflow.org", "") for v in ("create", "get", "list", "watch", "delete")],
+    *[(v, "trainjobs", "trainer.kubeflow.org", "") for v in ("create", "get", "list", "watch", "delete")],
     ("list", "clustertrainingruntimes", "trainer.kubeflow.org", ""),
-    *[(v, "services", "", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
-    *[(v, "configmaps", "", "") for v in ("create", "get", "list", "watch", "delete", "patch")],
+    *[(v, "services", "", "") for v in ("create", "get", "list", "watch", "delete")],
+    *[(v, "configmaps", "", "") for v in ("create", "get", "list", "watch", "delete")],
     *[(v, "pods", "", "") for v in ("get", "list", "watch")],
+    ("get", "serviceaccounts", "", ""),  # issue 12: a run whose pods' account is missing fails up front
+    ("get", "priorityclasses", "scheduling.k8s.io", ""),
     ("create", "events", "", ""),
     ("patch", "events", "", ""),
 ]
@@ -107,6 +109,14 @@ OPERATOR_MUST_NOT = [
     ("create", "finetuneexperiments", "ftbench.io", ""),
     ("create", "serviceaccounts", "", "token"),
     ("create", "rolebindings", "rbac.authorization.k8s.io", ""),
+    # Issue 12: least privilege. The operator never rewrites a child or a whole experiment.
+    ("update", "finetuneexperiments", "ftbench.io", ""),
+    ("update", "finetuneexperiments", "ftbench.io", "status"),
+    *[("patch", r, g, "") for r, g in (("jobs", "batch"), ("pytorchjobs", "kubeflow.org"), ("services", ""))],
+    ("patch", "configmaps", "", ""),
+    ("update", "configmaps", "", ""),
+    ("list", "serviceaccounts", "", ""),
+    ("create", "priorityclasses", "scheduling.k8s.io", ""),
 ]
 
 

@@ -27,6 +27,14 @@ def test_bad_model_map_is_rejected_when_the_profile_loads() -> None:
         ClusterProfile.model_validate({"modelMap": {"x": {"Quantised": "a/b"}}})
 
 
+@pytest.mark.parametrize("model_map", [{"x": {"Vanilla": "--max_steps"}}, {"-x": {"Vanilla": "a/b"}},
+                                       {"x": {"Vanilla": "a b"}}, {"x": {"Vanilla": "a" * 600}}])  # fmt: skip
+def test_model_map_refs_that_could_read_as_flags_are_rejected(model_map: dict) -> None:
+    """Issue 12: model-map names and ids become trainer arguments; none may start with '-'."""
+    with pytest.raises(ValidationError, match="is not a model name"):
+        ClusterProfile.model_validate({"modelMap": model_map})
+
+
 def test_render_uses_the_profile_model_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "profile.yaml").write_text(PROFILE)
     exp = tmp_path / "exp.yaml"

@@ -270,11 +270,21 @@ def test_names_fit_and_are_stable() -> None:
 
 def test_child_names_per_runtime() -> None:
     indexed = child_names("9exp.v1", 3, Runtime.INDEXED_JOB, number_nodes=4, trials=1)
-    assert indexed.base == "x-9exp-v1-a3" and indexed.service == indexed.base
-    assert indexed.master_host == "x-9exp-v1-a3-0.x-9exp-v1-a3"
+    assert indexed.base == "x-9exp-v1-cc055bb3-a3" and indexed.service == indexed.base
+    assert indexed.master_host == "x-9exp-v1-cc055bb3-a3-0.x-9exp-v1-cc055bb3-a3"
     assert child_names("e", 0, Runtime.JOB, number_nodes=1, trials=5).workloads == tuple(f"e-a0-t{i}" for i in range(5))
     assert child_names("e", 0, Runtime.PYTORCH_JOB, number_nodes=2, trials=1).master_host == "e-a0-master-0"
     assert fit("a" * 10, 10) == "a" * 10 and len(fit("a" * 100, 20)) == 20
+
+
+@pytest.mark.parametrize(("a", "b"), [("dup.x", "dup-x"), ("1abc", "x-1abc"), ("a..b", "a-b"), ("a.b", "a-b")])
+def test_names_that_map_to_one_label_get_different_children(a: str, b: str) -> None:
+    """Issue 12: two experiments in one namespace never share (or follow) each other's children."""
+    for runtime in (Runtime.JOB, Runtime.INDEXED_JOB, Runtime.PYTORCH_JOB):
+        first = child_names(a, 0, runtime, number_nodes=2, trials=1)
+        second = child_names(b, 0, runtime, number_nodes=2, trials=1)
+        assert not set(first.all) & set(second.all)
+    assert child_names("dup-x", 0, Runtime.JOB, number_nodes=1, trials=1).base == "dup-x-a0"  # readable stays
 
 
 # ---- the env contract the trainer reads ----

@@ -97,3 +97,47 @@ def test_document_envelope_is_checked() -> None:
     report = validate_document({"apiVersion": "v1", "kind": "Pod", "spec": OK})
     assert {i.path for i in report.issues} == {"apiVersion", "kind", "metadata.name"}
     assert not validate_document("nope").ok
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"targetModules": ["q_proj", "--max_steps", "999999", "--output_dir", "/data/x"]}, "targetModules"),
+        ({"targetModules": ["q_proj"] * 65}, "targetModules"),
+        ({"datasetTextField": "--output_dir"}, "datasetTextField"),
+        ({"datasetImageField": "-x"}, "datasetImageField"),
+        ({"gpuModel": "NVIDIA A100"}, "gpuModel"),
+        ({"gpuModel": "G" * 64}, "gpuModel"),
+        ({"model": "--model"}, "model"),
+        ({"datasetId": "-d"}, "datasetId"),
+        ({"batchSize": 10**9}, "batchSize"),
+        ({"numberGpus": 4096}, "numberGpus"),
+        ({"numTrainEpochs": 1e300}, "numTrainEpochs"),
+        ({"stopAfterSeconds": -5}, "stopAfterSeconds"),
+        ({"run": {"activeDeadlineSeconds": 10**12}}, "run.activeDeadlineSeconds"),
+    ],
+)
+def test_free_text_and_absurd_values_are_invalid_naming_the_field(overrides: dict, field: str) -> None:
+    """Issue 12: nothing a user writes can become a flag, a bad label, or an absurd run."""
+    report = validate_spec_dict({**OK, **overrides})
+    assert not report.ok
+    assert any(i.path.removeprefix("spec.").startswith(field) for i in report.issues), report.summary()
+
+
+def test_a_value_that_reads_as_a_flag_never_reaches_the_command_line() -> None:
+    """Defence in depth: even a plan built around validation cannot put '-x' after a flag."""
+    from ftbench.api.enums import Runtime
+    from ftbench.catalog import load_catalog
+    from ftbench.contracts.fms_args import sft_trainer_args
+    from ftbench.contracts.plan import ExperimentRef
+    from ftbench.profile import ClusterProfile
+    from ftbench.render.plan import build_plan
+
+    spec = validate_spec_dict({**OK, "experiment": "finetune_lora_benchmark-v1.0.0"}).spec
+    assert spec is not None
+    plan = build_plan(spec, load_catalog(), ClusterProfile(), ref=ExperimentRef(name="x"), runtime=Runtime.JOB)
+    assert sft_trainer_args(plan, dataset_path="/data/d.jsonl")
+    peft = plan.training.peft.model_copy(update={"target_modules": ("q_proj", "--max_steps", "9")})
+    forged = plan.model_copy(update={"training": plan.training.model_copy(update={"peft": peft})})
+    with pytest.raises(ValueError, match="read as a flag"):
+        sft_trainer_args(forged, dataset_path="/data/d.jsonl")

@@ -18,17 +18,24 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.catalog import load_catalog
 from ftbench.render.names import label_value
+from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator import children, status
 from ftbench_operator.classify import (
+    CHILD_CONFLICT,
+    UNKNOWN_WORKLOAD,
     Observation,
     PodSummary,
     classify_run,
     classify_trials,
+    pending_too_long,
     summarize_pod,
     summarize_workload,
 )
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.kube import KubeError
+
+# The workloads `status.job` may name; anything else was not written by this operator.
+WORKLOAD_KINDS = frozenset({("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob"), (TRAINER_API_VERSION, "TrainJob")})
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 60.0
@@ -53,6 +60,19 @@ class Syncer:
         self.ctx = ctx
         self.tasks: dict[Key, asyncio.Task[None]] = {}
         self.dirty: set[Key] = set()
+        self.timers: dict[Key, asyncio.TimerHandle] = {}
+        ctx.request_sync_later = self.request_later
+
+    def request_later(self, namespace: str, name: str, delay: float) -> None:
+        """One more sync after `delay` seconds (the pending deadline: no child event may come)."""
+        key = (namespace, name)
+        if key not in self.timers:
+            loop = asyncio.get_running_loop()
+            self.timers[key] = loop.call_later(delay, self._wake, key)
+
+    def _wake(self, key: Key) -> None:
+        self.timers.pop(key, None)
+        self.request(*key)
 
     def request(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -86,6 +106,8 @@ class Syncer:
             self.tasks.pop(key, None)
 
     async def stop(self) -> None:
+        for timer in self.timers.values():
+            timer.cancel()
         for task in list(self.tasks.values()):
             task.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
@@ -100,13 +122,18 @@ def observe(
 ) -> Observation:
     """Classify one attempt from its workloads and pods (pure apart from the clock)."""
     job = (body.get("status") or {}).get("job") or {}
-    workloads = [summarize_workload(w, job.get("kind", "")) for w in workload_bodies]
+    # Only children this experiment owns count: anyone may create objects with its labels.
+    owned = [w for w in workload_bodies if children.owned_by(w, body["metadata"]["uid"])]
+    owner_uids = {str((w.get("metadata") or {}).get("uid")) for w in owned}
+    pods = [p for p in pods if p.owner_uid in owner_uids]
+    workloads = [summarize_workload(w, job.get("kind", "")) for w in owned]
     missing = job.get("name") not in {w.name for w in workloads}
     now = status.utcnow()
     grace = ctx.settings.image_pull_grace_seconds
+    deadline = ctx.profiles.current().pending_deadline_seconds
     if trials > 1:
         per_trial = any(w.trial_label is not None for w in workloads)
-        return classify_trials(
+        obs = classify_trials(
             workloads,
             pods,
             trials=trials,
@@ -115,7 +142,9 @@ def observe(
             now=now,
             image_pull_grace_seconds=grace,
         )
-    return classify_run(workloads, pods, workload_missing=missing, now=now, image_pull_grace_seconds=grace)
+        return obs if obs.trials else pending_too_long(obs, workloads, now, deadline)
+    obs = classify_run(workloads, pods, workload_missing=missing, now=now, image_pull_grace_seconds=grace)
+    return pending_too_long(obs, workloads, now, deadline)
 
 
 async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any] | None = None) -> None:
@@ -128,6 +157,13 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
     if current.get("phase") in status.TERMINAL or not job:
         return
     attempt = int(current.get("attempt") or 0)
+    if (job.get("apiVersion"), job.get("kind")) not in WORKLOAD_KINDS:  # status is schema-checked, not trusted
+        await _record(
+            ctx,
+            body,
+            Observation(Phase.FAILED, UNKNOWN_WORKLOAD, f"status.job names {job!r}, not a workload ftbench creates"),
+        )
+        return
     spec, _ = children.accepted_spec(body)
     trials = trials_of(spec)
     selector = children.attempt_selector(name, attempt)
@@ -151,8 +187,21 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
         obs.reason,
     )
     if obs.next_trial is not None:
-        await start_trial(ctx, body, spec, attempt, obs.next_trial)
-    desired = status.Builder(current, body["metadata"].get("generation"), status.utcnow()).observed(obs, trials=trials)
+        try:
+            await start_trial(ctx, body, spec, attempt, obs.next_trial)
+        except children.ChildConflict as err:
+            obs = Observation(Phase.FAILED, CHILD_CONFLICT, str(err), trials=obs.trials)
+    deadline = ctx.profiles.current().pending_deadline_seconds
+    if obs.phase == Phase.PENDING and deadline is not None and ctx.request_sync_later is not None:
+        ctx.request_sync_later(namespace, name, float(deadline) + 1.0)
+    await _record(ctx, body, obs, trials)
+
+
+async def _record(ctx: OperatorContext, body: Mapping[str, Any], obs: Observation, trials: int = 1) -> None:
+    """Write the status for `obs` and, on a phase change, its Event."""
+    meta, current = body["metadata"], body.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    desired = status.Builder(current, meta.get("generation"), status.utcnow()).observed(obs, trials=trials)
     patch = status.diff(current, desired)
     if not patch:
         return

@@ -51,4 +51,4 @@ async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch
         event(fresh, "Retrying", f"attempt {attempt} replaces attempt {attempt - 1}")
         refreshed = await ctx.kube.get_experiment(namespace, name)
         if refreshed is not None:
-            await start_attempt(ctx, refreshed, attempt, None)
+            await start_attempt(ctx, refreshed, attempt)

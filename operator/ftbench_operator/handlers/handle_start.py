@@ -11,20 +11,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
+from ftbench.api.enums import Runtime
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
 from ftbench.profile import catalog_for
+from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
-from ftbench_operator.classify import CHILD_REJECTED, INVALID_SPEC, NOT_RUNNABLE, Observation
+from ftbench_operator.classify import (
+    CHILD_CONFLICT,
+    CHILD_REJECTED,
+    INVALID_SPEC,
+    MISSING_DEPENDENCY,
+    NOT_RUNNABLE,
+    Observation,
+)
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_follow import sync_once
 from ftbench_operator.kube import KubeError
 
 
-async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch) -> None:
+async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     async with ctx.fresh(body) as fresh:
         if fresh is None or fresh["metadata"].get("deletionTimestamp"):
             return
@@ -34,19 +41,15 @@ async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any], patch: 
         if current.get("job"):
             await sync_once(ctx, fresh["metadata"]["namespace"], fresh["metadata"]["name"], fresh)
             return
-        await start_attempt(ctx, fresh, int(current.get("attempt") or 0), patch)
+        await start_attempt(ctx, fresh, int(current.get("attempt") or 0))
 
 
-async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: int, patch: kopf.Patch | None) -> None:
-    """Validate, render and create attempt `attempt`; record the accepted spec on first sight."""
+async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: int) -> None:
+    """Validate, render and create attempt `attempt`; record the accepted spec in status on start."""
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
     current = body.get("status") or {}
     spec_dict, accepted_generation = children.accepted_spec(body)
-    if patch is not None and children.ACCEPTED_SPEC_ANNOTATION not in (meta.get("annotations") or {}):
-        patch.metadata.annotations[children.ACCEPTED_SPEC_ANNOTATION] = children.accepted_spec_annotation(
-            spec_dict, accepted_generation
-        )
     builder = status.Builder(current, generation, status.utcnow())
     profile = ctx.profiles.current()
     report = validate_spec_dict(spec_dict, catalog_for(profile))
@@ -60,22 +63,64 @@ async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: 
         return
     if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
         await children.delete_owned(ctx.kube, body, children.attempt_selector(name, other_than=attempt))
+    missing = await children.missing_dependencies(ctx.kube, children.initial_objects(rendered), namespace)
+    if missing:  # Failed, not Invalid: once the object exists, ftbench.io/retry runs the same spec
+        await _failed(ctx, body, builder, MISSING_DEPENDENCY, "; ".join(missing))
+        return
     try:
         created = await children.create_all(ctx.kube, children.initial_objects(rendered), body)
-    except KubeError as err:
-        if err.temporary:
+    except (KubeError, children.ChildConflict) as err:
+        if isinstance(err, KubeError) and err.temporary:
             raise
-        # The server refused a rendered object (admission, quota, schema): retrying cannot help.
-        failed = Observation(Phase.FAILED, CHILD_REJECTED, f"creating the run's objects failed: {err}")
-        await ctx.kube.patch_experiment_status(
-            namespace, name, status.diff(current, builder.observed(failed, trials=1))
-        )
-        event(body, CHILD_REJECTED, failed.message, warning=True)
+        # Retrying cannot help; remove what this attempt did create, so nothing is left behind.
+        await children.delete_owned(ctx.kube, body, children.attempt_selector(name, attempt))
+        await _not_created(ctx, body, builder, rendered, err)
         return
-    desired = builder.started(attempt, children.workload_ref(rendered), children.runtime_ref(rendered))
+    desired = builder.started(
+        attempt,
+        children.workload_ref(rendered),
+        report.spec.to_wire(),
+        accepted_generation,
+        runtime=children.runtime_ref(rendered),
+    )
     await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, desired))
     if created:
         event(body, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}")
+
+
+async def _not_created(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    builder: status.Builder,
+    rendered: Rendered,
+    err: KubeError | children.ChildConflict,
+) -> None:
+    """A refused child, said in words: a kind the cluster does not serve or an object the server
+    rejects (422) make the spec not runnable here (Invalid); a name taken by someone else's object,
+    admission or quota refusals are a Failed run with the server's reason."""
+    if isinstance(err, children.ChildConflict):
+        await _failed(ctx, body, builder, CHILD_CONFLICT, str(err))
+    elif err.status == 404 and rendered.runtime == Runtime.PYTORCH_JOB:
+        message = (
+            "runtime PyTorchJob needs the Kubeflow training operator, but this cluster does not serve "
+            "pytorchjobs.kubeflow.org; set spec.run.runtime to auto or IndexedJob, or install the training operator"
+        )
+        await _invalid(ctx, body, builder, NOT_RUNNABLE, message)
+    elif err.status in (404, 422):
+        await _invalid(
+            ctx, body, builder, NOT_RUNNABLE, f"the API server refused the run's objects: {err.server_message}"
+        )
+    else:
+        await _failed(ctx, body, builder, CHILD_REJECTED, f"creating the run's objects failed: {err.server_message}")
+
+
+async def _failed(
+    ctx: OperatorContext, body: Mapping[str, Any], builder: status.Builder, reason: str, message: str
+) -> None:
+    meta = body["metadata"]
+    desired = builder.observed(Observation(Phase.FAILED, reason, message), trials=1)
+    await ctx.kube.patch_experiment_status(meta["namespace"], meta["name"], status.diff(builder.current, desired))
+    event(body, reason, message, warning=True)
 
 
 async def _invalid(

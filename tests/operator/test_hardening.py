@@ -1,0 +1,187 @@
+"""Issue 12 regressions on the real control plane and operator: what a user writes cannot change
+what is measured, reach a flag, take over another experiment's children, or leave a run hanging.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
+from operator_testkit import SELECTOR, TEST_PROFILE, Kubelet, failed_result, lora_spec, success_result, wait_for
+
+from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from ftbench.contracts.plan import PLAN_FILENAME
+from ftbench.crd import crd
+from ftbench.devcluster import ControlPlane
+from ftbench.devcluster.crds import install_crd
+
+pytestmark = pytest.mark.k8s
+
+
+def plan_of(kube_api: Any, namespace: str, config_map: str) -> dict[str, Any]:
+    data = CoreV1Api(kube_api).read_namespaced_config_map(config_map, namespace).data
+    return json.loads(data[PLAN_FILENAME])
+
+
+def patch_experiment(kube_api: Any, namespace: str, name: str, body: dict[str, Any]) -> None:
+    CustomObjectsApi(kube_api).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+
+
+def test_accepted_spec_annotation_cannot_override_what_runs(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 1: a user-set `ftbench.io/accepted-spec` annotation (at create, or edited before a retry)
+    is ignored; the spec shown is the spec run, recorded in status where only the operator writes."""
+    forged = json.dumps({"generation": 1, "spec": lora_spec(batchSize=64, maxSteps=99999)})
+    annotations = {"ftbench.io/accepted-spec": forged}
+    name = create_experiment(lora_spec(maxSteps=5), annotations=annotations)["metadata"]["name"]
+    pending = kubelet.wait_phase(name, "Pending")
+    assert pending["status"]["acceptedSpec"]["batchSize"] == 4
+    plan = plan_of(kube_api, namespace, f"{name}-a0-plan")
+    assert plan["topology"]["batchSize"] == 4 and plan["training"]["maxSteps"] == 5
+
+    kubelet.finish(kubelet.wait_pods(1)[0], failed_result())
+    kubelet.wait_phase(name, "Failed")
+    patch_experiment(
+        kube_api, namespace, name, {"metadata": {"annotations": {**annotations, "ftbench.io/retry": "now"}}}
+    )
+    wait_for(lambda: kubelet.experiment(name)["status"].get("attempt") == 1, what="attempt 1")
+    plan = wait_for(lambda: plan_of(kube_api, namespace, f"{name}-a1-plan"), what="attempt 1 plan")
+    assert plan["topology"]["batchSize"] == 4 and plan["training"]["maxSteps"] == 5
+    assert BatchV1Api(kube_api).read_namespaced_job(f"{name}-a1", namespace)
+
+
+def test_names_that_map_to_one_label_run_apart(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 3: `dup.x` and `dup-x` (and `1abc`, `x-1abc`) get their own children and results."""
+    names = ["dup.x", "dup-x", "1abc", "x-1abc"]
+    for i, name in enumerate(names):
+        create_experiment(lora_spec(batchSize=4 * (i + 1)), name=name)
+    jobs = {name: kubelet.wait_phase(name, "Pending")["status"]["job"]["name"] for name in names}
+    assert len(set(jobs.values())) == len(names), jobs
+    for i, name in enumerate(names):
+        pod = kubelet.wait_pods(1, f"job-name={jobs[name]}")[0]
+        kubelet.finish(pod, success_result(tokens_per_second=100.0 + i))
+    for i, name in enumerate(names):
+        done = kubelet.wait_phase(name, "Succeeded")
+        assert done["status"]["results"]["trainTokensPerSecond"] == 100.0 + i
+        assert done["status"]["acceptedSpec"]["batchSize"] == 4 * (i + 1)
+
+
+def test_a_pre_created_child_is_never_adopted(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 3: an object with a child's name that this experiment does not own is not taken as
+    "already created": the experiment fails with the reason, and what it did create is removed."""
+    batch = BatchV1Api(kube_api)
+    name = "taken"
+    squatter = {
+        "metadata": {"name": f"{name}-a0", "labels": {"app.kubernetes.io/managed-by": "ftbench"}},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "busybox"}]},
+            },
+            "backoffLimit": 0,
+        },
+    }
+    batch.create_namespaced_job(namespace, squatter)
+    create_experiment(lora_spec(), name=name)
+    failed = kubelet.wait_phase(name, "Failed")
+    assert {c["type"]: c for c in failed["status"]["conditions"]}["Succeeded"]["reason"] == "ChildConflict"
+    assert f"Job named {name}-a0 already exists" in failed["status"]["message"], failed["status"]
+    assert "job" not in failed["status"]
+    wait_for(lambda: not CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=SELECTOR).items,
+             what="plan ConfigMap removed")  # fmt: skip
+    assert batch.read_namespaced_job(f"{name}-a0", namespace).metadata.owner_references is None
+
+
+def test_a_forged_status_job_fails_the_run_once(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 7: a status.job of a kind ftbench never creates fails the run with the reason
+    instead of crashing every sync."""
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    kubelet.wait_phase(name, "Pending")
+    forged = {"status": {"job": {"apiVersion": "v1", "kind": "Secret", "name": "x"}}}
+    CustomObjectsApi(kube_api).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, forged)
+    kubelet.run(kubelet.wait_pods(1)[0])  # any child event makes the operator look again
+    failed = kubelet.wait_phase(name, "Failed")
+    assert "not a workload ftbench creates" in failed["status"]["message"]
+    assert "Traceback" not in operator.log()[-20000:]
+
+
+def test_pytorchjob_without_its_crd_is_invalid_and_leaves_nothing(
+    operator, kubelet, create_experiment, kube_api, namespace
+):
+    """Item 8: runtime PyTorchJob on a cluster without the training operator is Invalid with the
+    reason (not Failed with a raw 404), and the plan ConfigMap created before it is removed."""
+    from kubernetes.client import ApiextensionsV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        ApiextensionsV1Api(kube_api).read_custom_resource_definition("pytorchjobs.kubeflow.org")
+        pytest.skip("the PyTorchJob CRD is installed in this session")
+    except ApiException as err:
+        assert err.status == 404
+    spec = lora_spec(numberGpus=2, batchSize=4, numberNodes=2, run={"runtime": "PyTorchJob"})
+    name = create_experiment(spec)["metadata"]["name"]
+    invalid = kubelet.wait_phase(name, "Invalid")
+    assert "pytorchjobs.kubeflow.org" in invalid["status"]["message"] and "HTTP" not in invalid["status"]["message"]
+    wait_for(lambda: not CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=SELECTOR).items,
+             what="plan ConfigMap removed")  # fmt: skip
+
+
+def test_missing_priority_class_fails_up_front(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 4: pods naming a PriorityClass that does not exist would never be created; the run
+    fails at once with the reason (Failed, so ftbench.io/retry works once it exists)."""
+    name = create_experiment(lora_spec(run={"priorityClassName": "no-such-class"}))["metadata"]["name"]
+    failed = kubelet.wait_phase(name, "Failed")
+    assert "PriorityClass no-such-class does not exist" in failed["status"]["message"]
+    assert not BatchV1Api(kube_api).list_namespaced_job(namespace, label_selector=SELECTOR).items
+
+
+@pytest.fixture
+def own_cluster(control_plane_binaries: dict[str, Path]) -> Iterator[ControlPlane]:
+    with ControlPlane(binaries=control_plane_binaries) as cp:
+        yield cp
+
+
+def test_nothing_hangs_pending(own_cluster: ControlPlane, tmp_path: Path, operator_process: Any) -> None:
+    """Item 4, with the profile's trainer ServiceAccount and a short pending deadline (a control
+    plane of its own: the session operator has neither). A namespace without the account fails
+    up front; an unschedulable pod is reported at once, then fails at the deadline with that reason."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(own_cluster.kubeconfig))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    install_crd(api, crd())
+    for ns in ("no-account", "has-account"):
+        core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_service_account("has-account", {"metadata": {"name": "trainer"}})
+    wait_for(lambda: core.read_namespaced_service_account("trainer", "has-account").secrets, 30, what="SA token")
+    profile = {**TEST_PROFILE, "serviceAccount": "trainer", "pendingDeadlineSeconds": 6}
+    operator = operator_process(own_cluster.kubeconfig, tmp_path, profile).start()
+    try:
+        for ns in ("no-account", "has-account"):
+            body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "exp"}, "spec": lora_spec()}
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        lacking = Kubelet(api, "no-account").wait_phase("exp", "Failed", timeout=60)
+        assert "ServiceAccount trainer does not exist in namespace no-account" in lacking["status"]["message"]
+
+        kubelet = Kubelet(api, "has-account")
+        pod = kubelet.wait_pods(1, timeout=60)[0]
+        scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}  # fmt: skip
+        core.patch_namespaced_pod_status(pod.metadata.name, "has-account", {"status": {"conditions": [scheduled]}})
+        reported = wait_for(
+            lambda: (
+                (s := kubelet.experiment("exp")["status"]).get("phase") == "Pending"
+                and "Insufficient nvidia.com/gpu" in s.get("message", "")
+                and s
+            ),
+            10,
+            what="unschedulable reported while Pending",
+        )
+        assert {c["type"]: c for c in reported["conditions"]}["Running"]["reason"] == "Unschedulable"
+        failed = kubelet.wait_phase("exp", "Failed", timeout=30)
+        assert "PendingTimeout" in failed["status"]["message"] or "still pending" in failed["status"]["message"]
+        assert "Insufficient nvidia.com/gpu" in failed["status"]["message"]
+    finally:
+        operator.stop()
