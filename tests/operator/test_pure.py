@@ -285,3 +285,18 @@ def test_profile_source_keeps_the_last_good_profile(tmp_path):
         {"metadata": {"name": "p"}, "data": {"profile.yaml": "features: {indexedJobs: true}"}}
     )
     assert source.current().features.indexed_jobs is True  # explicit features win over the server's
+
+
+def test_a_trainer_refusing_another_fms_release_fails_once_naming_the_image_to_build():
+    """The trainer's own EngineMismatch result (exit 1, no retry: backoffLimit 0) becomes Failed with its reason."""
+    from ftbench.contracts.plan import LaunchPlan
+    from ftbench_trainer.engines.fms import EngineMismatchError, check_release
+    from ftbench_trainer.worker import failure_result
+
+    plan = LaunchPlan.model_construct(engine_version="2.1.2", allow_engine_mismatch=False)
+    with pytest.raises(EngineMismatchError) as refused:
+        check_release(plan)  # this environment has no fms-hf-tuning at all
+    obs = run([terminated(failure_result(refused.value), 1)])
+    assert (obs.phase, obs.reason) == (Phase.FAILED, "EngineMismatch")
+    assert "the image carries no fms-hf-tuning, the experiment asks for 2.1.2" in obs.message
+    assert "fms-hf-tuning-2.1.2" in obs.message

@@ -40,6 +40,8 @@ INSTALLABLE = [r.version for r in RELEASES.installable]
 METHODS = {"full": Experiment.FULL, "lora": Experiment.LORA, "pt": Experiment.PROMPT_TUNING}
 BATCH = 16  # the whole 16-row dataset in one step: the token counts must equal an independent count
 OLDEST, DEFAULT = INSTALLABLE[-1], RELEASES.default
+MINIMAL = {"experiment": Experiment.LORA.value, "model": "ftbench-tiny-llama", "modelMaxLength": 64, "numberGpus": 0,
+           "batchSize": 2}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -136,9 +138,7 @@ def test_full_and_prompt_tuning_on_the_newest_of_each_api(matrix: dict[str, Ran]
 )
 def test_known_defects_are_refused_up_front(release: str, method: str) -> None:
     experiment = METHODS[method]
-    report = validate_spec_dict(
-        {"experiment": experiment.value, "model": "ftbench-tiny-llama", "fmsHfTuningVersion": release}
-    )
+    report = validate_spec_dict({**MINIMAL, "experiment": experiment.value, "fmsHfTuningVersion": release})
     assert not report.ok
     (issue,) = [i for i in report.issues if i.rule == "engine.fms-known-defect"]
     assert issue.path == "spec.fmsHfTuningVersion" and RELEASES.get(release).defects[method] in issue.message
@@ -147,7 +147,7 @@ def test_known_defects_are_refused_up_front(release: str, method: str) -> None:
 def test_a_release_that_cannot_be_installed_is_refused() -> None:
     for r in RELEASES.releases:
         if not r.installable:
-            report = validate_spec_dict({"experiment": Experiment.LORA.value, "fmsHfTuningVersion": r.version})
+            report = validate_spec_dict({**MINIMAL, "fmsHfTuningVersion": r.version})
             assert any(i.rule == "engine.fms-installable" and r.reason in i.message for i in report.issues)
 
 
