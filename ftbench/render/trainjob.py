@@ -49,6 +49,8 @@ Obj = dict[str, Any]
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINER_API_VERSION = f"{TRAINER_GROUP}/v1alpha1"
 RUNTIME_KIND = "ClusterTrainingRuntime"
+# JobSet labels the pods of its Jobs with its name, which is the TrainJob's (how the operator finds them).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # The container Trainer's torch plugin configures (env, PET_* values, resources, image, command).
 NODE_CONTAINER = "node"
 PATCH_MANAGER = "ftbench.io/operator"

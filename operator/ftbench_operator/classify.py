@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from ftbench.api.status import Phase
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
 from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
+from ftbench.render.trainjob import JOBSET_NAME_LABEL
 
 # Reasons (CamelCase, as in metav1.Condition) the operator writes; docs and tests use these names.
 RESULTS_RECORDED = "ResultsRecorded"
@@ -93,6 +94,7 @@ class PodSummary:
     deleting: bool = False
     unschedulable: str = ""  # the scheduler's PodScheduled=False message, when it gave up for now
     owner_uid: str = ""  # the controller (Job / PyTorchJob) that made it: pods are only read when it is ours
+    jobset: str = ""  # TrainJob pods: the JobSet (named as its TrainJob) whose Job made them
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
             "",
         ),
         owner_uid=next((str(r.get("uid", "")) for r in meta.get("ownerReferences") or [] if r.get("controller")), ""),
+        jobset=str((meta.get("labels") or {}).get(JOBSET_NAME_LABEL, "")),
     )
 
 

@@ -21,6 +21,7 @@ from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench.crd import crd
 from ftbench.devcluster import ControlPlane
 from ftbench.devcluster.crds import install_crd, without_empty_string_defaults
+from ftbench.render.trainjob import JOBSET_NAME_LABEL
 from tests.unit.render_cases import trainer_v2_dir
 
 pytestmark = pytest.mark.k8s
@@ -79,7 +80,7 @@ def play_trainer_controller(api: Any, namespace: str, job: dict[str, Any]) -> li
         body = {
             "metadata": {
                 "name": f"{name}-{rjob['name']}-0-{index}-x{index}",
-                "labels": {**template["metadata"]["labels"], "jobset.sigs.k8s.io/jobset-name": name},
+                "labels": {**template["metadata"]["labels"], JOBSET_NAME_LABEL: name},
                 "annotations": {**template["metadata"].get("annotations", {}), JOB_COMPLETION_INDEX: str(index)},
                 "ownerReferences": [owner],
             },

@@ -125,7 +125,9 @@ def observe(
     # Only children this experiment owns count: anyone may create objects with its labels.
     owned = [w for w in workload_bodies if children.owned_by(w, body["metadata"]["uid"])]
     owner_uids = {str((w.get("metadata") or {}).get("uid")) for w in owned}
-    pods = [p for p in pods if p.owner_uid in owner_uids]
+    # A TrainJob's pods belong to Jobs of its JobSet (named as the TrainJob), not to the TrainJob itself.
+    jobsets = {str((w.get("metadata") or {}).get("name")) for w in owned if w.get("kind") == "TrainJob"}
+    pods = [p for p in pods if p.owner_uid in owner_uids or (p.jobset and p.jobset in jobsets)]
     workloads = [summarize_workload(w, job.get("kind", "")) for w in owned]
     missing = job.get("name") not in {w.name for w in workloads}
     now = status.utcnow()
