@@ -337,10 +337,7 @@ def fms_releases_reference() -> str:
     from ftbench.profile import Images
 
     releases = load_releases()
-    matrix: dict[str, list[str]] = {}
-    for method in ("full", "pt"):
-        for r in releases.newest_per_api(method):
-            matrix.setdefault(r.version, []).append(method)
+    matrix = releases.matrix()
     stack_names = ("transformers", "trl", "peft", "accelerate", "datasets", "numpy")
     rows, images = [], []
     anywhere = set().union(*(known_flags(r.version) for r in releases.installable))
@@ -350,7 +347,7 @@ def fms_releases_reference() -> str:
             rows.append((r.version, r.api, *("-" for _ in stack_names), "-", f"not installable: {r.reason}"))
             continue
         stack = r.stack()
-        runs = ["lora", *matrix.get(r.version, [])]
+        runs = matrix[r.version]
         missing = [f for f in RENDERED_FLAGS if f in anywhere and f not in known_flags(r.version)]
         limits = [f"{m}: {why}" for m, why in r.defects.items()] + [f"no `{f}`" for f in missing]
         rows.append((r.version + (" (default)" if r.version == releases.default else ""), r.api,

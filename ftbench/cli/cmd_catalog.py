@@ -64,11 +64,12 @@ def engines_table(_: Catalog) -> str:
         stack = r.stack() if r.installable else {}
         state = "default" if r.version == releases.default else ("offered" if r.installable else "not installable")
         limits = "; ".join(f"no {m}" for m in r.defects) or ("-" if r.installable else r.reason.split(" (")[0])
-        rows.append((r.version, state, r.api, *(stack.get(p, "-") for p in STACK), r.seed_torch, limits))
-    head = ("RELEASE", "STATE", "API", *(p.upper() for p in STACK), "SEED TORCH", "LIMITS")
+        runs = ",".join(releases.matrix().get(r.version, ())) or "-"
+        rows.append((r.version, state, r.api, *(stack.get(p, "-") for p in STACK), r.seed_torch, runs, limits))
+    head = ("RELEASE", "STATE", "API", *(p.upper() for p in STACK), "SEED TORCH", "CI RUNS", "LIMITS")
     note = (
         f"\nEnvironments here run torch {releases.cpu_torch} (CPU) instead of the seed's torch; "
-        "docs/engines.md lists what CI verifies for each release."
+        "CI RUNS: what the release matrix trains in every CI run (docs/engines.md)."
     )
     return format_table(head, rows) + note
 

@@ -92,6 +92,15 @@ class FmsReleases(_Entry):
                 seen.setdefault(r.api, r)
         return tuple(seen.values())
 
+    def matrix(self) -> dict[str, tuple[Method, ...]]:
+        """What the release matrix in CI trains on each installable release (tests/trainer/test_fms_releases.py
+        runs exactly this; the catalog table and the releases reference show it)."""
+        out: dict[str, list[Method]] = {r.version: ["lora"] for r in self.installable}
+        for method in ("full", "pt"):
+            for r in self.newest_per_api(method):
+                out[r.version].append(method)
+        return {v: tuple(ms) for v, ms in out.items()}
+
 
 _LOCK_LINE = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)")
 

@@ -217,10 +217,11 @@ def build_plan(
             target_modules=effective.target_modules(spec, catalog) if lora else None,
         ),
         fast_moe=spec.fast_moe,
+        # The user's fastKernels wins; an experiment's fixed value (GPTQ-LoRA: all on) is its default.
         fast_kernels=(
-            tuple(str(v).lower() == "true" for v in fixed["fast_kernels"])
-            if "fast_kernels" in fixed
-            else (tuple(spec.fast_kernels) if spec.fast_kernels else None)
+            tuple(spec.fast_kernels)
+            if spec.fast_kernels is not None
+            else (tuple(str(v).lower() == "true" for v in fixed["fast_kernels"]) if "fast_kernels" in fixed else None)
         ),
         fused_lora=tuple(str(v) for v in fixed["fused_lora"]) if "fused_lora" in fixed else None,
         auto_gptq=tuple(str(v) for v in fixed["auto_gptq"]) if "auto_gptq" in fixed else None,

@@ -69,8 +69,7 @@ class Ran:
 
 
 def _jobs() -> list[Job]:
-    jobs = [Job(v, "lora") for v in INSTALLABLE]
-    jobs += [Job(r.version, m) for m in ("full", "pt") for r in RELEASES.newest_per_api(m)]
+    jobs = [Job(v, m) for v, methods in RELEASES.matrix().items() for m in methods]
     jobs += [Job(OLDEST, "lora", asks=DEFAULT), Job(OLDEST, "lora", asks=DEFAULT, allow_mismatch=True)]
     return jobs
 
@@ -126,7 +125,7 @@ def test_lora_on_every_release(matrix: dict[str, Ran], release: str) -> None:
 
 @pytest.mark.parametrize(
     ("release", "method"),
-    [(r.version, m) for m in ("full", "pt") for r in RELEASES.newest_per_api(m)],
+    [(v, m) for v, methods in RELEASES.matrix().items() for m in methods if m != "lora"],
 )
 def test_full_and_prompt_tuning_on_the_newest_of_each_api(matrix: dict[str, Ran], release: str, method: str) -> None:
     result = _succeeded(matrix[Job(release, method).id], release)
