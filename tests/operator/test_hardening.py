@@ -185,3 +185,26 @@ def test_nothing_hangs_pending(own_cluster: ControlPlane, tmp_path: Path, operat
         assert "Insufficient nvidia.com/gpu" in failed["status"]["message"]
     finally:
         operator.stop()
+
+
+def test_each_experiment_runs_as_its_own_trainer(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 6: the operator creates each experiment's ServiceAccount, Role (its own status only)
+    and RoleBinding, owned by the experiment; its pods run as that account. The garbage collector
+    removes them with the experiment (owner references; checked here by uid)."""
+    from kubernetes.client import RbacAuthorizationV1Api
+
+    core, rbac = CoreV1Api(kube_api), RbacAuthorizationV1Api(kube_api)
+    uids = {}
+    for name in ("own-a", "own-b"):
+        uids[name] = create_experiment(lora_spec(), name=name)["metadata"]["uid"]
+    for name, uid in uids.items():
+        job = kubelet.wait_phase(name, "Pending")["status"]["job"]["name"]
+        pod = kubelet.wait_pods(1, f"job-name={job}")[0]
+        assert pod.spec.service_account_name == f"{name}-trainer"
+        account = core.read_namespaced_service_account(f"{name}-trainer", namespace)
+        role = rbac.read_namespaced_role(f"{name}-trainer", namespace)
+        binding = rbac.read_namespaced_role_binding(f"{name}-trainer", namespace)
+        for obj in (account, role, binding):
+            assert [ref.uid for ref in obj.metadata.owner_references] == [uid], obj.metadata.name
+        assert role.rules[0].resource_names == [name]
+        assert [(s.kind, s.name) for s in binding.subjects] == [("ServiceAccount", f"{name}-trainer")]
