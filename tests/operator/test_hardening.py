@@ -5,6 +5,7 @@ what is measured, reach a flag, take over another experiment's children, or leav
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,3 +209,21 @@ def test_each_experiment_runs_as_its_own_trainer(operator, kubelet, create_exper
             assert [ref.uid for ref in obj.metadata.owner_references] == [uid], obj.metadata.name
         assert role.rules[0].resource_names == [name]
         assert [(s.kind, s.name) for s in binding.subjects] == [("ServiceAccount", f"{name}-trainer")]
+
+
+def test_large_user_annotations_do_not_break_bookkeeping(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 7: ~200 KB of user annotations (the API server allows 256 KB in all). kopf's copy of
+    the last handled configuration must not copy them, or its patch is refused and the create
+    handler runs again on every event. The run reaches its outcome with one create invocation."""
+    annotations = {f"example.com/blob-{i}": "x" * 50_000 for i in range(4)}
+    name = create_experiment(lora_spec(), name="big-annotations", annotations=annotations)["metadata"]["name"]
+    job = kubelet.wait_phase(name, "Pending")["status"]["job"]["name"]
+    kubelet.finish(kubelet.wait_pods(1, f"job-name={job}")[0], success_result())
+    done = kubelet.wait_phase(name, "Succeeded")
+    stored = done["metadata"]["annotations"]
+    last = stored["kopf.ftbench.io/last-handled-configuration"]
+    assert len(last) < 4096 and "blob" not in last
+    patch_experiment(kube_api, namespace, name, {"metadata": {"labels": {"touched": "yes"}}})  # one more event
+    time.sleep(2)
+    invoked = operator.log().count(f"[{namespace}/{name}] Handler 'create' is invoked")
+    assert invoked == 1, f"create ran {invoked} times"
