@@ -202,6 +202,19 @@ class Kube:
             raise
         return list(found.get("items") or [])
 
+    async def events(self, namespace: str, involved: str, reason: str) -> list[Obj]:
+        """Events about object `involved` with `reason`; [] when the operator may not list them."""
+        selector = f"involvedObject.name={involved},reason={reason}"
+        try:
+            found = await self.request(
+                "GET", f"/api/v1/namespaces/{namespace}/events", query={"fieldSelector": selector}
+            )
+        except KubeError as err:
+            if err.status in (403, 404):
+                return []
+            raise
+        return list(found.get("items") or [])
+
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete in the background: the garbage collector removes the child's own pods."""
         try:

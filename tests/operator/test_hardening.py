@@ -227,3 +227,23 @@ def test_large_user_annotations_do_not_break_bookkeeping(operator, kubelet, crea
     time.sleep(2)
     invoked = operator.log().count(f"[{namespace}/{name}] Handler 'create' is invoked")
     assert invoked == 1, f"create ran {invoked} times"
+
+
+def test_no_pod_created_says_why_at_once(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 4: when the Job controller cannot create a pod (here a ResourceQuota of 0 pods), the
+    experiment says so while Pending, in the API server's words from the FailedCreate Event."""
+    core = CoreV1Api(kube_api)
+    core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}})
+    wait_for(lambda: core.read_namespaced_resource_quota("no-pods", namespace).status.hard, 30, what="quota status")
+    name = create_experiment(lora_spec(), name="over-quota")["metadata"]["name"]
+    reported = wait_for(
+        lambda: (
+            (s := kubelet.experiment(name).get("status") or {}).get("phase") == "Pending"
+            and "exceeded quota" in s.get("message", "")
+            and s
+        ),
+        45,
+        what="FailedCreate reported while Pending",
+    )
+    assert {c["type"]: c for c in reported["conditions"]}["Running"]["reason"] == "FailedCreate"
+    assert f"Job {name}-a0 cannot create pods" in reported["message"]
