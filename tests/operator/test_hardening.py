@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 from operator_testkit import SELECTOR, TEST_PROFILE, Kubelet, failed_result, lora_spec, success_result, wait_for
 
@@ -247,3 +248,42 @@ def test_no_pod_created_says_why_at_once(operator, kubelet, create_experiment, k
     )
     assert {c["type"]: c for c in reported["conditions"]}["Running"]["reason"] == "FailedCreate"
     assert f"Job {name}-a0 cannot create pods" in reported["message"]
+
+
+def test_profile_comes_from_the_operator_namespace_only(
+    own_cluster: ControlPlane, tmp_path: Path, operator_process: Any
+) -> None:
+    """Item 5: started outside a pod with no profile file, the operator reads the labelled
+    `ftbench-profile` ConfigMap of FTBENCH_OPERATOR_PROFILE_NAMESPACE only; a tenant's
+    ConfigMap of the same name and label (present at start, and changed later) sets nothing."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(own_cluster.kubeconfig))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    install_crd(api, crd())
+
+    def profile_map(namespace: str, repository: str) -> dict[str, Any]:
+        profile = {**TEST_PROFILE, "images": {"repository": repository}}
+        return {
+            "metadata": {"name": "ftbench-profile", "namespace": namespace, "labels": {"ftbench.io/profile": "true"}},
+            "data": {"profile.yaml": yaml.safe_dump(profile)},
+        }
+
+    for ns in ("ops", "tenant"):
+        core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_config_map("ops", profile_map("ops", "registry.ops/trainer"))
+    core.create_namespaced_config_map("tenant", profile_map("tenant", "evil.example/first"))
+    env = {"FTBENCH_OPERATOR_PROFILE_NAMESPACE": "ops"}
+    operator = operator_process(own_cluster.kubeconfig, tmp_path, env=env, profile_file=False).start()
+    try:
+        core.replace_namespaced_config_map("ftbench-profile", "tenant", profile_map("tenant", "evil.example/later"))
+        time.sleep(2)  # the operator has seen the tenant's change, if it were to take it
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "exp"}, "spec": lora_spec()}
+        custom.create_namespaced_custom_object(GROUP, VERSION, "tenant", PLURAL, body)
+        job = Kubelet(api, "tenant").wait_phase("exp", "Pending", timeout=60)["status"]["job"]["name"]
+        image = client.BatchV1Api(api).read_namespaced_job(job, "tenant").spec.template.spec.containers[0].image
+        assert image.startswith("registry.ops/trainer:"), image
+        assert "cluster profile loaded from configmap ops/ftbench-profile" in operator.log()
+        assert "loaded from configmap tenant/" not in operator.log()
+    finally:
+        operator.stop()
