@@ -87,7 +87,13 @@ class Roce(ApiModel):
     network: str | None = Field(None, description="Multus network for k8s.v1.cni.cncf.io/networks.")
     device_resource: str = Field("nvidia.com/roce_gdr", description="RDMA device resource name.")
     device_count: Annotated[int, Field(ge=1)] = Field(2, description="RDMA devices per pod.")
-    run_as_root: bool = Field(True, description="RDMA often needs root in the container.")
+    run_as_root: bool = Field(
+        True,
+        description="Run RoCE pods as root (UID 0). RDMA memory registration needs IPC_LOCK, and Kubernetes makes an "
+        "added capability effective for a root process only; set false where the nodes' container runtime raises "
+        "the memlock limit for non-root pods. Either way the pods keep seccomp RuntimeDefault and drop every "
+        "capability but IPC_LOCK.",
+    )
     topology_config_map: str | None = Field(
         None, description="ConfigMap with the NCCL topology, mounted at /var/run/nvidia-topologyd."
     )
@@ -208,14 +214,22 @@ class ClusterProfile(ApiModel):
     train_job: TrainJobSettings = Field(
         default_factory=TrainJobSettings, description="Kubeflow Trainer v2 TrainJobs: the runtime they use."
     )
-    service_account: str | None = Field(None, description="ServiceAccount of training pods (progress reports).")
+    service_account: str | None = Field(
+        None,
+        description="ServiceAccount of training pods. Unset (recommended): with reportProgress the operator creates "
+        "one per experiment, `<experiment>-trainer`, whose Role may patch only that experiment's status. Set: the "
+        "pods use this existing account and the per-experiment Role is bound to it, so experiments sharing it can "
+        "patch each other's status.progress while they exist.",
+    )
     pending_deadline_seconds: Annotated[int, Field(ge=1)] | None = Field(
         1800,
         description="A run whose pods have not started this many seconds after its workload was created "
         "(no pod created, unschedulable, image pull back-off) fails with the last reason. Unset: wait forever.",
     )
     report_progress: bool = Field(
-        True, description="Trainer rank 0 patches status.progress (needs the chart's trainer Role)."
+        True,
+        description="Trainer rank 0 patches status.progress, with the experiment's own ServiceAccount and Role that "
+        "the operator creates. false: no account or Role is created and Job and PyTorchJob pods mount no API token.",
     )
     flash_attention: bool = Field(True, description="Images carry flash-attn (seed: use_flash_attn True on GPUs).")
     master_port: Annotated[int, Field(ge=1, le=65535)] = Field(29500, description="Rendezvous port.")

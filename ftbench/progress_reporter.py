@@ -2,12 +2,13 @@
 
 The channel: rank 0 merge-patches *only* `status.progress` through the status subresource,
 with its pod's service account. The operator never writes `progress` while a run is active, so
-there is one writer per field. RBAC the trainer's service account needs (a namespaced Role,
-granted by the Helm chart)::
+there is one writer per field. RBAC the trainer's service account needs (the per-experiment
+Role the operator creates, `ftbench.render.access`)::
 
     - apiGroups: ["ftbench.io"]
       resources: ["finetuneexperiments/status"]
-      verbs: ["patch"]
+      resourceNames: [<this experiment>]
+      verbs: ["get", "patch"]
 
 The status subresource ignores changes to spec and metadata, so the pod cannot edit the
 experiment it measures.

@@ -4,8 +4,10 @@ Pure: the same inputs give the same objects (names included), so the operator ca
 every reconcile and `ftbench render` prints exactly what the operator would create. Owner
 references are not set here; the operator adopts the objects (`kopf.adopt`).
 
-Objects, in the order to create them: the plan ConfigMap (the pods mount it), then the headless
-Service (Indexed Job, multi-node), then the workload(s): Job(s), PyTorchJob or TrainJob(s).
+Objects, in the order to create them: the trainer's ServiceAccount, Role and RoleBinding
+(`ftbench.render.access`: the pods reference the account), the plan ConfigMap (the pods mount
+it), then the headless Service (Indexed Job, multi-node), then the workload(s): Job(s),
+PyTorchJob or TrainJob(s).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.profile import ClusterProfile
+from ftbench.render.access import pod_account, trainer_access
 from ftbench.render.names import ChildNames, child_names, label_value
 from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, choose_runtime_for
-from ftbench.render.pods import PodInputs
+from ftbench.render.pods import PodInputs, uses_roce
 from ftbench.render.runtimes import (
     WorkloadMeta,
     multi_node_indexed_job,
@@ -182,6 +185,7 @@ def render_experiment(
         queue_name=spec.run.queue_name,
         active_deadline_seconds=spec.run.active_deadline_seconds,
     )
+    roce = uses_roce(spec)
     inputs = PodInputs(
         spec=spec,
         plan=plan,
@@ -189,9 +193,13 @@ def render_experiment(
         image=profile.images.image_for(spec.engine.value, spec.fms_hf_tuning_version),
         plan_config_map=names.plan_config_map,
         labels=common,
+        service_account=pod_account(profile, name, roce=roce),
     )
     workloads = _builder(runtime, spec, trials)(inputs, meta, names)
-    objects = (plan_config_map(plan, names.plan_config_map, meta), *workloads)
+    # Per experiment, not per attempt: without the attempt label a retry neither deletes nor duplicates them.
+    experiment_labels = {k: v for k, v in common.items() if k != ATTEMPT_LABEL}
+    access = trainer_access(profile, name, namespace, experiment_labels, roce=roce)
+    objects = (*access, plan_config_map(plan, names.plan_config_map, meta), *workloads)
     return Rendered(runtime=runtime, names=names, plan=plan, objects=objects, reason=choice.reason)
 
 

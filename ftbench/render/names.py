@@ -99,3 +99,9 @@ def child_names(
     return ChildNames(
         base=base, plan_config_map=f"{base}-plan", workloads=workloads, service=service, master_host=master_host
     )
+
+
+def trainer_account_name(experiment: str) -> str:
+    """The experiment's own trainer ServiceAccount (and its Role and RoleBinding): one per
+    experiment, not per attempt, so a retry reuses it; a DNS label like every other child."""
+    return fit(f"{experiment_label(experiment)}-trainer", DNS_LABEL_MAX)

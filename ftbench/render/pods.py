@@ -25,6 +25,11 @@ NCCL_DEBUG_ENV = {E.NCCL_DEBUG: "INFO", E.NCCL_DEBUG_SUBSYS: "INIT,BOOTSTRAP,ENV
 Obj = dict[str, Any]
 
 
+def uses_roce(spec: FineTuneExperimentSpec) -> bool:
+    """RoCE only applies across nodes (seed 002); single-node runs ignore enableRoce."""
+    return spec.enable_roce and spec.number_nodes > 1
+
+
 @dataclass(frozen=True)
 class PodInputs:
     """Everything a pod template depends on, resolved once by `ftbench.render.manifests`."""
@@ -35,22 +40,27 @@ class PodInputs:
     image: str
     plan_config_map: str
     labels: dict[str, str]
+    # The pods' ServiceAccount (`ftbench.render.access.pod_account`); None: the namespace default.
+    service_account: str | None = None
 
     @property
     def roce(self) -> bool:
-        """RoCE only applies across nodes (seed 002); single-node runs ignore enableRoce."""
-        return self.spec.enable_roce and self.spec.number_nodes > 1
+        return uses_roce(self.spec)
 
 
 @dataclass(frozen=True)
 class RuntimeSlot:
-    """What one runtime adds to the shared template."""
+    """What one runtime adds to the shared template.
+
+    `reports_progress`: the pods may be rank 0 and so need an API token; False for pods that
+    never are (PyTorchJob workers), which then mount none."""
 
     container_name: str
     env: tuple[Obj, ...] = ()
     ports: tuple[Obj, ...] = ()
     subdomain: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    reports_progress: bool = True
 
 
 def field_env(name: str, path: str) -> Obj:
@@ -136,23 +146,24 @@ def volumes(inputs: PodInputs) -> tuple[list[Obj], list[Obj]]:
 
 
 def security(inputs: PodInputs) -> tuple[Obj, Obj]:
-    """(pod, container) security contexts: restricted, unless RoCE needs IPC_LOCK and root."""
-    container: Obj = {"allowPrivilegeEscalation": False}
-    if inputs.roce and inputs.profile.roce.run_as_root:
-        # Seed 002: root for unlimited locked memory; keep the runtime's default capabilities.
-        pod: Obj = {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0, "fsGroup": 0}
-        container["capabilities"] = {"add": ["IPC_LOCK"]}
-        return pod, container
-    sec = inputs.profile.security
-    pod = {
-        "runAsNonRoot": True,
-        "runAsUser": sec.run_as_user,
-        "runAsGroup": sec.run_as_group,
-        "seccompProfile": {"type": "RuntimeDefault"},
+    """(pod, container) security contexts: restricted, with IPC_LOCK added on RoCE runs.
+
+    Every pod keeps seccomp RuntimeDefault and drops ALL capabilities; RoCE adds back IPC_LOCK
+    only (pinning RDMA memory). Root only where the profile says the RDMA device needs it
+    (`roce.runAsRoot`): Kubernetes gives added capabilities to a root process, while a non-root
+    process gets them only as far as the container runtime passes ambient capabilities, so
+    non-root RoCE relies on the node's memlock limit instead."""
+    container: Obj = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], **({"add": ["IPC_LOCK"]} if inputs.roce else {})},
     }
+    seccomp = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if inputs.roce and inputs.profile.roce.run_as_root:
+        return {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0, "fsGroup": 0, **seccomp}, container
+    sec = inputs.profile.security
+    pod: Obj = {"runAsNonRoot": True, "runAsUser": sec.run_as_user, "runAsGroup": sec.run_as_group, **seccomp}
     if sec.fs_group is not None:
         pod |= {"fsGroup": sec.fs_group, "fsGroupChangePolicy": "OnRootMismatch"}
-    container["capabilities"] = {"drop": ["ALL"], **({"add": ["IPC_LOCK"]} if inputs.roce else {})}
     return pod, container
 
 
@@ -169,9 +180,8 @@ def scheduling(inputs: PodInputs) -> Obj:
         out["tolerations"] = [t.to_wire() for t in profile.tolerations]
     if spec.run.priority_class_name:
         out["priorityClassName"] = spec.run.priority_class_name
-    account = (profile.roce.service_account if inputs.roce else None) or profile.service_account
-    if account:
-        out["serviceAccountName"] = account
+    if inputs.service_account:
+        out["serviceAccountName"] = inputs.service_account
     if profile.images.pull_secrets:
         out["imagePullSecrets"] = [{"name": n} for n in profile.images.pull_secrets]
     return out
@@ -216,4 +226,6 @@ def pod_template(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
     }
     if slot.subdomain:
         spec["subdomain"] = slot.subdomain
+    if not (inputs.profile.report_progress and slot.reports_progress):
+        spec["automountServiceAccountToken"] = False  # no API token where nothing reports
     return {"metadata": pod_metadata(inputs, slot), "spec": spec}

@@ -8,7 +8,7 @@ fresh pod, and a failed trial must not stop the next one (see `ftbench.contracts
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ftbench.contracts import env as E
@@ -182,10 +182,10 @@ def pytorch_job(inputs: PodInputs, meta: WorkloadMeta, names: ChildNames) -> lis
     )
     replicas: Obj = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": pod_template(inputs, slot)}}
     if inputs.spec.number_nodes > 1:
-        replicas["Worker"] = {
+        replicas["Worker"] = {  # never rank 0: no progress reports, no API token
             "replicas": inputs.spec.number_nodes - 1,
             "restartPolicy": "Never",
-            "template": pod_template(inputs, slot),
+            "template": pod_template(inputs, replace(slot, reports_progress=False)),
         }
     # cleanPodPolicy None keeps finished pods: their termination messages carry the results.
     run_policy: Obj = {"cleanPodPolicy": "None", "backoffLimit": 0, **meta.limits()}

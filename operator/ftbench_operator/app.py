@@ -29,6 +29,7 @@ from ftbench.render.names import label_value
 from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
 from ftbench_operator.classify import summarize_pod
 from ftbench_operator.context import OperatorContext, api_errors
+from ftbench_operator.diffbase import BoundedDiffBaseStorage
 from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
 from ftbench_operator.handlers.handle_retry import RETRY_ANNOTATION, retry
 from ftbench_operator.handlers.handle_spec_change import spec_changed
@@ -41,6 +42,7 @@ from ftbench_operator.settings import OperatorSettings
 FTE = (GROUP, VERSION, PLURAL)
 MANAGED = {"app.kubernetes.io/managed-by": "ftbench"}
 KOPF_PREFIX = f"kopf.{GROUP}"  # kopf's own bookkeeping annotations, apart from user-facing ones
+LAST_HANDLED = "last-handled-configuration"
 FINALIZER = f"{GROUP}/finalizer"  # declared for kopf; nothing here requires one, so none is added
 HANDLER_BACKOFF = 5.0
 TRAINJOB_CRD = f"trainjobs.{TRAINER_GROUP}"
@@ -63,8 +65,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     opts = OperatorSettings.from_env()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_PREFIX, key="last-handled-configuration"
+    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(
+        prefix=KOPF_PREFIX, key=LAST_HANDLED, tracked=(RETRY_ANNOTATION,)
     )
     settings.watching.server_timeout = opts.watch_server_timeout_seconds
     settings.watching.client_timeout = opts.watch_client_timeout_seconds

@@ -10,7 +10,9 @@ garbage collector removes the children when the experiment is deleted, so no fin
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,6 +34,10 @@ CHILD_KINDS = (
     ("v1", "Service"),
     ("v1", "ConfigMap"),
 )
+# Before 1.24 the token controller adds a token Secret to a new ServiceAccount, and until it has,
+# the ServiceAccount admission plugin refuses the pods (the Job controller then backs off >= 10 s).
+LEGACY_TOKEN_MINOR = 24
+TOKEN_WAIT_SECONDS = 10.0
 
 
 def accepted_spec(body: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
@@ -124,10 +130,13 @@ async def missing_dependencies(kube: Kube, objects: Iterable[Obj], namespace: st
     Without them the workload's controller cannot create a pod and the run would wait forever,
     with FailedCreate events on the Job as the only sign; checked before anything is created."""
     accounts, classes = set(), set()
+    objects = list(objects)
+    created = {o["metadata"]["name"] for o in objects if o.get("kind") == "ServiceAccount"}
     for obj in objects:
         for pod in _pod_specs(obj.get("spec") or {}):
             accounts.add(pod.get("serviceAccountName"))
             classes.add(pod.get("priorityClassName"))
+    accounts -= created  # the experiment's own account: created first, with the run
     missing = []
     for account in sorted(a for a in accounts if a):
         path = f"{collection_path('v1', 'ServiceAccount', namespace)}/{account}"
@@ -153,6 +162,8 @@ async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any
         kopf.adopt(child, owner=dict(owner))
         if await kube.create(child):
             created += 1
+            if child["kind"] == "ServiceAccount":
+                await _await_token(kube, child)
             continue
         meta = child["metadata"]
         existing = await kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
@@ -161,6 +172,19 @@ async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any
         if not owned_by(existing, uid):
             raise ChildConflict(child, existing)
     return created
+
+
+async def _await_token(kube: Kube, account: Mapping[str, Any]) -> None:
+    """On servers with legacy token Secrets, give the token controller a moment before the pods."""
+    if kube.minor is None or kube.minor >= LEGACY_TOKEN_MINOR:
+        return
+    meta = account["metadata"]
+    deadline = time.monotonic() + TOKEN_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        stored = await kube.get("v1", "ServiceAccount", meta["namespace"], meta["name"])
+        if stored is None or stored.get("secrets"):
+            return
+        await asyncio.sleep(0.2)
 
 
 def attempt_selector(name: str, attempt: int | None = None, *, other_than: int | None = None) -> str:

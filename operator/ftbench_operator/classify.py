@@ -50,6 +50,7 @@ NO_RESULT = "NoResult"
 WORKLOAD_FAILED = "WorkloadFailed"
 PENDING = "Pending"
 NO_PODS = "NoPods"
+FAILED_CREATE = "FailedCreate"  # the Job controller's Event reason when the API server refuses a pod
 UNSCHEDULABLE = "Unschedulable"
 PENDING_TIMEOUT = "PendingTimeout"
 RUNNING = "Running"
@@ -352,6 +353,31 @@ def _why_pending(pods: list[PodSummary]) -> Observation:
         if c.state == "waiting" and c.reason:
             return Observation(Phase.PENDING, c.reason, f"pod {pod.name}: {c.reason}: {c.message}".rstrip(": "))
     return Observation(Phase.PENDING, PENDING, "waiting for pods to start")
+
+
+def explain_no_pods(obs: Observation, failed_create: Iterable[Mapping[str, Any]]) -> Observation:
+    """`obs`, or, while no pod exists, the newest FailedCreate Event of the workload: the API
+    server's own words ("serviceaccount X not found", "exceeded quota") instead of a guess."""
+    if obs.phase != Phase.PENDING or obs.reason != NO_PODS:
+        return obs
+    events = sorted(failed_create, key=_event_time)
+    if not events:
+        return obs
+    newest = events[-1]
+    involved = newest.get("involvedObject") or {}
+    message = (
+        f"{involved.get('kind', 'workload')} {involved.get('name', '')} cannot create pods: {newest.get('message')}"
+    )
+    return Observation(Phase.PENDING, FAILED_CREATE, message, trials=obs.trials)
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
 
 
 def pending_too_long(

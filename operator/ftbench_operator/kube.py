@@ -30,6 +30,8 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Service"): "services",
     ("v1", "Pod"): "pods",
     ("v1", "ServiceAccount"): "serviceaccounts",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("batch/v1", "Job"): "jobs",
     ("kubeflow.org/v1", "PyTorchJob"): "pytorchjobs",
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainjobs",
@@ -89,6 +91,7 @@ class Kube:
     def __init__(self, api: ApiClient, threads: int = 8) -> None:
         self.api = api
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ftbench-api")
+        self.minor: int | None = None  # the server's Kubernetes minor version, once `server_minor` ran
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -199,6 +202,19 @@ class Kube:
             raise
         return list(found.get("items") or [])
 
+    async def events(self, namespace: str, involved: str, reason: str) -> list[Obj]:
+        """Events about object `involved` with `reason`; [] when the operator may not list them."""
+        selector = f"involvedObject.name={involved},reason={reason}"
+        try:
+            found = await self.request(
+                "GET", f"/api/v1/namespaces/{namespace}/events", query={"fieldSelector": selector}
+            )
+        except KubeError as err:
+            if err.status in (403, 404):
+                return []
+            raise
+        return list(found.get("items") or [])
+
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete in the background: the garbage collector removes the child's own pods."""
         try:
@@ -219,7 +235,8 @@ class Kube:
         except KubeError:
             return None
         digits = "".join(ch for ch in str(version.get("minor", "")) if ch.isdigit())
-        return int(digits) if digits else None
+        self.minor = int(digits) if digits else None
+        return self.minor
 
     async def has_crd(self, name: str) -> bool:
         try:

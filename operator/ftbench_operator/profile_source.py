@@ -83,8 +83,8 @@ class ProfileSource:
     def update_from_config_map(self, body: Mapping[str, Any]) -> bool:
         """Take the profile from a ConfigMap body (or go back to defaults if it lost the key)."""
         text = ((body.get("data") or {}).get(self.key)) or ""
-        name = (body.get("metadata") or {}).get("name", "?")
-        return self._set(text, f"configmap/{name}")
+        meta = body.get("metadata") or {}
+        return self._set(text, f"configmap {meta.get('namespace', '?')}/{meta.get('name', '?')}")
 
     def reset(self) -> None:
         self._profile, self.origin, self.error = ClusterProfile(), "defaults", None

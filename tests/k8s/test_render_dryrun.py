@@ -34,6 +34,14 @@ def _create(api: ApiClient, obj: dict[str, Any], namespace: str) -> dict[str, An
         created = client.CoreV1Api(api).create_namespaced_config_map(namespace, body, dry_run="All")
     elif kind == "Service":
         created = client.CoreV1Api(api).create_namespaced_service(namespace, body, dry_run="All")
+    elif kind == "ServiceAccount":
+        created = client.CoreV1Api(api).create_namespaced_service_account(namespace, body, dry_run="All")
+    elif kind == "Role":
+        created = client.RbacAuthorizationV1Api(api).create_namespaced_role(namespace, body, dry_run="All")
+    elif kind == "RoleBinding":
+        subjects = [{**s, "namespace": namespace} for s in body["subjects"]]
+        rbac = client.RbacAuthorizationV1Api(api)
+        created = rbac.create_namespaced_role_binding(namespace, {**body, "subjects": subjects}, dry_run="All")
     elif kind == "Job":
         created = client.BatchV1Api(api).create_namespaced_job(namespace, body, dry_run="All")
     elif kind == "PyTorchJob":

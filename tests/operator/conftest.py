@@ -38,11 +38,23 @@ def _free_port() -> int:
 class OperatorProcess:
     """Start/kill/restart the operator; `log()` returns what it printed so far."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, profile: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        workdir: Path,
+        profile: dict[str, Any] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        profile_file: bool = True,
+    ) -> None:
+        """profile_file False: no profile file, so the operator reads its profile ConfigMap (as in
+        a cluster); `env` adds FTBENCH_OPERATOR_* settings."""
         self.kubeconfig = kubeconfig
         self.workdir = workdir
-        self.profile_file = workdir / "profile.yaml"
-        self.profile_file.write_text(yaml.safe_dump(profile if profile is not None else TEST_PROFILE))
+        self.profile_file: Path | None = workdir / "profile.yaml" if profile_file else None
+        if self.profile_file is not None:
+            self.profile_file.write_text(yaml.safe_dump(profile if profile is not None else TEST_PROFILE))
+        self.env = env or {}
         self.log_file = workdir / "operator.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = _free_port()
@@ -54,11 +66,13 @@ class OperatorProcess:
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
             "FTBENCH_OPERATOR_METRICS_PORT": str(self.metrics_port),
-            "FTBENCH_OPERATOR_PROFILE_FILE": str(self.profile_file),
             "FTBENCH_OPERATOR_IMAGE_PULL_GRACE_SECONDS": "5",
             "FTBENCH_OPERATOR_API_RETRY_DELAY_SECONDS": "0.5",
             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")]),
+            **({"FTBENCH_OPERATOR_PROFILE_FILE": str(self.profile_file)} if self.profile_file else {}),
+            **self.env,
         }
+        env.pop("POD_NAMESPACE", None)  # outside a pod, as `kopf run` / `ftbench dev up`
         log = self.log_file.open("ab")
         self.proc = subprocess.Popen(
             [

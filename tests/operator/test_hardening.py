@@ -5,11 +5,13 @@ what is measured, reach a flag, take over another experiment's children, or leav
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 from operator_testkit import SELECTOR, TEST_PROFILE, Kubelet, failed_result, lora_spec, success_result, wait_for
 
@@ -183,5 +185,105 @@ def test_nothing_hangs_pending(own_cluster: ControlPlane, tmp_path: Path, operat
         failed = kubelet.wait_phase("exp", "Failed", timeout=30)
         assert "PendingTimeout" in failed["status"]["message"] or "still pending" in failed["status"]["message"]
         assert "Insufficient nvidia.com/gpu" in failed["status"]["message"]
+    finally:
+        operator.stop()
+
+
+def test_each_experiment_runs_as_its_own_trainer(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 6: the operator creates each experiment's ServiceAccount, Role (its own status only)
+    and RoleBinding, owned by the experiment; its pods run as that account. The garbage collector
+    removes them with the experiment (owner references; checked here by uid)."""
+    from kubernetes.client import RbacAuthorizationV1Api
+
+    core, rbac = CoreV1Api(kube_api), RbacAuthorizationV1Api(kube_api)
+    uids = {}
+    for name in ("own-a", "own-b"):
+        uids[name] = create_experiment(lora_spec(), name=name)["metadata"]["uid"]
+    for name, uid in uids.items():
+        job = kubelet.wait_phase(name, "Pending")["status"]["job"]["name"]
+        pod = kubelet.wait_pods(1, f"job-name={job}")[0]
+        assert pod.spec.service_account_name == f"{name}-trainer"
+        account = core.read_namespaced_service_account(f"{name}-trainer", namespace)
+        role = rbac.read_namespaced_role(f"{name}-trainer", namespace)
+        binding = rbac.read_namespaced_role_binding(f"{name}-trainer", namespace)
+        for obj in (account, role, binding):
+            assert [ref.uid for ref in obj.metadata.owner_references] == [uid], obj.metadata.name
+        assert role.rules[0].resource_names == [name]
+        assert [(s.kind, s.name) for s in binding.subjects] == [("ServiceAccount", f"{name}-trainer")]
+
+
+def test_large_user_annotations_do_not_break_bookkeeping(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 7: ~200 KB of user annotations (the API server allows 256 KB in all). kopf's copy of
+    the last handled configuration must not copy them, or its patch is refused and the create
+    handler runs again on every event. The run reaches its outcome with one create invocation."""
+    annotations = {f"example.com/blob-{i}": "x" * 50_000 for i in range(4)}
+    name = create_experiment(lora_spec(), name="big-annotations", annotations=annotations)["metadata"]["name"]
+    job = kubelet.wait_phase(name, "Pending")["status"]["job"]["name"]
+    kubelet.finish(kubelet.wait_pods(1, f"job-name={job}")[0], success_result())
+    done = kubelet.wait_phase(name, "Succeeded")
+    stored = done["metadata"]["annotations"]
+    last = stored["kopf.ftbench.io/last-handled-configuration"]
+    assert len(last) < 4096 and "blob" not in last
+    patch_experiment(kube_api, namespace, name, {"metadata": {"labels": {"touched": "yes"}}})  # one more event
+    time.sleep(2)
+    invoked = operator.log().count(f"[{namespace}/{name}] Handler 'create' is invoked")
+    assert invoked == 1, f"create ran {invoked} times"
+
+
+def test_no_pod_created_says_why_at_once(operator, kubelet, create_experiment, kube_api, namespace):
+    """Item 4: when the Job controller cannot create a pod (here a ResourceQuota of 0 pods), the
+    experiment says so while Pending, in the API server's words from the FailedCreate Event."""
+    core = CoreV1Api(kube_api)
+    core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}})
+    wait_for(lambda: core.read_namespaced_resource_quota("no-pods", namespace).status.hard, 30, what="quota status")
+    name = create_experiment(lora_spec(), name="over-quota")["metadata"]["name"]
+    reported = wait_for(
+        lambda: (
+            (s := kubelet.experiment(name).get("status") or {}).get("phase") == "Pending"
+            and "exceeded quota" in s.get("message", "")
+            and s
+        ),
+        45,
+        what="FailedCreate reported while Pending",
+    )
+    assert {c["type"]: c for c in reported["conditions"]}["Running"]["reason"] == "FailedCreate"
+    assert f"Job {name}-a0 cannot create pods" in reported["message"]
+
+
+def test_profile_comes_from_the_operator_namespace_only(
+    own_cluster: ControlPlane, tmp_path: Path, operator_process: Any
+) -> None:
+    """Item 5: started outside a pod with no profile file, the operator reads the labelled
+    `ftbench-profile` ConfigMap of FTBENCH_OPERATOR_PROFILE_NAMESPACE only; a tenant's
+    ConfigMap of the same name and label (present at start, and changed later) sets nothing."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(own_cluster.kubeconfig))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    install_crd(api, crd())
+
+    def profile_map(namespace: str, repository: str) -> dict[str, Any]:
+        profile = {**TEST_PROFILE, "images": {"repository": repository}}
+        return {
+            "metadata": {"name": "ftbench-profile", "namespace": namespace, "labels": {"ftbench.io/profile": "true"}},
+            "data": {"profile.yaml": yaml.safe_dump(profile)},
+        }
+
+    for ns in ("ops", "tenant"):
+        core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_config_map("ops", profile_map("ops", "registry.ops/trainer"))
+    core.create_namespaced_config_map("tenant", profile_map("tenant", "evil.example/first"))
+    env = {"FTBENCH_OPERATOR_PROFILE_NAMESPACE": "ops"}
+    operator = operator_process(own_cluster.kubeconfig, tmp_path, env=env, profile_file=False).start()
+    try:
+        core.replace_namespaced_config_map("ftbench-profile", "tenant", profile_map("tenant", "evil.example/later"))
+        time.sleep(2)  # the operator has seen the tenant's change, if it were to take it
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "exp"}, "spec": lora_spec()}
+        custom.create_namespaced_custom_object(GROUP, VERSION, "tenant", PLURAL, body)
+        job = Kubelet(api, "tenant").wait_phase("exp", "Pending", timeout=60)["status"]["job"]["name"]
+        image = client.BatchV1Api(api).read_namespaced_job(job, "tenant").spec.template.spec.containers[0].image
+        assert image.startswith("registry.ops/trainer:"), image
+        assert "cluster profile loaded from configmap ops/ftbench-profile" in operator.log()
+        assert "loaded from configmap tenant/" not in operator.log()
     finally:
         operator.stop()

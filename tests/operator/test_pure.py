@@ -19,6 +19,7 @@ from ftbench_operator.classify import (
     WorkloadSummary,
     classify_run,
     classify_trials,
+    explain_no_pods,
     pending_too_long,
     rank_of,
     summarize_pod,
@@ -130,6 +131,20 @@ def test_pending_past_the_deadline_fails_with_the_last_reason():
     assert pending_too_long(obs, [created], NOW, None).phase == Phase.PENDING
     late = pending_too_long(obs, [created], NOW, 60)
     assert (late.phase, late.reason) == (Phase.FAILED, "PendingTimeout") and "Insufficient cpu" in late.message
+
+
+def test_no_pods_are_explained_by_the_newest_failed_create_event():
+    obs = run([])
+    assert obs.reason == "NoPods"
+    event = {"involvedObject": {"kind": "Job", "name": "j"}, "lastTimestamp": "2026-01-01T00:00:0{}Z"}
+    old = {**event, "message": "serviceaccount x not found", "lastTimestamp": "2026-01-01T00:00:01Z"}
+    new = {**event, "message": 'pods "j-1" is forbidden: exceeded quota: q', "lastTimestamp": "2026-01-01T00:00:02Z"}
+    explained = explain_no_pods(obs, [new, old])
+    assert (explained.phase, explained.reason) == (Phase.PENDING, "FailedCreate")
+    assert explained.message == 'Job j cannot create pods: pods "j-1" is forbidden: exceeded quota: q'
+    assert explain_no_pods(obs, []) == obs
+    running = run([pod(phase="Running", state="running")])
+    assert explain_no_pods(running, [new]) == running
 
 
 def test_multi_node_ranks():

@@ -111,10 +111,11 @@ def test_one_trainjob_per_trial_starts_with_trial_zero_then_the_next() -> None:
     profile = ClusterProfile(runtime=Runtime.TRAIN_JOB)
     rendered = render_experiment(stability, load_catalog(), profile, name="x")
     first = children.initial_objects(rendered)
-    assert [o["kind"] for o in first] == ["ConfigMap", "TrainJob"] and first[1]["metadata"]["name"] == "x-a0-t0"
+    kinds = ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "TrainJob"]
+    assert [o["kind"] for o in first] == kinds and first[-1]["metadata"]["name"] == "x-a0-t0"
     assert children.trial_object(rendered, 3)["metadata"]["name"] == "x-a0-t3"
     assert children.runtime_ref(rendered) == {"name": "TrainJob", "reason": rendered.reason}
-    trial0 = summarize_workload({**first[1], "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
+    trial0 = summarize_workload({**first[-1], "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
     pod0 = PodSummary(
         "x-a0-t0-node-0-0-abcde",
         "Succeeded",

@@ -136,12 +136,8 @@ def test_namespaced_mode_watches_only_the_listed_namespaces() -> None:
         "priorityclasses",
     }
     assert {verb for rule in cluster_role["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
-    trainer_accounts = {
-        sa["metadata"]["namespace"]
-        for sa in by_kind(objects, "ServiceAccount")
-        if sa["metadata"]["name"] == "ftbench-trainer"
-    }
-    assert trainer_accounts == {"ftbench", "team-a", "team-b"}
+    # Training pods' accounts are the operator's per-experiment ones: the chart makes only its own.
+    assert [sa["metadata"]["name"] for sa in by_kind(objects, "ServiceAccount")] == ["ftb-ftbench"]
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
@@ -152,21 +148,19 @@ def test_no_rule_grants_secrets_or_wildcards(name: str) -> None:
             assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"], role["metadata"]["name"]
 
 
-def test_trainer_role_is_progress_only() -> None:
-    role = next(r for r in by_kind(render(), "Role") if r["metadata"]["name"] == "ftbench-trainer")
-    assert role["rules"] == [
-        {"apiGroups": ["ftbench.io"], "resources": ["finetuneexperiments/status"], "verbs": ["patch"]}
-    ]
+def test_no_namespace_wide_trainer_role() -> None:
+    """Issue 12: a Role shared by a namespace would let any training pod patch any experiment."""
+    for role in by_kind(render(), "Role"):
+        assert all("finetuneexperiments/status" not in r["resources"] for r in role["rules"]), role
 
 
-@pytest.mark.parametrize(("values", "account"), [({}, "ftbench-trainer"), (ROCE_VALUES, "ftbench-trainer")])
-def test_profile_configmap_is_a_valid_cluster_profile(values: dict, account: str) -> None:
+@pytest.mark.parametrize("values", [{}, ROCE_VALUES])
+def test_profile_configmap_is_a_valid_cluster_profile(values: dict) -> None:
     objects = render(values)
     config_map = one(objects, "ConfigMap")
     profile = ClusterProfile.model_validate(yaml.safe_load(config_map["data"]["profile.yaml"]))
-    assert profile.service_account == account, "pods need the account the trainer Role is bound to"
-    expected = ClusterProfile.model_validate({**values.get("clusterProfile", {}), "serviceAccount": account})
-    assert profile == expected
+    assert profile.service_account is None, "unset: each experiment gets its own account"
+    assert profile == ClusterProfile.model_validate(values.get("clusterProfile", {}))
     # How ftbench_operator.settings finds it, and the label its ConfigMap watch selects on.
     env = {e["name"]: e.get("value") for e in _container(objects)["env"]}
     assert env["FTBENCH_OPERATOR_PROFILE_CONFIG_MAP"] == config_map["metadata"]["name"]

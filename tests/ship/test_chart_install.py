@@ -1,5 +1,9 @@
 """The rendered chart installs on a real API server, and the API server's own authorizer
-(SubjectAccessReview) confirms the operator's account can do its job and cannot read Secrets."""
+(SubjectAccessReview) confirms the operator's account can do its job and cannot read Secrets.
+
+The per-experiment trainer identity (`ftbench.render.access`) is created here *as the operator*
+(impersonating its ServiceAccount), so the API server's RBAC escalation check proves the operator
+may grant it, and may not grant more."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from ftbench.devcluster.crds import install_crd
 from tests.ship.chart import chart_crds, render
 
 pytestmark = pytest.mark.k8s
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
 
@@ -22,7 +27,6 @@ CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
 class Install:
     namespace: str
     operator_account: str
-    trainer_account: str
     objects: list[dict]
 
 
@@ -40,7 +44,7 @@ def _install(kube_api, namespace: str, values: dict[str, Any]) -> Iterator[Insta
             utils.create_from_dict(kube_api, obj)
         deployment = next(o for o in objects if o["kind"] == "Deployment")
         account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-        yield Install(namespace, account, "ftbench-trainer", objects)
+        yield Install(namespace, account, objects)
     finally:
         for obj in objects:
             if obj["kind"] == "ClusterRole":
@@ -54,13 +58,24 @@ def installed(kube_api, namespace: str) -> Iterator[Install]:
     yield from _install(kube_api, namespace, {})
 
 
-def can(kube_api, namespace: str, account: str, verb: str, resource: str, *, group: str = "", sub: str = "") -> bool:
+def can(
+    kube_api, namespace: str, account: str, verb: str, resource: str, *, group: str = "", sub: str = "", name: str = ""
+) -> bool:
     """Ask the API server whether ServiceAccount `account` of `namespace` may do this in `namespace`."""
-    return can_in(kube_api, namespace, account, namespace, verb, resource, group=group, sub=sub)
+    return can_in(kube_api, namespace, account, namespace, verb, resource, group=group, sub=sub, name=name)
 
 
 def can_in(
-    kube_api, sa_namespace: str, account: str, namespace: str, verb: str, resource: str, *, group: str, sub: str
+    kube_api,
+    sa_namespace: str,
+    account: str,
+    namespace: str,
+    verb: str,
+    resource: str,
+    *,
+    group: str,
+    sub: str,
+    name: str = "",
 ) -> bool:
     from kubernetes import client
 
@@ -77,6 +92,7 @@ def can_in(
                     "group": group,
                     "resource": resource,
                     "subresource": sub,
+                    "name": name,
                 },
             },
         }
@@ -84,6 +100,7 @@ def can_in(
     return bool(review.status.allowed)
 
 
+TRAINER_IDENTITY = [("serviceaccounts", ""), ("roles", RBAC_GROUP), ("rolebindings", RBAC_GROUP)]
 # (verb, resource, group, subresource): what the operator's handlers do.
 OPERATOR_NEEDS = [
     *[(v, "finetuneexperiments", "ftbench.io", "") for v in ("get", "list", "watch", "patch")],
@@ -96,6 +113,9 @@ OPERATOR_NEEDS = [
     *[(v, "configmaps", "", "") for v in ("create", "get", "list", "watch", "delete")],
     *[(v, "pods", "", "") for v in ("get", "list", "watch")],
     ("get", "serviceaccounts", "", ""),  # issue 12: a run whose pods' account is missing fails up front
+    # Issue 12: each experiment's own trainer account, Role and RoleBinding (ftbench.render.access).
+    *[(v, r, g, "") for v in ("create", "get") for r, g in TRAINER_IDENTITY],
+    ("list", "events", "", ""),  # why the Job controller could not create a pod (FailedCreate)
     ("get", "priorityclasses", "scheduling.k8s.io", ""),
     ("create", "events", "", ""),
     ("patch", "events", "", ""),
@@ -108,7 +128,11 @@ OPERATOR_MUST_NOT = [
     ("delete", "finetuneexperiments", "ftbench.io", ""),
     ("create", "finetuneexperiments", "ftbench.io", ""),
     ("create", "serviceaccounts", "", "token"),
-    ("create", "rolebindings", "rbac.authorization.k8s.io", ""),
+    # The trainer identity is created once and garbage-collected: never changed or deleted by hand.
+    *[(v, r, g, "") for v in ("update", "patch", "delete", "list") for r, g in TRAINER_IDENTITY],
+    ("bind", "clusterroles", RBAC_GROUP, ""),
+    ("escalate", "roles", RBAC_GROUP, ""),
+    ("create", "clusterrolebindings", RBAC_GROUP, ""),
     # Issue 12: least privilege. The operator never rewrites a child or a whole experiment.
     ("update", "finetuneexperiments", "ftbench.io", ""),
     ("update", "finetuneexperiments", "ftbench.io", "status"),
@@ -146,20 +170,84 @@ def test_operator_cannot_do_more(installed: Install, kube_api, verb: str, resour
     assert not can(kube_api, installed.namespace, installed.operator_account, verb, resource, group=group, sub=sub)
 
 
-def test_trainer_can_only_report_progress(installed: Install, kube_api) -> None:
-    ns, sa = installed.namespace, installed.trainer_account
-    assert can(kube_api, ns, sa, "patch", "finetuneexperiments", group="ftbench.io", sub="status")
-    for verb, resource, group, sub in [
-        ("get", "finetuneexperiments", "ftbench.io", ""),
-        ("patch", "finetuneexperiments", "ftbench.io", ""),
-        ("update", "finetuneexperiments", "ftbench.io", "status"),
-        ("get", "secrets", "", ""),
-        ("list", "pods", "", ""),
-    ]:
-        assert not can(kube_api, ns, sa, verb, resource, group=group, sub=sub), (verb, resource, sub)
-    assert not can_in(kube_api, ns, sa, "default", "patch", "finetuneexperiments", group="ftbench.io", sub="status"), (
-        "the trainer Role is namespaced"
-    )
+def impersonating(kube_api, namespace: str, account: str):
+    """An API client that acts as ServiceAccount `account` (the admin's client may impersonate)."""
+    from kubernetes import client
+
+    api = client.ApiClient(kube_api.configuration)
+    api.set_default_header("Impersonate-User", f"system:serviceaccount:{namespace}:{account}")
+    api.set_default_header("Impersonate-Group", "system:serviceaccounts")
+    return api
+
+
+def trainer_identity(namespace: str, experiment: str) -> list[dict]:
+    """What the operator creates for `experiment` with the default profile."""
+    from ftbench.profile import ClusterProfile
+    from ftbench.render.access import trainer_access
+
+    return trainer_access(ClusterProfile(), experiment, namespace, {"ftbench.io/experiment": experiment}, roce=False)
+
+
+def create_as(api, objects: list[dict]) -> None:
+    from kubernetes import utils
+
+    for obj in objects:
+        utils.create_from_dict(api, obj)
+
+
+def test_trainer_of_one_experiment_cannot_touch_another(installed: Install, kube_api) -> None:
+    """Issue 12: a trainer pod of experiment A may patch A's status and nothing else: not B's
+    status (a forged result), not A's spec, no Secrets, no pods."""
+    ns = installed.namespace
+    operator = impersonating(kube_api, ns, installed.operator_account)
+    for experiment in ("exp-a", "exp-b"):
+        create_as(operator, trainer_identity(ns, experiment))  # as the operator: escalation-checked
+    fte = ("finetuneexperiments", "ftbench.io")
+    for mine, other in (("exp-a", "exp-b"), ("exp-b", "exp-a")):
+        sa = f"{mine}-trainer"
+        for verb in ("get", "patch"):
+            assert can(kube_api, ns, sa, verb, fte[0], group=fte[1], sub="status", name=mine), (sa, verb)
+            assert not can(kube_api, ns, sa, verb, fte[0], group=fte[1], sub="status", name=other), (sa, verb, other)
+        for verb, resource, group, sub, name in [
+            ("patch", *fte, "status", ""),  # no name: any experiment
+            ("list", *fte, "", ""),
+            ("get", *fte, "", mine),
+            ("patch", *fte, "", mine),
+            ("update", *fte, "status", mine),
+            ("get", "secrets", "", "", ""),
+            ("list", "pods", "", "", ""),
+            ("create", "pods", "", "", ""),
+        ]:
+            assert not can(kube_api, ns, sa, verb, resource, group=group, sub=sub, name=name), (sa, verb, resource)
+        assert not can_in(kube_api, ns, sa, "default", "patch", fte[0], group=fte[1], sub="status", name=mine)
+
+
+def test_operator_cannot_grant_what_it_does_not_hold(installed: Install, kube_api) -> None:
+    """The operator may create RoleBindings, but the API server's escalation check refuses any
+    that grants more than the operator itself holds (here: the built-in `edit` ClusterRole)."""
+    from kubernetes.client import RbacAuthorizationV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    ns = installed.namespace
+    rbac = RbacAuthorizationV1Api(impersonating(kube_api, ns, installed.operator_account))
+    binding = {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "grab-edit", "namespace": ns},
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
+    }
+    role = {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "Role",
+        "metadata": {"name": "grab-secrets", "namespace": ns},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+    }
+    for create, obj in ((rbac.create_namespaced_role_binding, binding), (rbac.create_namespaced_role, role)):
+        with pytest.raises(ApiException) as refused:
+            create(ns, obj)
+        assert refused.value.status == 403, obj["kind"]
+        assert "attempting to grant RBAC permissions not currently held" in str(refused.value.body)
 
 
 def test_namespaced_mode_grants_nothing_outside_the_watched_namespaces(kube_api, namespace: str) -> None:

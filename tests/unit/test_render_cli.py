@@ -31,7 +31,8 @@ def test_render_prints_multi_document_yaml(tmp_path: Path, capsys: pytest.Captur
     path.write_text(EXPERIMENT)
     assert main(["render", str(path)]) == 0
     out = capsys.readouterr().out
-    assert [o["kind"] for o in _objects(out)] == ["ConfigMap", "Service", "Job"]
+    kinds = ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "Job"]
+    assert [o["kind"] for o in _objects(out)] == kinds
     assert all(o["metadata"]["namespace"] == "team" for o in _objects(out))
     assert "two-nodes: runtime IndexedJob" in out and "enableRoce is ignored" not in out
 

@@ -13,6 +13,7 @@ from ftbench.contracts import env as E
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 from ftbench.contracts.results import EXIT_GPU_OOM
 from ftbench.profile import ClusterProfile, Features
+from ftbench.render.access import ACCESS_KINDS
 from ftbench.render.manifests import (
     RenderError,
     experiment_names,
@@ -73,8 +74,8 @@ def env_of(pod: dict) -> dict[str, Any]:
 def test_auto_runtime_and_objects(kw: dict, profile: dict, runtime: Runtime, kinds: list[str]) -> None:
     rendered = render(spec(**kw), profile)
     assert rendered.runtime == runtime
-    assert [o["kind"] for o in rendered.objects] == kinds
-    names = {o["metadata"]["name"] for o in rendered.objects}
+    assert [o["kind"] for o in rendered.objects] == [*ACCESS_KINDS, *kinds]
+    names = {o["metadata"]["name"] for o in rendered.objects if o["kind"] not in ACCESS_KINDS}
     assert names == set(rendered.names.all)
 
 
@@ -214,8 +215,9 @@ def test_roce_multi_node() -> None:
     for pod in pod_specs(rendered.objects):
         container = pod["containers"][0]
         assert container["resources"]["limits"]["nvidia.com/roce_gdr"] == "2"
-        assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
         assert pod["securityContext"]["runAsUser"] == 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert pod["serviceAccountName"] == "roce"
         env = env_of(pod)
         assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_3" and env[E.NCCL_IB_DISABLE] == "0"
@@ -262,7 +264,9 @@ def test_names_fit_and_are_stable() -> None:
     assert len(f"{rendered.names.base}-worker-1023") <= DNS_LABEL_MAX
     for obj in rendered.objects:
         assert all(len(v) <= DNS_LABEL_MAX for v in obj["metadata"]["labels"].values())
-        assert obj["metadata"]["annotations"]["ftbench.io/experiment-name"] == long
+        assert len(obj["metadata"]["name"]) <= DNS_LABEL_MAX
+        if obj["kind"] not in ACCESS_KINDS:
+            assert obj["metadata"]["annotations"]["ftbench.io/experiment-name"] == long
     other = render_experiment(s, CATALOG, profile, name=long[:-1] + "z", attempt=12)
     assert other.names.base != rendered.names.base
     assert pod_selector(long, 12).endswith(",ftbench.io/attempt=12")
@@ -310,3 +314,52 @@ def test_features_for_kubernetes_version() -> None:
     assert Features.for_kubernetes(33, training_operator=True) == Features(
         training_operator=True, backoff_limit_per_index=True
     )
+
+
+# ---- the trainer's identity (issue 12, least privilege) ----
+
+
+def test_each_experiment_has_its_own_account_and_progress_grant() -> None:
+    rendered = render(spec(), namespace="team")
+    account, role, binding = (of_kind(rendered.objects, k)[0] for k in ACCESS_KINDS)
+    assert account["metadata"]["name"] == "exp-trainer" and "ftbench.io/attempt" not in account["metadata"]["labels"]
+    (rule,) = role["rules"]
+    assert rule == {
+        "apiGroups": ["ftbench.io"],
+        "resources": ["finetuneexperiments/status"],
+        "verbs": ["get", "patch"],
+        "resourceNames": ["exp"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "exp-trainer", "namespace": "team"}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    (pod,) = pod_specs(rendered.objects)
+    assert pod["serviceAccountName"] == "exp-trainer" and "automountServiceAccountToken" not in pod
+
+
+def test_no_progress_reports_no_account_and_no_token() -> None:
+    rendered = render(spec(), {"reportProgress": False})
+    assert not [o for o in rendered.objects if o["kind"] in ACCESS_KINDS]
+    (pod,) = pod_specs(rendered.objects)
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+
+
+def test_a_profile_account_is_bound_but_not_created() -> None:
+    rendered = render(spec(), {"serviceAccount": "shared"})
+    assert [o["kind"] for o in rendered.objects if o["kind"] in ACCESS_KINDS] == ["Role", "RoleBinding"]
+    assert of_kind(rendered.objects, "RoleBinding")[0]["subjects"][0]["name"] == "shared"
+    assert pod_specs(rendered.objects)[0]["serviceAccountName"] == "shared"
+
+
+def test_pytorchjob_workers_mount_no_token() -> None:
+    rendered = render(spec(numberGpus=16, numberNodes=2), {"features": {"trainingOperator": True}})
+    replicas = of_kind(rendered.objects, "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]
+    assert "automountServiceAccountToken" not in replicas["Master"]["template"]["spec"]
+    assert replicas["Worker"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_roce_non_root_switch() -> None:
+    s = spec(numberGpus=16, numberNodes=2, enableRoce=True)
+    profile = {**ROCE_PROFILE, "roce": {**ROCE_PROFILE["roce"], "runAsRoot": False}}
+    for pod in pod_specs(render(s, profile).objects):
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+        assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}

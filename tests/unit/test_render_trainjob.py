@@ -96,7 +96,7 @@ def test_features_detected_from_the_server() -> None:
 def test_trainjob_shape() -> None:
     rendered = render(spec(**MULTI, run={"activeDeadlineSeconds": 60, "queueName": "team-a"}), {"runtime": "TrainJob"})
     (job,) = train_jobs(rendered.objects)
-    assert [o["kind"] for o in rendered.objects] == ["ConfigMap", "TrainJob"]
+    assert [o["kind"] for o in rendered.objects] == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "TrainJob"]
     js = job["spec"]
     assert js["runtimeRef"] == {
         "apiGroup": "trainer.kubeflow.org",
@@ -134,7 +134,8 @@ def test_trainjob_roce() -> None:
     pod = pod_patch(job)
     assert pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "multi-nic-network"
     assert pod["spec"]["securityContext"]["runAsUser"] == 0 and pod["spec"]["serviceAccountName"] == "roce"
-    assert pod["spec"]["containers"][0]["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+    assert pod["spec"]["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "/var/run/nvidia-topologyd" in {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     trainer = job["spec"]["trainer"]
     assert trainer["resourcesPerNode"]["limits"]["nvidia.com/roce_gdr"] == "2"

@@ -58,32 +58,22 @@ app.kubernetes.io/component: trainer
 {{- printf "%s-cluster-profile" (include "ftbench.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Namespaces that get the trainer ServiceAccount + Role + RoleBinding, as a JSON list. */}}
-{{- define "ftbench.trainerNamespaces" -}}
-{{- $namespaces := .Values.trainer.namespaces }}
-{{- if not $namespaces }}
-{{- $namespaces = prepend .Values.watch.namespaces .Release.Namespace }}
-{{- end }}
-{{- $namespaces | uniq | toJson }}
-{{- end }}
-
-{{/*
-The cluster profile as the operator reads it: the values' clusterProfile, with the trainer
-ServiceAccount filled in so progress reports are allowed by the trainer Role.
-*/}}
+{{/* The cluster profile as the operator reads it. */}}
 {{- define "ftbench.clusterProfile" -}}
-{{- $profile := deepCopy .Values.clusterProfile }}
-{{- if and .Values.trainer.serviceAccount.create (not (hasKey $profile "serviceAccount")) }}
-{{- $_ := set $profile "serviceAccount" .Values.trainer.serviceAccount.name }}
-{{- end }}
-{{- toYaml $profile }}
+{{- toYaml .Values.clusterProfile }}
 {{- end }}
 
 {{/*
 What the operator does, and nothing more: reconcile FineTuneExperiments (kopf patches the object
 for its finalizer and progress annotations, and the status subresource for results), create and
-clean up the children that run the pods, read pods for exit codes and termination messages, and
-post Events. No Secrets: nothing the operator does needs them.
+clean up the children that run the pods, read pods for exit codes and termination messages, read
+the workloads' Events (why no pod was created) and post its own. No Secrets: nothing the operator
+does needs them.
+Each experiment's trainer identity (ftbench.render.access): a ServiceAccount, and a Role that may
+get/patch that one experiment's status, bound to it. The API server lets the operator create
+that Role and RoleBinding only because the operator holds get/patch on finetuneexperiments/status
+itself (RBAC escalation check): it cannot grant anything it does not have. Create and get only:
+the garbage collector deletes them with their experiment.
 */}}
 {{- define "ftbench.operatorRules" -}}
 - apiGroups: ["ftbench.io"]
@@ -109,13 +99,17 @@ post Events. No Secrets: nothing the operator does needs them.
   resources: ["services", "configmaps"]
   verbs: ["create", "get", "list", "watch", "delete"]
 # Before creating a run: does the pods' ServiceAccount exist here (else they could never start)?
+# And each experiment's own trainer account (created, then read back on a 409 to check its owner).
 - apiGroups: [""]
   resources: ["serviceaccounts"]
-  verbs: ["get"]
+  verbs: ["create", "get"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["create", "get"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list"]
 {{- end }}

@@ -22,11 +22,14 @@ from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator import children, status
 from ftbench_operator.classify import (
     CHILD_CONFLICT,
+    FAILED_CREATE,
+    NO_PODS,
     UNKNOWN_WORKLOAD,
     Observation,
     PodSummary,
     classify_run,
     classify_trials,
+    explain_no_pods,
     pending_too_long,
     summarize_pod,
     summarize_workload,
@@ -39,7 +42,9 @@ WORKLOAD_KINDS = frozenset({("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 60.0
+NO_PODS_RECHECK_SECONDS = 10.0
 Key = tuple[str, str]
+Obj = dict[str, Any]
 
 
 def pod_index_key(namespace: str, experiment_label: str, attempt: str) -> tuple[str, str, str]:
@@ -119,8 +124,10 @@ def observe(
     workload_bodies: list[Mapping[str, Any]],
     pods: list[PodSummary],
     trials: int,
+    failed_create: list[Mapping[str, Any]] | None = None,
 ) -> Observation:
-    """Classify one attempt from its workloads and pods (pure apart from the clock)."""
+    """Classify one attempt from its workloads, pods and the workloads' FailedCreate Events
+    (pure apart from the clock)."""
     job = (body.get("status") or {}).get("job") or {}
     # Only children this experiment owns count: anyone may create objects with its labels.
     owned = [w for w in workload_bodies if children.owned_by(w, body["metadata"]["uid"])]
@@ -144,9 +151,11 @@ def observe(
             now=now,
             image_pull_grace_seconds=grace,
         )
-        return obs if obs.trials else pending_too_long(obs, workloads, now, deadline)
-    obs = classify_run(workloads, pods, workload_missing=missing, now=now, image_pull_grace_seconds=grace)
-    return pending_too_long(obs, workloads, now, deadline)
+        if obs.trials:
+            return obs
+    else:
+        obs = classify_run(workloads, pods, workload_missing=missing, now=now, image_pull_grace_seconds=grace)
+    return pending_too_long(explain_no_pods(obs, failed_create or []), workloads, now, deadline)
 
 
 async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any] | None = None) -> None:
@@ -172,13 +181,14 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
     workloads = await ctx.kube.list(job["apiVersion"], job["kind"], namespace, selector)
     index = ctx.pods or {}
     pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
-    obs = observe(ctx, body, workloads, pods, trials)
+    failed_create = await _failed_create(ctx, body, workloads) if not pods else []
+    obs = observe(ctx, body, workloads, pods, trials, failed_create)
     if obs.finished:
         # A verdict is final, so it is made on what the API server holds: the Job's watch can be
         # ahead of the pods' (a completed Job seen before its pod's termination message).
         listed = await ctx.kube.list("v1", "Pod", namespace, selector)
         pods = [summarize_pod(p) for p in listed]
-        obs = observe(ctx, body, workloads, pods, trials)
+        obs = observe(ctx, body, workloads, pods, trials, failed_create)
     log.debug(
         "sync %s/%s: %d workloads, %d pods -> %s (%s)",
         namespace,
@@ -194,9 +204,24 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
         except children.ChildConflict as err:
             obs = Observation(Phase.FAILED, CHILD_CONFLICT, str(err), trials=obs.trials)
     deadline = ctx.profiles.current().pending_deadline_seconds
-    if obs.phase == Phase.PENDING and deadline is not None and ctx.request_sync_later is not None:
+    if obs.reason == NO_PODS and ctx.request_sync_later is not None:
+        # A FailedCreate Event changes no watched object: look again soon (the deadline included).
+        ctx.request_sync_later(namespace, name, NO_PODS_RECHECK_SECONDS)
+    elif obs.phase == Phase.PENDING and deadline is not None and ctx.request_sync_later is not None:
         ctx.request_sync_later(namespace, name, float(deadline) + 1.0)
     await _record(ctx, body, obs, trials)
+
+
+async def _failed_create(ctx: OperatorContext, body: Mapping[str, Any], workloads: list[Obj]) -> list[Obj]:
+    """FailedCreate Events of this experiment's workloads: why their controller made no pod
+    (quota, admission). Matched by uid: an earlier object of the same name left its own Events."""
+    found: list[Obj] = []
+    for workload in workloads:
+        meta = workload["metadata"]
+        if children.owned_by(workload, body["metadata"]["uid"]):
+            events = await ctx.kube.events(body["metadata"]["namespace"], meta["name"], FAILED_CREATE)
+            found += [e for e in events if (e.get("involvedObject") or {}).get("uid") == meta.get("uid")]
+    return found
 
 
 async def _record(ctx: OperatorContext, body: Mapping[str, Any], obs: Observation, trials: int = 1) -> None:
