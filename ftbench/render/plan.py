@@ -86,7 +86,7 @@ def model_ref(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterPr
     if ref is None:
         raise PlanError(f"model {spec.model!r} has no {exp.weights} weights")
     if model.generated or not (ModelWeights.is_hub_id(ref) or ref.startswith("/")):
-        ref = posixpath.join(profile.storage.model_root, ref)
+        ref = posixpath.normpath(posixpath.join(profile.storage.model_root, ref))
     return ModelRef(
         name=model.name,
         ref=ref,

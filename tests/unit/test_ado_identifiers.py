@@ -55,6 +55,9 @@ def test_unknown_experiment_spelling_is_refused() -> None:
             "/hf-models-pvc/mixtral_8x7b_instruct_v0.1_gptq",
         ),
         ("granite-4.0-1b", "ibm-granite/granite-4.0-1b", None),
+        # 'dir/subdir' PVC paths resolve under modelRoot, not as Hugging Face ids
+        ("granite-13b-v2", "/hf-models-pvc/granite-13b-base-v2/step_300000_ckpt", None),
+        ("mistral-123b-v2", "/hf-models-pvc/mistral-large/fp16_240620", None),
     ],
 )
 def test_seed_002_weight_layout(model: str, vanilla: str, gptq: str | None) -> None:
