@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ftbench-bench-"))
     plan = bench_plan(work, args)
     model_path = resolve_model(plan)
-    dataset_path = resolve_dataset(plan, model_path)
+    dataset_path, _ = resolve_dataset(plan)
     from transformers import AutoTokenizer
 
     per_sample = mean_dataset_tokens(

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from ftbench.api.rules import all_rules
 from ftbench.api.status import Stability
 from ftbench.catalog import Catalog, load_catalog
+from ftbench.contracts.ado_names import ADO_PARAMETERS, ADO_PROPERTIES
 from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics, RunEnvironment
 from ftbench.crd import crd, model_schema
 from ftbench.profile import ClusterProfile
@@ -173,8 +174,26 @@ def crd_reference(catalog: Catalog | None = None) -> str:
         "## Printer columns\n\n",
         "`kubectl get fte` shows the default columns, `kubectl get fte -o wide` all of them.\n\n",
         _table(("Column", "JSONPath", "Shown"), columns),
+        "\n## ado's names\n\n",
+        "Analyses written against ado's SFTTrainer actuator read ftbench runs with "
+        "`ftbench results --export csv|json --names ado` (one row per trial). The mapping, from "
+        "`ftbench/contracts/ado_names.py`; the values keep ftbench's definitions, and "
+        "[ftbench and ado, side by side](../measurements.md#ftbench-and-ado-side-by-side) says what "
+        "each difference does to a number. The experiment is written with ado's registered id "
+        "(`finetune_gptq-lora_benchmark-v1.0.0` for GPTQ-LoRA).\n\n",
+        _table(
+            ("ado name", "ftbench field"),
+            [(_code(a), _code(f"spec.{f}")) for a, f in ADO_PARAMETERS.items()]
+            + [(_code("is_valid"), _code("status.isValid"))]
+            + [(_code(a), _code(f"status.results.{_camel_name(f)}")) for a, f in ADO_PROPERTIES.items()],
+        ),
     ]
     return "".join(parts)
+
+
+def _camel_name(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(p.title() for p in rest)
 
 
 def experiments_reference(catalog: Catalog | None = None) -> str:

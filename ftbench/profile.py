@@ -233,16 +233,18 @@ class ClusterProfile(ApiModel):
     )
     flash_attention: bool = Field(True, description="Images carry flash-attn (seed: use_flash_attn True on GPUs).")
     master_port: Annotated[int, Field(ge=1, le=65535)] = Field(29500, description="Rendezvous port.")
-    model_map: dict[str, dict[str, str]] = Field(
-        default_factory=dict, description="Seed 002 model_map: {model: {Vanilla: id-or-path, GPTQ-Quantized: ...}}."
+    model_map: dict[str, dict[str, str] | str] = Field(
+        default_factory=dict,
+        description="Seed 002 model_map: {model: {Vanilla: id-or-path, GPTQ-Quantized: ...}}, or ado's "
+        "shorthand {model: id-or-path} for the Vanilla weights.",
     )
 
     @field_validator("model_map")
     @classmethod
-    def _model_map_applies(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    def _model_map_applies(cls, value: dict[str, dict[str, str] | str]) -> dict[str, dict[str, str] | str]:
         """Reject a bad map when the profile is loaded, not when an experiment first uses it."""
         for name, variants in value.items():
-            refs = variants.values() if isinstance(variants, dict) else ()
+            refs = variants.values() if isinstance(variants, dict) else (variants,)
             bad = [v for v in (name, *refs) if not MODEL_REF.match(v)]
             if bad:
                 raise ValueError(

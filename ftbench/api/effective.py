@@ -28,7 +28,10 @@ def gpus_per_node(spec: FineTuneExperimentSpec) -> int:
 
 
 def processes_per_node(spec: FineTuneExperimentSpec) -> int:
-    """One process per GPU; a CPU node (0 GPUs) runs one process."""
+    """One process per GPU; a CPU node (0 GPUs) and distributedBackend None (one DataParallel
+    process over the node's GPUs) run one process."""
+    if spec.distributed_backend == DistributedBackend.NONE:
+        return 1
     return max(1, gpus_per_node(spec))
 
 
@@ -49,7 +52,8 @@ def torch_dtype(spec: FineTuneExperimentSpec, catalog: Catalog) -> TorchDtype:
 
 
 def distributed_backend(spec: FineTuneExperimentSpec) -> DistributedBackend | None:
-    """None for one process (the seed runs tuning.sft_trainer directly); FSDP by default otherwise."""
+    """None for one process (the seed runs tuning.sft_trainer directly, DataParallel over the
+    node's GPUs when there are several); FSDP by default otherwise."""
     if world_size(spec) <= 1:
         return None
     return spec.distributed_backend or DistributedBackend.FSDP

@@ -11,9 +11,24 @@ class Experiment(StrEnum):
     FULL = "finetune_full_benchmark-v1.0.0"
     FULL_STABILITY = "finetune_full_stability-v1.0.0"
     LORA = "finetune_lora_benchmark-v1.0.0"
-    # The seed spells it "gtpq"; users copy that name from ado, so we keep it.
+    # The seed spells it "gtpq" and that stays the canonical name; ado's code registers
+    # "gptq" (EXPERIMENT_ALIASES), which the spec accepts and stores as this one.
     GPTQ_LORA = "finetune_gtpq-lora_benchmark-v1.0.0"
     PROMPT_TUNING = "finetune_pt_benchmark-v1.0.0"
+
+
+#: Other spellings users bring from ado's code (its registered experiment ids) -> canonical.
+EXPERIMENT_ALIASES: dict[str, Experiment] = {"finetune_gptq-lora_benchmark-v1.0.0": Experiment.GPTQ_LORA}
+
+
+def experiment_spellings(experiment: Experiment) -> tuple[str, ...]:
+    """Every accepted spelling of `experiment`, canonical first (CEL rules test them all)."""
+    return (experiment.value, *sorted(a for a, e in EXPERIMENT_ALIASES.items() if e == experiment))
+
+
+def canonical_experiment(value: object) -> object:
+    """Map an alias to its canonical Experiment; leave anything else to the enum's own check."""
+    return EXPERIMENT_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 class Engine(StrEnum):
@@ -30,6 +45,9 @@ class TorchDtype(StrEnum):
 class DistributedBackend(StrEnum):
     FSDP = "FSDP"
     DDP = "DDP"
+    # Seed 001: "None (i.e. Data Parallel (DP))": one process drives every GPU of the node
+    # through torch.nn.DataParallel (HF Trainer does this when it sees several GPUs).
+    NONE = "None"
 
 
 class AutoStopMethod(StrEnum):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ftbench.api import effective
-from ftbench.api.enums import Engine
+from ftbench.api.enums import DistributedBackend, Engine, experiment_spellings
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ExperimentEntry
 
@@ -118,6 +118,22 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
 
     yield Rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", max_steps_nonzero, "self.maxSteps != 0")
 
+    def data_parallel_one_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.distributed_backend != DistributedBackend.NONE or s.number_nodes == 1:
+            return None
+        return (
+            f"distributedBackend None is one DataParallel process on one node, but numberNodes is "
+            f"{s.number_nodes}; set numberNodes 1 or distributedBackend FSDP or DDP"
+        )
+
+    yield Rule(
+        "backend.none-single-node",
+        "distributedBackend",
+        "distributedBackend None (DataParallel) runs on one node",
+        data_parallel_one_node,
+        "!has(self.distributedBackend) || self.distributedBackend != 'None' || self.numberNodes == 1",
+    )
+
     vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
 
     def trl_text_only(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
@@ -191,23 +207,11 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
 
     yield Rule("catalog.lora-targets", "targetModules", "LoRA needs target modules", lora_targets)
 
-    def fsdp_layer(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
-        if effective.distributed_backend(s) != "FSDP" or effective.fsdp_layer_classes(s, c):
-            return None
-        return (
-            f"FSDP needs the transformer layer class of {s.model}, which the catalog does not know; set "
-            "accelerateConfigFsdpTransformerLayerClsToWrap (e.g. LlamaDecoderLayer) or distributedBackend DDP"
-        )
-
-    yield Rule(
-        "catalog.fsdp-layer", "accelerateConfigFsdpTransformerLayerClsToWrap", "FSDP needs a layer class", fsdp_layer
-    )
-
 
 def _experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
     """Rules that hold for one experiment, derived from its catalog entry."""
     name = exp.name.value
-    when = f"self.experiment != '{name}' || "
+    when = _not_experiment(exp)
 
     if not exp.multi_node:
 
@@ -251,7 +255,7 @@ def _unset_rule(exp: ExperimentEntry, field_name: str, suffix: str, what: str) -
         alias,
         f"{name}: {alias} must not be set",
         check,
-        f"self.experiment != '{name}' || !has(self.{alias})",
+        f"{_not_experiment(exp)}!has(self.{alias})",
     )
 
 
@@ -273,7 +277,7 @@ def _allowed_values_rule(exp: ExperimentEntry, field_name: str, suffix: str, all
         alias,
         f"{name}: {alias} in {allowed}",
         check,
-        f"self.experiment != '{name}' || {unset}self.{alias} in {_cel_list(allowed)}",
+        f"{_not_experiment(exp)}{unset}self.{alias} in {_cel_list(allowed)}",
     )
 
 
@@ -321,8 +325,16 @@ def _only_allowed_rule(exp: ExperimentEntry) -> Rule:
         "experiment",
         f"{name}: only {', '.join(exp.allowed or ())} may be set",
         only_allowed,
-        f"self.experiment != '{name}' || (" + " && ".join(clauses) + ")",
+        _not_experiment(exp) + "(" + " && ".join(clauses) + ")",
     )
+
+
+def _not_experiment(exp: ExperimentEntry) -> str:
+    """CEL prefix "the spec is not this experiment || ", true for none of its spellings (aliases)."""
+    spellings = experiment_spellings(exp.name)
+    if len(spellings) == 1:
+        return f"self.experiment != '{spellings[0]}' || "
+    return f"!(self.experiment in {_cel_list(list(spellings))}) || "
 
 
 def _short(exp: ExperimentEntry) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ftbench.api.enums import Engine
+from ftbench.api.enums import Engine, Experiment, experiment_spellings
 from ftbench.api.rules import Rule
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
@@ -64,7 +64,7 @@ def engine_rules(catalog: Catalog) -> Iterator[Rule]:
     pairs = [
         f"(self.fmsHfTuningVersion == '{v}' && self.experiment in {_cel_list(exps)})"
         for v, method, _ in defects
-        if (exps := sorted(e for e, m in by_method.items() if m == method))
+        if (exps := sorted(a for e, m in by_method.items() if m == method for a in experiment_spellings(Experiment(e))))
     ]
     yield Rule(
         "engine.fms-known-defect",

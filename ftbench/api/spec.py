@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from ftbench.api.enums import (
     DEFAULT_FMS_HF_TUNING_VERSION,
+    EXPERIMENT_ALIASES,
     FMS_HF_TUNING_VERSIONS,
     OPTIMIZERS,
     AutoStopMethod,
@@ -30,10 +31,18 @@ from ftbench.api.enums import (
     MixedPrecision,
     Runtime,
     TorchDtype,
+    canonical_experiment,
 )
 
 Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
 FmsHfTuningVersion = Literal[FMS_HF_TUNING_VERSIONS]  # type: ignore[valid-type]
+# ado's code registers "finetune_gptq-lora_benchmark-v1.0.0" where the seed writes "gtpq": both are
+# accepted (the CRD enum lists both) and the spec keeps the canonical (seed) spelling.
+ExperimentName = Annotated[
+    Experiment,
+    BeforeValidator(canonical_experiment),
+    WithJsonSchema({"type": "string", "enum": [*(e.value for e in Experiment), *EXPERIMENT_ALIASES]}),
+]
 
 # Kubernetes names for resources (RFC 1123 label), used for the queue and priority class names.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -115,10 +124,11 @@ class RunSettings(ApiModel):
 class FineTuneExperimentSpec(ApiModel):
     """What to measure. Immutable once created: the spec is the record of what was measured."""
 
-    experiment: Experiment = Field(
+    experiment: ExperimentName = Field(
         default=Experiment.FULL,
         description="Which experiment to run (seed 001): full fine-tuning, its 5-trial stability variant, "
-        "LoRA, GPTQ-LoRA or prompt tuning.",
+        "LoRA, GPTQ-LoRA or prompt tuning. GPTQ-LoRA is spelled as the seed (gtpq) or as ado's code "
+        "registers it (finetune_gptq-lora_benchmark-v1.0.0); the status shows the seed's spelling.",
     )
     engine: Engine = Field(
         default=Engine.FMS_HF_TUNING,
@@ -186,8 +196,9 @@ class FineTuneExperimentSpec(ApiModel):
     )
     distributed_backend: DistributedBackend | None = Field(
         default=None,
-        description="PyTorch distributed backend for multi-GPU runs. Unset: FSDP when numberGpus > 1, "
-        "none (a single process) otherwise.",
+        description="PyTorch distributed backend for multi-GPU runs: FSDP, DDP, or None (one process drives "
+        "the node's GPUs with DataParallel, seed 001's DP; one node only). Unset: FSDP when numberGpus > 1, "
+        "a single process otherwise.",
     )
     number_nodes: Annotated[int, Field(ge=1, le=1024)] = Field(
         default=1,

@@ -63,7 +63,11 @@ class ExperimentEntry(_Entry):
     multi_node: bool
     trials: Annotated[int, Field(ge=1)] = 1
     max_steps: int | None = None
-    backends: tuple[DistributedBackend, ...] = (DistributedBackend.FSDP, DistributedBackend.DDP)
+    backends: tuple[DistributedBackend, ...] = (
+        DistributedBackend.FSDP,
+        DistributedBackend.DDP,
+        DistributedBackend.NONE,
+    )
     engines: tuple[Engine, ...] = (Engine.FMS_HF_TUNING, Engine.TRL)
     lora: bool = False
     allowed: tuple[str, ...] | None = Field(
@@ -81,8 +85,9 @@ class Catalog(BaseModel):
     datasets: dict[str, DatasetEntry]
     experiments: dict[Experiment, ExperimentEntry]
 
-    def with_model_map(self, model_map: dict[str, dict[str, str]]) -> Catalog:
-        """Apply a seed-002 `model_map` ({name: {Vanilla: ref, GPTQ-Quantized: ref}}) on top."""
+    def with_model_map(self, model_map: dict[str, dict[str, str] | str]) -> Catalog:
+        """Apply a seed-002 `model_map` ({name: {Vanilla: ref, GPTQ-Quantized: ref}} or ado's
+        shorthand {name: ref}, which names the Vanilla weights) on top."""
         models = dict(self.models)
         for name, variants in model_map.items():
             current = models.get(name) or ModelEntry(name=name, weights=ModelWeights())
@@ -95,8 +100,14 @@ _VARIANT_KEYS = {"vanilla": "vanilla", "gptq-quantized": "gptq", "qptq-quantized
 
 
 def _parse_variants(name: str, variants: Any) -> dict[str, str]:
+    if isinstance(variants, str) and variants:
+        # ado's shorthand `name: org/id` (or a path) names the Vanilla weights.
+        return {"vanilla": variants}
     if not isinstance(variants, dict):
-        raise ValueError(f"model_map.{name}: expected a mapping like {{Vanilla: org/model}}, got {variants!r}")
+        raise ValueError(
+            f"model_map.{name}: expected a Hugging Face id or path (ado's shorthand) or a mapping like "
+            f"{{Vanilla: org/model, GPTQ-Quantized: path}}, got {variants!r}"
+        )
     parsed: dict[str, str] = {}
     for key, ref in variants.items():
         field = _VARIANT_KEYS.get(str(key).lower())
@@ -123,7 +134,7 @@ def load_catalog() -> Catalog:
     return Catalog(models=models, datasets=datasets, experiments=experiments)
 
 
-def load_model_map(path: str | Path) -> dict[str, dict[str, str]]:
+def load_model_map(path: str | Path) -> dict[str, dict[str, str] | str]:
     """Read a model map file: either the bare mapping or seed 002's `model_map:` key."""
     data = yaml.safe_load(Path(path).read_text()) or {}
     if isinstance(data, dict) and "model_map" in data:

@@ -1,7 +1,8 @@
 """`ftbench dataset list|generate`: pre-generate the artificial datasets, as seed 002 does.
 
-The generators live with the trainer (they tokenise with the model's tokenizer to guarantee the
-"N tokens plus" sets); this command hands its arguments to them unchanged, so there is one CLI.
+The generators live with the trainer (it generates a missing file at run time); this command
+hands its arguments to them unchanged, so there is one CLI. `-o DIR/<datasetId>.jsonl|parquet`
+writes seed 002's file, which runs (ftbench's and ado's) then use as is.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ftbench.cli.main import UsageError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dataset",
-        help="list or generate the artificial datasets (generate ID -o DIR|FILE [--entries N] [--tokenizer PATH])",
+        help="list or generate the artificial datasets (generate ID -o DIR|FILE [--entries N])",
         description="Runs the trainer's dataset generators; `ftbench dataset generate --help` lists the options.",
     )
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="list|generate ...")

@@ -13,6 +13,12 @@ from ftbench.local.store import ResultsStore
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("results", help="list the results of past local runs (ftbench run)")
     p.add_argument("--export", choices=("csv", "json"), help="write all runs in this format instead of a table")
+    p.add_argument(
+        "--names",
+        choices=("ftbench", "ado"),
+        default="ftbench",
+        help="ado: one row per trial with ado's property names (train_tokens_per_second, is_valid, ...)",
+    )
     p.add_argument("-o", "--output-file", metavar="FILE", help="write the export to FILE instead of stdout")
     p.set_defaults(func=run)
 
@@ -20,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     store = ResultsStore(ftbench_home() / "results.db")
     if args.export:
-        text = store.export(args.export)
+        text = store.export(args.export, args.names)
         if args.output_file:
             Path(args.output_file).write_text(text)
             print(f"wrote {len(store.runs())} run(s) to {args.output_file}")

@@ -145,6 +145,12 @@ class RunEnvironment(_Model):
         "read from the running Accelerator; may differ from the requested backend (FSDP on CPU runs as DDP).",
     )
     device: str = Field("cpu", description="cuda or cpu.")
+    dataset_file: Annotated[str, Field(max_length=512)] = Field(
+        "", description="The dataset file trained on: seed 002's <dataDir>/<datasetId>.jsonl|parquet when present."
+    )
+    dataset_generated: bool = Field(
+        False, description="True when this run generated the dataset file (it was missing), False when it existed."
+    )
     command: Annotated[str, Field(max_length=COMMAND_LIMIT)] = Field(
         "",
         description="The bare fms-hf-tuning command that trains the same way (accelerate launch ... -m "

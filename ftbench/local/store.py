@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts.ado_names import ADO_COLUMNS, ado_rows
 from ftbench.contracts.results import TrainerResult
 
 SCHEMA = """
@@ -136,16 +137,26 @@ class ResultsStore:
             rows = db.execute("SELECT * FROM runs ORDER BY started_at").fetchall()
         return [_record(row) for row in rows]
 
-    def export(self, fmt: str) -> str:
+    def export(self, fmt: str, names: str = "ftbench") -> str:
+        """All runs as CSV or JSON; names "ado" writes one row per trial with ado's property and
+        parameter names (ftbench.contracts.ado_names), so ado analyses read ftbench runs."""
         runs = self.runs()
+        if names == "ado":
+            rows = [row for r in runs for row in ado_rows(r.experiment, r.spec, r.results)]
+            if fmt == "json":
+                return json.dumps(rows, indent=2)
+            return _csv(ADO_COLUMNS, [[row[c] for c in ADO_COLUMNS] for row in rows])
         if fmt == "json":
             return json.dumps([r.as_dict() for r in runs], indent=2)
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(EXPORT_COLUMNS)
-        for run in runs:
-            writer.writerow([getattr(run, c) for c in EXPORT_COLUMNS])
-        return buffer.getvalue()
+        return _csv(EXPORT_COLUMNS, [[getattr(run, c) for c in EXPORT_COLUMNS] for run in runs])
+
+
+def _csv(header: tuple[str, ...], rows: list[list[Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 def _record(row: tuple) -> RunRecord:

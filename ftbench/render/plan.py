@@ -86,7 +86,7 @@ def model_ref(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterPr
     if ref is None:
         raise PlanError(f"model {spec.model!r} has no {exp.weights} weights")
     if model.generated or not (ModelWeights.is_hub_id(ref) or ref.startswith("/")):
-        ref = posixpath.join(profile.storage.model_root, ref)
+        ref = posixpath.normpath(posixpath.join(profile.storage.model_root, ref))
     return ModelRef(
         name=model.name,
         ref=ref,
@@ -139,8 +139,12 @@ def accelerate_config(
         "fsdp_cpu_ram_efficient_loading": not use_cpu,
         "fsdp_sync_module_states": not use_cpu,
         "fsdp_use_orig_params": spec.fsdp_use_orig_params,
-        "fsdp_transformer_layer_cls_to_wrap": effective.fsdp_layer_classes(spec, catalog),
     }
+    layer_classes = effective.fsdp_layer_classes(spec, catalog)
+    if layer_classes:
+        # Without one (a model added by a model map), the trainer reads the model's own
+        # `_no_split_modules` when it starts, as ado and accelerate fall back to.
+        fsdp["fsdp_transformer_layer_cls_to_wrap"] = layer_classes
     return {"distributed_type": "FSDP", "fsdp_config": fsdp, **common}
 
 
@@ -148,7 +152,9 @@ def _notes(spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[str, ...]:
     notes = []
     if spec.enable_roce and spec.number_nodes == 1:
         notes.append("enableRoce is ignored: RoCE only applies to multi-node runs")
-    if spec.distributed_backend is not None and effective.world_size(spec) == 1:
+    if spec.distributed_backend == DistributedBackend.NONE and spec.number_gpus > 1:
+        notes.append(f"distributedBackend None: one process drives {spec.number_gpus} GPUs with DataParallel")
+    elif spec.distributed_backend not in (None, DistributedBackend.NONE) and effective.world_size(spec) == 1:
         notes.append(f"distributedBackend {spec.distributed_backend.value} is ignored: a single process runs")
     if spec.engine == Engine.TRL and "fmsHfTuningVersion" in {
         FineTuneExperimentSpec.model_fields[f].alias for f in spec.model_fields_set

@@ -15,7 +15,7 @@ def test_generate_writes_the_requested_entries(tmp_path: Path, capsys: pytest.Ca
     assert main(["dataset", "generate", "news-chars-512-entries-4096", "-o", str(tmp_path), "--entries", "4"]) == 0
     path = Path(capsys.readouterr().out.strip())
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(rows) == 4 and all(len(r["output"]) == 2 * 512 + 127 for r in rows)
+    assert len(rows) == 4 and all(len(r["output"]) == 2 * 512 + 117 for r in rows)
 
 
 def test_generators_come_from_the_catalog() -> None:

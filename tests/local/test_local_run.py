@@ -107,6 +107,9 @@ def test_store_round_trip_and_exports(home: Path) -> None:
     assert (run.status, run.is_valid, run.results[0]["outcome"]) == ("Failed", None, "Failed")
     assert store.export("csv").splitlines()[1].startswith("r1,a,")
     assert json.loads(store.export("json"))[0]["spec"]["model"] == "ftbench-tiny-llama"
+    [ado] = json.loads(store.export("json", names="ado"))
+    assert ado["is_valid"] is None and ado["train_tokens_per_second"] is None  # a failed run has no metrics
+    assert ado["model_name"] == "ftbench-tiny-llama" and ado["number_gpus"] == 0
 
 
 @pytest.mark.training
@@ -122,6 +125,15 @@ def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest
     assert "local" in capsys.readouterr().out
     [stored] = ResultsStore(home / "results.db").runs()
     assert stored.status == "Succeeded" and stored.train_tokens_per_second == result.metrics.train_tokens_per_second
+    assert result.environment is not None and result.environment.dataset_generated
+    assert result.environment.dataset_file.startswith(str(home / "data" / "news-chars-512-entries-4096-"))
+    # ado's property names, for analyses written against ado's actuator
+    assert main(["results", "--export", "csv", "--names", "ado"]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    named = dict(zip(header.split(","), row.split(","), strict=True))
+    assert named["experiment_id"] == "finetune_lora_benchmark-v1.0.0" and named["is_valid"] == "True"
+    assert float(named["train_tokens_per_second"]) == result.metrics.train_tokens_per_second
+    assert float(named["gpu_power_watts_min"]) == 0.0 and named["model_name"] == "ftbench-tiny-llama"
 
 
 @pytest.mark.training

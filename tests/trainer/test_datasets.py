@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import subprocess
@@ -19,16 +18,20 @@ from ftbench_trainer.datasets import (
     DATASET_GENERATORS,
     GENERATOR_VERSION,
     INPUT_HEADER,
+    PREAMBLE,
     PROMPT_CHARS,
     RESPONSE_HEADER,
+    TOKENS_PIECE_CHARS,
+    VISION_QUESTION_WORDS,
     DatasetError,
     content_key,
     dataset_params,
     dataset_path,
     generate_dataset,
-    images_per_entry,
     make_png,
+    resolve_dataset_file,
     sentences,
+    tokens_copies,
     write_dataset,
 )
 
@@ -89,7 +92,7 @@ def test_content_key_changes_with_parameters(tmp_path: Path) -> None:
     tokens = "news-tokens-16384plus-entries-4096"
     assert dataset_path(tokens, tmp_path) != dataset_path(tokens, tmp_path, min_tokens=100)
     params = dataset_params(ident)
-    assert content_key(ident, params, 0, None) != content_key(ident, params, 0, "tokenizers:abc")
+    assert content_key(ident, params, 0) != content_key(ident, params, 1)
     assert str(GENERATOR_VERSION)  # part of the key, bump it when the output changes
 
 
@@ -105,11 +108,12 @@ def test_chars_sizes_and_format(n: int, tmp_path: Path) -> None:
     for row in rows:
         assert list(row) == ["output"]
         text = row["output"]
-        assert len(text) == n + PROMPT_CHARS + n
-        assert text.startswith(INPUT_HEADER) and text.count(RESPONSE_HEADER) == 1
-        head, response = text.split(RESPONSE_HEADER)
+        # ado's template (preprocess_news_dataset.py): preamble, input, a space after "### Response:"
+        assert len(text) == n + PROMPT_CHARS + n and PROMPT_CHARS == 117
+        assert text.startswith(PREAMBLE + INPUT_HEADER) and text.count(RESPONSE_HEADER) == 1
+        head, response = text.split(RESPONSE_HEADER + " ")
         assert len(response) == n
-        assert len(head.split("\n", 2)[2]) == n  # header line, instruction line, N chars of input
+        assert len(head) == len(PREAMBLE + INPUT_HEADER) + n
     assert len({r["output"] for r in rows}) == 16
     assert no_temp_files(tmp_path)
 
@@ -118,7 +122,7 @@ def test_full_size_chars_set(tmp_path: Path) -> None:
     path = generate_dataset("news-chars-512-entries-4096", tmp_path)
     rows = read_rows(path)
     assert len(rows) == 4096
-    assert {len(r["output"]) for r in rows} == {2 * 512 + 127}
+    assert {len(r["output"]) for r in rows} == {2 * 512 + PROMPT_CHARS}
 
 
 def test_deterministic(tmp_path: Path) -> None:
@@ -164,7 +168,7 @@ def test_concurrent_processes_one_valid_file(tmp_path: Path) -> None:
     path = Path(printed.pop())
     assert list(tmp_path.iterdir()) == [path]
     rows = read_rows(path)
-    assert len(rows) == 2000 and {len(r["output"]) for r in rows} == {2 * 2048 + 127}
+    assert len(rows) == 2000 and {len(r["output"]) for r in rows} == {2 * 2048 + PROMPT_CHARS}
     assert path.read_bytes() == generate_dataset(ident, tmp_path / "serial", entries=2000).read_bytes()
 
 
@@ -191,14 +195,27 @@ def test_cli_exact_output_file_and_list(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------- token sets
 
 
-def test_tokens_without_tokenizer_use_a_word_lower_bound(tmp_path: Path) -> None:
-    path = generate_dataset("news-tokens-16384plus-entries-4096", tmp_path, entries=3, min_tokens=2000)
+def test_tokens_rows_follow_ados_layout(tmp_path: Path) -> None:
+    """ado's generate_16384plus_dataset: a 1024-char input, the response 100 copies joined by ". "."""
+    path = generate_dataset("news-tokens-16384plus-entries-4096", tmp_path, entries=3)
     rows = read_rows(path)
     assert len(rows) == 3
     for row in rows:
-        words = len(row["output"].split())
-        assert 2000 <= words < 2000 * 1.1
-        assert row["output"].startswith(INPUT_HEADER) and row["output"].count(RESPONSE_HEADER) == 1
+        text = row["output"]
+        assert text.startswith(INPUT_HEADER) and text.count(RESPONSE_HEADER) == 1
+        head, response = text.split(RESPONSE_HEADER + " ")
+        assert len(head) == len(INPUT_HEADER) + TOKENS_PIECE_CHARS
+        piece = response[:TOKENS_PIECE_CHARS]
+        copies = (len(response) + 2) // (TOKENS_PIECE_CHARS + 2)
+        assert response == ". ".join([piece] * copies)
+        assert copies >= tokens_copies(16384) == 100
+        assert len(text.split()) >= 16384
+
+
+def test_tokens_word_lower_bound_for_small_targets(tmp_path: Path) -> None:
+    path = generate_dataset("news-tokens-16384plus-entries-4096", tmp_path, entries=3, min_tokens=2000)
+    for row in read_rows(path):
+        assert 2000 <= len(row["output"].split()) < 2000 * 1.3
 
 
 @pytest.fixture(scope="module")
@@ -213,33 +230,19 @@ def n_tokens(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def test_tokens_guarantee_small_target(tiny_model_dir: Path, tiny_tokenizer, tmp_path: Path) -> None:
-    ident = "news-tokens-16384plus-entries-4096"
-    path = generate_dataset(ident, tmp_path, tokenizer=tiny_model_dir, entries=6, min_tokens=700)
-    rows = read_rows(path)
-    assert len(rows) == 6
-    counts = [n_tokens(tiny_tokenizer, r["output"]) for r in rows]
-    assert min(counts) >= 700
-    assert max(counts) < 700 * 1.5
-    # the tokenizer is part of the content key: without it the file is a different one
-    assert generate_dataset(ident, tmp_path, entries=6, min_tokens=700) != path
-    # a tokenizer object or its directory give the same token counts and the same file
-    same = generate_dataset(ident, tmp_path, tokenizer=tiny_tokenizer, entries=6, min_tokens=700)
-    assert same.read_bytes() == path.read_bytes()
+def test_one_tokens_file_for_every_model(tiny_tokenizer, tmp_path: Path) -> None:
+    """As ado's: the file does not depend on a tokenizer, and a real one counts >= T tokens."""
+    path = generate_dataset("news-tokens-16384plus-entries-4096", tmp_path, entries=2)
+    assert path == dataset_path("news-tokens-16384plus-entries-4096", tmp_path, entries=2)
+    counts = [n_tokens(tiny_tokenizer, r["output"]) for r in read_rows(path)]
+    assert all(c >= 16384 for c in counts), counts
 
 
-def test_tokens_guarantee_real_threshold(tiny_model_dir: Path, tiny_tokenizer, tmp_path: Path) -> None:
-    path = generate_dataset("news-tokens-16384plus-entries-4096", tmp_path, tokenizer=tiny_model_dir, entries=2)
-    rows = read_rows(path)
-    assert len(rows) == 2
-    counts = [n_tokens(tiny_tokenizer, r["output"]) for r in rows]
-    assert all(16384 <= c < 16384 * 1.2 for c in counts), counts
-
-
-def test_tokens_guarantee_128k(tiny_model_dir: Path, tiny_tokenizer, tmp_path: Path) -> None:
-    path = generate_dataset("news-tokens-128kplus-entries-320", tmp_path, tokenizer=tiny_model_dir, entries=1)
+def test_tokens_guarantee_128k(tiny_tokenizer, tmp_path: Path) -> None:
+    path = generate_dataset("news-tokens-128kplus-entries-320", tmp_path, entries=1)
     (row,) = read_rows(path)
-    assert 131072 <= n_tokens(tiny_tokenizer, row["output"]) < 131072 * 1.1
+    assert n_tokens(tiny_tokenizer, row["output"]) >= 131072
+    assert row["output"].count(". ") >= tokens_copies(131072) - 1
 
 
 # ------------------------------------------------------------------------------- vision sets
@@ -268,30 +271,26 @@ def test_png_is_valid() -> None:
 
 
 @pytest.mark.parametrize(("width", "height"), [(384, 384), (384, 768)])
-def test_vision_parquet(width: int, height: int, tmp_path: Path) -> None:
+def test_vision_parquet_has_ados_columns(width: int, height: int, tmp_path: Path) -> None:
+    """ado's generate_vision_dataset: one image per row, the chat in `output`, ~20k-token answers."""
     pq = pytest.importorskip("pyarrow.parquet")
     ident = f"vision-{width}x{height}-16384plus-entries-4096"
     path = generate_dataset(ident, tmp_path, entries=5)
     assert path.suffix == ".parquet"
     table = pq.read_table(path)
     assert table.num_rows == 5
-    assert set(table.column_names) == {"messages", "images"}
+    assert table.column_names == ["images", "output"]
     assert b"huggingface" in table.schema.metadata
-    k = images_per_entry(DATASET_GENERATORS[ident])
-    assert k * (width // 14) * (height // 14) >= 16384
-    assert k == math.ceil(16384 / ((width // 14) * (height // 14)))
     first_image = None
-    for row in table.to_pylist():
-        images = row["images"]
-        assert len(images) == k
-        assert len({img["bytes"] for img in images}) == 1  # one image, repeated
-        first_image = first_image or images[0]["bytes"]
-        assert images[0]["bytes"] == first_image
-        assert png_size(first_image) == (width, height)
-        user, assistant = row["messages"]
+    for i, row in enumerate(table.to_pylist()):
+        image = row["images"]
+        first_image = first_image or image["bytes"]
+        assert image["bytes"] == first_image and png_size(first_image) == (width, height)
+        user, assistant = row["output"]
         assert user["role"] == "user" and assistant["role"] == "assistant"
-        assert [c["type"] for c in user["content"]] == ["image"] * k + ["text"]
-        assert assistant["content"][0]["text"]
+        assert [(c["type"], c["index"]) for c in user["content"]] == [("text", None), ("image", i)]
+        assert len(user["content"][0]["text"].split()) == VISION_QUESTION_WORDS
+        assert len(assistant["content"][0]["text"].split()) == 16384
     again = generate_dataset(ident, tmp_path / "again", entries=5)
     assert again.read_bytes() == path.read_bytes()
 
@@ -301,13 +300,14 @@ def test_vision_loads_with_hf_datasets(tmp_path: Path) -> None:
     path = generate_dataset("vision-384x384-16384plus-entries-4096", tmp_path / "data", entries=3)
     ds = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
     assert len(ds) == 3
-    assert type(ds.features["images"].feature).__name__ == "Image"
+    assert type(ds.features["images"]).__name__ == "Image"
 
 
 def test_full_size_vision_file_is_small(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     path = generate_dataset("vision-384x384-16384plus-entries-4096", tmp_path)
-    assert path.stat().st_size < 20 * 1024 * 1024  # the repeated image is dictionary-encoded
+    # ~60 MB: the ~16k-word answers dominate, as in ado's file; the one image is dictionary-encoded
+    assert path.stat().st_size < 100 * 1024 * 1024
 
 
 def test_write_dataset_exact_path(tmp_path: Path) -> None:
@@ -315,3 +315,22 @@ def test_write_dataset_exact_path(tmp_path: Path) -> None:
     assert write_dataset("news-chars-512-entries-4096", target, entries=2) == target
     assert len(read_rows(target)) == 2
     assert os.listdir(tmp_path) == ["x.jsonl"]
+
+
+# ----------------------------------------------------------------------- seed 002's own files
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".parquet"])
+def test_seed_002_file_is_used_when_present(ext: str, tmp_path: Path) -> None:
+    ident = "news-chars-512-entries-4096"
+    existing = tmp_path / f"{ident}{ext}"
+    existing.write_bytes(b"made elsewhere")
+    assert resolve_dataset_file(ident, tmp_path, entries=4) == (existing, False)
+    assert sorted(os.listdir(tmp_path)) == [existing.name]  # nothing generated beside it
+
+
+def test_missing_file_is_generated_once(tmp_path: Path) -> None:
+    ident = "news-chars-512-entries-4096"
+    path, generated = resolve_dataset_file(ident, tmp_path, entries=4)
+    assert generated and path == dataset_path(ident, tmp_path, entries=4)
+    assert resolve_dataset_file(ident, tmp_path, entries=4) == (path, False)

@@ -76,6 +76,8 @@ CASES: tuple[Case, ...] = (
     Case("lora-1gpu", _spec("finetune_lora_benchmark-v1.0.0", "llama3.1-8b", 1, 4)),
     Case("full-fsdp-8gpu", _spec(FULL, "llama3.1-8b", 8, 16, run={"memory": "200Gi"})),
     Case("full-ddp-8gpu", _spec(FULL, "granite-3.1-2b", 8, 8, distributedBackend="DDP")),
+    # Seed 001's DP: one process drives the node's 4 GPUs (torch DataParallel), no accelerate.
+    Case("full-dp-4gpu", _spec(FULL, "granite-3.1-2b", 4, 8, distributedBackend="None")),
     Case(
         "full-fsdp-2node-pytorchjob-roce",
         _spec(

@@ -34,16 +34,43 @@ from ftbench.contracts.results import Outcome, RunError, TrainerResult
 
 
 def accelerate_config(plan: LaunchPlan, place: NodePlacement) -> dict:
-    """The plan's accelerate config with this node's machine_rank and the master filled in."""
+    """The plan's accelerate config with this node's machine_rank and the master filled in.
+
+    An FSDP config without a layer class (a model the catalog does not describe, e.g. one added
+    by a model map) gets the model's own ``_no_split_modules``, read here so the written config
+    says what FSDP wraps (ado and accelerate fall back to the same attribute).
+    """
     if plan.accelerate_config is None:
         raise ValueError("launcher accelerate needs plan.accelerateConfig")
-    return {
+    config = {
         **plan.accelerate_config,
         "machine_rank": place.node_rank,
         "num_machines": place.num_machines,
         "main_process_ip": place.master_addr,
         "main_process_port": place.master_port,
     }
+    fsdp = config.get("fsdp_config")
+    if isinstance(fsdp, dict) and not fsdp.get("fsdp_transformer_layer_cls_to_wrap"):
+        layers = model_layer_classes(plan.model.ref)
+        if layers:
+            config["fsdp_config"] = {**fsdp, "fsdp_transformer_layer_cls_to_wrap": layers}
+    return config
+
+
+def model_layer_classes(model_ref: str) -> str | None:
+    """Comma-separated ``_no_split_modules`` of the model's architectures (config.json only, no
+    weights loaded); None when the config cannot be read or names no such classes."""
+    try:
+        import transformers
+
+        config = transformers.AutoConfig.from_pretrained(model_ref)
+    except (OSError, ValueError) as exc:
+        print(f"ftbench: cannot read the config of {model_ref} for FSDP's layer class: {exc}", file=sys.stderr)
+        return None
+    names: list[str] = []
+    for arch in getattr(config, "architectures", None) or []:
+        names += list(getattr(getattr(transformers, arch, None), "_no_split_modules", None) or [])
+    return ",".join(dict.fromkeys(names)) or None
 
 
 def write_accelerate_config(plan: LaunchPlan, place: NodePlacement) -> Path:

@@ -87,14 +87,20 @@ def resolve_model(plan: LaunchPlan) -> str:
     return plan.model.ref
 
 
-def resolve_dataset(plan: LaunchPlan, tokenizer_path: str) -> str:
+def resolve_dataset(plan: LaunchPlan) -> tuple[str, bool]:
+    """(the dataset file, whether this run generated it): plan.dataset.path, else seed 002's
+    <dataDir>/<id>.jsonl|parquet (e.g. ado's file), else ftbench's generated file."""
     if plan.dataset.path:
-        return plan.dataset.path
-    from ftbench_trainer.datasets import generate_dataset
+        return plan.dataset.path, False
+    from ftbench_trainer.datasets import resolve_dataset_file, seed_002_file
 
-    if not plan.dataset.generate_if_missing:
-        raise FileNotFoundError(f"dataset {plan.dataset.id} has no path and generateIfMissing is false")
-    return str(generate_dataset(plan.dataset.id, plan.data_dir, tokenizer=tokenizer_path, entries=plan.dataset.entries))
+    if not plan.dataset.generate_if_missing and seed_002_file(plan.dataset.id, plan.data_dir) is None:
+        raise FileNotFoundError(
+            f"dataset {plan.dataset.id} is not at {plan.data_dir}/{plan.dataset.id}.jsonl|parquet and "
+            "generateIfMissing is false; put the file there or allow generating it"
+        )
+    path, generated = resolve_dataset_file(plan.dataset.id, plan.data_dir, entries=plan.dataset.entries)
+    return str(path), generated
 
 
 def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
@@ -125,7 +131,8 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     from ftbench_trainer.report import TeeProgressSink
 
     model_path = resolve_model(plan)
-    dataset_path = resolve_dataset(plan, model_path)
+    dataset_path, dataset_generated = resolve_dataset(plan)
+    log.info("dataset %s: %s (%s)", plan.dataset.id, dataset_path, "generated" if dataset_generated else "existing")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     try:
         per_sample = mean_dataset_tokens(
@@ -165,6 +172,8 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         distributed_mode=callback.distributed_mode,
         device="cpu" if plan.use_cpu or not torch.cuda.is_available() else "cuda",
         command=command if len(command) <= COMMAND_LIMIT else command[: COMMAND_LIMIT - 1] + "…",
+        dataset_file=dataset_path[-512:],
+        dataset_generated=dataset_generated,
     )
     return TrainerResult(
         outcome=Outcome.SUCCEEDED,

@@ -7,22 +7,29 @@ the tokenizer and :data:`GENERATOR_VERSION`), reuses an existing file, and is sa
 processes generate the same file at once (each writes a temporary file in the same directory and
 ``os.replace``-s it into place; the content is deterministic, so the last writer wins harmlessly).
 
-Text datasets are JSONL rows ``{"output": "### Input:\\n...\\n\\n### Response:..."}`` (train with
-``--dataset_text_field output --response_template "\\n### Response:"``):
+The rows follow ado-sfttrainer's published formats (its ``preprocess_news_dataset.py``,
+``generate_16384plus_dataset.py`` and ``generate_vision_dataset.py``), so a file made by either
+tool trains in the other; the text itself is ftbench's own synthetic English. A file already at
+seed 002's place, ``<data dir>/<dataset_id>.jsonl|parquet`` (e.g. made by ado), is used as is
+(:func:`resolve_dataset_file`); only a missing one is generated.
 
-* ``news-chars-N-entries-E``: N characters of input + a 127-character prompt + N characters of
-  response, i.e. ``len(output) == 2 * N + 127`` exactly.
-* ``news-tokens-Tplus-entries-E``: a short input and a long response; every ``output`` has at
-  least T tokens. With a tokenizer this is checked with that tokenizer while generating
-  (``add_special_tokens=False``). Without one the output has at least T whitespace-separated
-  words, a lower bound on the token count of any tokenizer that does not merge across spaces
-  (Llama/Granite sentencepiece and byte-level BPE tokenizers).
+Text datasets are JSONL rows ``{"output": ...}`` (train with ``--dataset_text_field output
+--response_template "\\n### Response:"``):
 
-Vision datasets are Parquet files in chat format with Hugging Face ``datasets`` feature metadata:
-``messages`` (user: K image placeholders + a question; assistant: an answer) and ``images`` (K
-copies of one generated PNG). K is chosen so that K * (width // 14) * (height // 14) >= T: each
-image costs at least that many tokens in granite-vision-3.2-2b (SigLIP 384, patch 14; its any-res
-tiling only adds more), so every entry has at least T tokens there.
+* ``news-chars-N-entries-E``: ado's Alpaca template, ``PREAMBLE + "### Input:\\n" + N characters
+  + "\\n\\n### Response: " + N characters``, i.e. ``len(output) == 2 * N + 117`` (seed 001 says
+  "127 (prompt)"; ado's template, which its files carry, has 117).
+* ``news-tokens-Tplus-entries-E``: ado's layout, ``"### Input:\\n" + 1024 characters +
+  "\\n\\n### Response: " + ". ".join(R copies of a 1024-character text)`` with R = 100 for
+  T = 16384 (R scales with T). One file serves every model, as ado's does: every ``output`` has at
+  least T whitespace-separated words, a lower bound on the token count of any tokenizer that does
+  not merge across spaces (Llama/Granite sentencepiece and byte-level BPE tokenizers); ado's
+  published statistics for its file are 17.6k-40.9k tokens per entry.
+
+Vision datasets are Parquet files as ado writes them: ``images`` (one image per row, a
+``{bytes, path}`` struct) and ``output`` (the chat: user ``[{type: text, text: question},
+{type: image, index: row}]``, assistant ``[{type: text, text: answer}]``); the answer has at least
+T words (~20k tokens for T = 16384, as ado's 18200-token target), the question ~38 words.
 """
 
 from __future__ import annotations
@@ -35,13 +42,13 @@ import random
 import struct
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: ado's row formats
 
 
 def _generators_from_catalog() -> dict[str, dict[str, Any]]:
@@ -69,15 +76,15 @@ EXTENSIONS = {"chars": ".jsonl", "tokens": ".jsonl", "vision": ".parquet"}
 
 INPUT_HEADER = "### Input:\n"
 RESPONSE_HEADER = "\n\n### Response:"
-INSTRUCTION = "Rewrite the following local news report in the same plain style, keeping each fact, name and number."
-#: The fixed prompt part of a news-chars row: INPUT_HEADER + INSTRUCTION + "\n" + RESPONSE_HEADER.
-PROMPT_CHARS = 127
-assert len(INPUT_HEADER) + len(INSTRUCTION) + 1 + len(RESPONSE_HEADER) == PROMPT_CHARS
-
-#: Lower bound on the tokens one image costs in granite-vision-3.2-2b (SigLIP patch size 14).
-VISION_PATCH = 14
-
-TokenCounter = Callable[[str], int]
+#: ado's news-chars template (preprocess_news_dataset.py): preamble, input, response after a space.
+PREAMBLE = "Write a response that appropriately completes the remainder of the following input text.\n\n"
+#: The fixed part of a news-chars row: PREAMBLE + INPUT_HEADER + RESPONSE_HEADER + " ".
+PROMPT_CHARS = len(PREAMBLE) + len(INPUT_HEADER) + len(RESPONSE_HEADER) + 1
+#: news-tokens rows: 1024-character pieces, the response R copies joined by ". " (ado: R = 100).
+TOKENS_PIECE_CHARS = 1024
+TOKENS_COPIES_PER_16K = 100
+#: Words of a vision row's question (ado: 50 tokens x 0.75 words per token).
+VISION_QUESTION_WORDS = 38
 
 
 class DatasetError(ValueError):
@@ -109,53 +116,8 @@ def _text_of_chars(rng: random.Random, n: int) -> str:
     return " ".join(out)[:n]
 
 
-# ----------------------------------------------------------------------------------- tokenizers
-
-
 def _word_count(text: str) -> int:
     return len(text.split())
-
-
-def resolve_tokenizer(tokenizer: Any) -> tuple[TokenCounter, str]:
-    """Returns ``(count_tokens, fingerprint)`` for a tokenizer directory/object (or None: words)."""
-    if tokenizer is None:
-        return _word_count, "whitespace-words"
-    from tokenizers import Tokenizer
-
-    raw: Tokenizer | None = None
-    if isinstance(tokenizer, str | os.PathLike):
-        p = Path(tokenizer)
-        if p.is_file() and p.suffix == ".json":
-            raw = Tokenizer.from_file(str(p))
-        elif (p / "tokenizer.json").is_file():
-            raw = Tokenizer.from_file(str(p / "tokenizer.json"))
-        else:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(str(p))
-    if raw is None:
-        if isinstance(tokenizer, Tokenizer):
-            raw = Tokenizer.from_str(tokenizer.to_str())
-        elif getattr(tokenizer, "backend_tokenizer", None) is not None:
-            raw = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    if raw is not None:
-        raw.no_truncation()
-        raw.no_padding()
-        serialized = raw.to_str()
-        fingerprint = "tokenizers:" + hashlib.sha256(serialized.encode()).hexdigest()
-
-        def count(text: str) -> int:
-            return len(raw.encode(text, add_special_tokens=False).ids)
-
-        return count, fingerprint
-    # A slow (python) tokenizer.
-    hf = tokenizer
-    ident = json.dumps([type(hf).__name__, getattr(hf, "name_or_path", ""), len(hf)], sort_keys=True)
-
-    def count_slow(text: str) -> int:
-        return len(hf(text, add_special_tokens=False)["input_ids"])
-
-    return count_slow, "slow:" + hashlib.sha256(ident.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------- parameters
@@ -181,14 +143,13 @@ def dataset_params(dataset_id: str, *, entries: int | None = None, min_tokens: i
     return params
 
 
-def content_key(dataset_id: str, params: dict, seed: int, tokenizer_fingerprint: str | None) -> str:
+def content_key(dataset_id: str, params: dict, seed: int) -> str:
     blob = json.dumps(
         {
             "generator_version": GENERATOR_VERSION,
             "dataset_id": dataset_id,
             "params": params,
             "seed": seed,
-            "tokenizer": tokenizer_fingerprint,
         },
         sort_keys=True,
     )
@@ -208,36 +169,28 @@ def iter_chars_rows(dataset_id: str, params: dict, seed: int) -> Iterator[dict]:
         rng = _rng(dataset_id, seed, i)
         prompt_text = _text_of_chars(rng, n)
         response = _text_of_chars(rng, n)
-        yield {"output": f"{INPUT_HEADER}{INSTRUCTION}\n{prompt_text}{RESPONSE_HEADER}{response}"}
+        yield {"output": f"{PREAMBLE}{INPUT_HEADER}{prompt_text}{RESPONSE_HEADER} {response}"}
 
 
-def iter_tokens_rows(dataset_id: str, params: dict, seed: int, count: TokenCounter) -> Iterator[dict]:
-    """Rows with a short input and a long response; each whole ``output`` has >= min_tokens."""
+def tokens_copies(min_tokens: int) -> int:
+    """R, the copies of the response piece: ado's 100 at 16384 tokens, proportionally elsewhere."""
+    return max(1, math.ceil(min_tokens * TOKENS_COPIES_PER_16K / 16384))
+
+
+def iter_tokens_rows(dataset_id: str, params: dict, seed: int) -> Iterator[dict]:
+    """ado's layout: a 1024-character input, the response R copies of one 1024-character text;
+    copies are added until the ``output`` has >= min_tokens words (one file for every model)."""
     min_tokens = params["min_tokens"]
-    sents = sentences()
-    chars_per_token = 2.5  # first guess, refined from every measured entry
     for i in range(params["entries"]):
         rng = _rng(dataset_id, seed, i)
-        prompt_text = " ".join(rng.choice(sents) for _ in range(3))
-        head = f"{INPUT_HEADER}{INSTRUCTION}\n{prompt_text}{RESPONSE_HEADER}"
-        parts: list[str] = []
-        size = 0
-        target = int(min_tokens * chars_per_token * 1.02) + 64
-        while True:
-            while size < target:
-                s = rng.choice(sents)
-                parts.append(s)
-                size += len(s) + 1
-            text = head + " ".join(parts)
-            n = count(text)
-            if n >= min_tokens:
-                break
-            if n == 0:
-                raise DatasetError("the tokenizer returned no tokens for a non-empty text")
-            chars_per_token = len(text) / n
-            target = size + int((min_tokens - n) * chars_per_token * 1.05) + 64
-        chars_per_token = len(text) / n
-        yield {"output": text}
+        prompt_text = _text_of_chars(rng, TOKENS_PIECE_CHARS)
+        piece = _text_of_chars(rng, TOKENS_PIECE_CHARS)
+        head = f"{INPUT_HEADER}{prompt_text}{RESPONSE_HEADER} "
+        copies = tokens_copies(min_tokens)
+        missing = min_tokens - _word_count(head) - copies * _word_count(piece)
+        if missing > 0:
+            copies += math.ceil(missing / max(1, _word_count(piece)))
+        yield {"output": head + ". ".join([piece] * copies)}
 
 
 def _write_jsonl(rows: Iterator[dict], fh) -> int:
@@ -274,38 +227,43 @@ def make_png(width: int, height: int, seed: int = 0) -> bytes:
     )
 
 
-def images_per_entry(params: dict) -> int:
-    per_image = (params["width"] // VISION_PATCH) * (params["height"] // VISION_PATCH)
-    return max(1, math.ceil(params["min_tokens"] / per_image))
-
-
+# ado's columns: `images` one {bytes, path} image per row; `output` the chat, each content part
+# a {type, text, index} struct (text parts index null, the image part the row number).
+_PART = {"type": {"dtype": "string", "_type": "Value"}, "text": {"dtype": "string", "_type": "Value"},
+         "index": {"dtype": "int64", "_type": "Value"}}  # fmt: skip
 _VISION_FEATURES = {
     "info": {
         "features": {
-            "messages": {
+            "images": {"_type": "Image"},
+            "output": {
                 "feature": {
                     "role": {"dtype": "string", "_type": "Value"},
-                    "content": {
-                        "feature": {
-                            "type": {"dtype": "string", "_type": "Value"},
-                            "text": {"dtype": "string", "_type": "Value"},
-                        },
-                        "_type": "List",
-                    },
+                    "content": {"feature": _PART, "_type": "List"},
                 },
                 "_type": "List",
             },
-            "images": {"feature": {"_type": "Image"}, "_type": "List"},
         }
     }
 }
 
-VISION_QUESTIONS = (
-    "Describe the images.",
-    "What do these pictures show?",
-    "Write a short news caption for these images.",
-    "Summarize what is visible in the images.",
-)
+
+def _vision_chat(rng: random.Random, row: int, min_words: int) -> list[dict]:
+    question = " ".join(_words(rng, VISION_QUESTION_WORDS))
+    answer = " ".join(_words(rng, min_words))
+    return [
+        {"role": "user", "content": [{"type": "text", "text": question, "index": None},
+                                     {"type": "image", "text": None, "index": row}]},
+        {"role": "assistant", "content": [{"type": "text", "text": answer, "index": None}]},
+    ]  # fmt: skip
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    """At least n words of synthetic sentences, cut at exactly n."""
+    words: list[str] = []
+    sents = sentences()
+    while len(words) < n:
+        words += rng.choice(sents).split()
+    return words[:n]
 
 
 def _write_vision(dataset_id: str, params: dict, seed: int, path: Path) -> int:
@@ -315,37 +273,24 @@ def _write_vision(dataset_id: str, params: dict, seed: int, path: Path) -> int:
     except ImportError as e:  # pragma: no cover - pyarrow comes with `datasets`
         raise DatasetError("vision datasets need pyarrow (install the trainer extra)") from e
 
-    content_t = pa.list_(pa.struct([("type", pa.string()), ("text", pa.string())]))
+    part = pa.struct([("type", pa.string()), ("text", pa.string()), ("index", pa.int64())])
     schema = pa.schema(
         [
-            ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", content_t)]))),
-            ("images", pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))),
+            ("images", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+            ("output", pa.list_(pa.struct([("role", pa.string()), ("content", pa.list_(part))]))),
         ],
         metadata={"huggingface": json.dumps(_VISION_FEATURES)},
     )
-    png = make_png(params["width"], params["height"], seed)
-    k = images_per_entry(params)
-    images = [{"bytes": png, "path": None}] * k
-    image_parts = [{"type": "image", "text": None}] * k
-    sents = sentences()
+    image = {"bytes": make_png(params["width"], params["height"], seed), "path": None}
     batch_rows = 64
     n = 0
     with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=True) as writer:
         for start in range(0, params["entries"], batch_rows):
-            messages = []
-            for i in range(start, min(start + batch_rows, params["entries"])):
-                rng = _rng(dataset_id, seed, i)
-                question = rng.choice(VISION_QUESTIONS)
-                answer = " ".join(rng.choice(sents) for _ in range(2))
-                messages.append(
-                    [
-                        {"role": "user", "content": [*image_parts, {"type": "text", "text": question}]},
-                        {"role": "assistant", "content": [{"type": "text", "text": answer}]},
-                    ]
-                )
-            table = pa.table({"messages": messages, "images": [images] * len(messages)}, schema=schema)
+            rows = range(start, min(start + batch_rows, params["entries"]))
+            chats = [_vision_chat(_rng(dataset_id, seed, i), i, params["min_tokens"]) for i in rows]
+            table = pa.table({"images": [image] * len(chats), "output": chats}, schema=schema)
             writer.write_table(table, row_group_size=batch_rows)
-            n += len(messages)
+            n += len(chats)
     return n
 
 
@@ -356,18 +301,16 @@ def write_dataset(
     dataset_id: str,
     path: str | os.PathLike,
     *,
-    tokenizer: Any = None,
     entries: int | None = None,
     min_tokens: int | None = None,
     seed: int = 0,
 ) -> Path:
     """Generate ``dataset_id`` into exactly ``path`` (atomically: temp file + ``os.replace``)."""
     params = dataset_params(dataset_id, entries=entries, min_tokens=min_tokens)
-    count, _ = resolve_tokenizer(tokenizer) if params["kind"] == "tokens" else (None, None)
-    return _write(dataset_id, params, seed, count, Path(path))
+    return _write(dataset_id, params, seed, Path(path))
 
 
-def _write(dataset_id: str, params: dict, seed: int, count: TokenCounter | None, path: Path) -> Path:
+def _write(dataset_id: str, params: dict, seed: int, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
@@ -377,12 +320,9 @@ def _write(dataset_id: str, params: dict, seed: int, count: TokenCounter | None,
             os.close(fd)
             _write_vision(dataset_id, params, seed, tmp)
         else:
+            rows = iter_chars_rows if kind == "chars" else iter_tokens_rows
             with os.fdopen(fd, "wb") as fh:
-                if kind == "chars":
-                    _write_jsonl(iter_chars_rows(dataset_id, params, seed), fh)
-                else:
-                    assert count is not None
-                    _write_jsonl(iter_tokens_rows(dataset_id, params, seed, count), fh)
+                _write_jsonl(rows(dataset_id, params, seed), fh)
                 fh.flush()
                 os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -396,39 +336,53 @@ def dataset_path(
     dataset_id: str,
     out_dir: str | os.PathLike,
     *,
-    tokenizer: Any = None,
     entries: int | None = None,
     min_tokens: int | None = None,
     seed: int = 0,
 ) -> Path:
     """Where :func:`generate_dataset` puts (or finds) this dataset; generates nothing."""
     params = dataset_params(dataset_id, entries=entries, min_tokens=min_tokens)
-    fingerprint = resolve_tokenizer(tokenizer)[1] if params["kind"] == "tokens" else None
-    return Path(out_dir) / dataset_filename(dataset_id, content_key(dataset_id, params, seed, fingerprint))
+    return Path(out_dir) / dataset_filename(dataset_id, content_key(dataset_id, params, seed))
 
 
 def generate_dataset(
     dataset_id: str,
     out_dir: str | os.PathLike,
     *,
-    tokenizer: Any = None,
     entries: int | None = None,
     seed: int = 0,
     min_tokens: int | None = None,
 ) -> Path:
     """Generate ``dataset_id`` into the data directory ``out_dir`` once; returns the file path.
 
-    ``tokenizer`` (a directory, a ``tokenizer.json``, a transformers or ``tokenizers`` tokenizer)
-    is only used by the ``news-tokens-*`` sets to guarantee their token counts. ``entries`` and
-    ``min_tokens`` override the catalog sizes (tests); they go into the content key, the dataset
-    id stays the catalog id. An existing file with the same content key is reused.
+    ``entries`` and ``min_tokens`` override the catalog sizes (tests); they go into the content
+    key, the dataset id stays the catalog id. An existing file with the same content key is reused.
     """
-    params = dataset_params(dataset_id, entries=entries, min_tokens=min_tokens)
-    count: TokenCounter | None = None
-    fingerprint: str | None = None
-    if params["kind"] == "tokens":
-        count, fingerprint = resolve_tokenizer(tokenizer)
-    path = Path(out_dir) / dataset_filename(dataset_id, content_key(dataset_id, params, seed, fingerprint))
+    path = dataset_path(dataset_id, out_dir, entries=entries, min_tokens=min_tokens, seed=seed)
     if path.is_file():
         return path
-    return _write(dataset_id, params, seed, count, path)
+    return _write(dataset_id, dataset_params(dataset_id, entries=entries, min_tokens=min_tokens), seed, path)
+
+
+def seed_002_file(dataset_id: str, data_dir: str | os.PathLike) -> Path | None:
+    """The file seed 002 (and ado) put in the data directory, ``<dataset_id>.jsonl`` or
+    ``.parquet``, when one is there; either format is read (the trainer loads both)."""
+    for ext in (".jsonl", ".parquet"):
+        candidate = Path(data_dir) / f"{dataset_id}{ext}"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve_dataset_file(
+    dataset_id: str, data_dir: str | os.PathLike, *, entries: int | None = None
+) -> tuple[Path, bool]:
+    """(the file to train on, whether it was generated now): seed 002's file when present, else
+    ftbench's content-keyed file, generated when missing."""
+    existing = seed_002_file(dataset_id, data_dir)
+    if existing is not None:
+        return existing, False
+    path = dataset_path(dataset_id, data_dir, entries=entries)
+    if path.is_file():
+        return path, False
+    return generate_dataset(dataset_id, data_dir, entries=entries), True

@@ -1,4 +1,4 @@
-"""``python -m ftbench_trainer.datasets generate ID -o PATH [--entries N] [--tokenizer PATH]``.
+"""``python -m ftbench_trainer.datasets generate ID -o PATH [--entries N] [--min-tokens N]``.
 
 ``-o`` names either a data directory (the file gets a content-keyed name there and an existing
 one is reused) or a file ending in ``.jsonl``/``.parquet`` (always written, atomically). The
@@ -25,7 +25,6 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("-o", "--output", type=Path, required=True, help="data directory or output file")
     gen.add_argument("--entries", type=int, default=None, help="override the number of entries")
     gen.add_argument("--min-tokens", type=int, default=None, help="override the per-entry token minimum")
-    gen.add_argument("--tokenizer", default=None, help="tokenizer directory or tokenizer.json")
     gen.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -34,7 +33,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     kwargs = {
-        "tokenizer": args.tokenizer,
         "entries": args.entries,
         "min_tokens": args.min_tokens,
         "seed": args.seed,

@@ -49,7 +49,7 @@ class RankReport:
     warmup_seconds: float = 0.0
     cpu_percent: float = 0.0
     cpu_memory_percent: float = 0.0
-    gpu: GpuSummary | None = None
+    gpus: list[GpuSummary] = field(default_factory=list)
     gpu_name: str = ""
     max_memory_allocated: int = 0
     max_memory_reserved: int = 0
@@ -98,7 +98,11 @@ class MeasureCallback(TrainerCallback):
         self.stop = StopController(plan.stop, agree=self._agree)
         self.stopped_by = "completed"
         interval = sample_interval or float(os.environ.get("FTBENCH_SAMPLE_INTERVAL", "1.0"))
-        self.sampler = SystemSampler(local_rank=distributed.local_rank(), use_gpu=not plan.use_cpu, interval=interval)
+        # One GPU per rank; distributedBackend None runs one DataParallel process over all of them.
+        gpus = max(1, plan.topology.gpus_per_node // plan.topology.processes_per_node)
+        self.sampler = SystemSampler(
+            local_rank=distributed.local_rank() * gpus, use_gpu=not plan.use_cpu, interval=interval, gpus=gpus
+        )
         self.metrics: Metrics | None = None
         self.distributed_mode = "NO"
         self.world_size = 1
@@ -231,7 +235,7 @@ class MeasureCallback(TrainerCallback):
             warmup_seconds=warmup,
             cpu_percent=cpu,
             cpu_memory_percent=mem,
-            gpu=self.sampler.gpu_summary(start, end),
+            gpus=self.sampler.gpu_summaries(start, end),
             gpu_name=self.sampler.gpu_name,
             max_memory_allocated=allocated,
             max_memory_reserved=reserved,
@@ -249,7 +253,7 @@ class MeasureCallback(TrainerCallback):
         def rate(x: float, seconds: float = runtime) -> float:
             return x / seconds if seconds > 0 else 0.0
 
-        gpu = [r.gpu for r in reports if r.gpu is not None]
+        gpu = [g for r in reports for g in r.gpus]
         flops = training_flops(
             parameters=self.model_parameters,
             trainable=self.trainable_parameters,

@@ -1,7 +1,8 @@
 """A background sampler for the GPU (NVML) and the training process (psutil).
 
-One daemon thread per training process samples, every `interval` seconds, the GPU this process
-uses (compute utilisation, memory used / total, power draw and power / enforced limit) and the
+One daemon thread per training process samples, every `interval` seconds, the GPUs this process
+uses (one per rank; every GPU of the node for the single DataParallel process of distributedBackend
+None): compute utilisation, memory used / total, power draw and power / enforced limit; and the
 process's CPU use (100 = one core) and resident memory (% of the node's memory). The thread only
 appends to lists; statistics are computed after training over the samples inside the measured
 window, so warmup samples can be excluded. NVML calls take ~10-100 us and never synchronise the
@@ -30,6 +31,7 @@ class GpuSample:
     memory_percent: float
     power_watts: float
     power_percent: float
+    gpu: int = 0  # which of this process's GPUs (DataParallel drives several)
 
 
 @dataclass
@@ -70,18 +72,19 @@ def nvml_device_index(local_rank: int) -> str | None:
 class SystemSampler:
     """Samples in a daemon thread between `start()` and `stop()`."""
 
-    def __init__(self, *, local_rank: int = 0, use_gpu: bool = True, interval: float = 1.0) -> None:
+    def __init__(self, *, local_rank: int = 0, use_gpu: bool = True, interval: float = 1.0, gpus: int = 1) -> None:
         self.interval = interval
         self.gpu_samples: list[GpuSample] = []
         self.cpu_samples: list[CpuSample] = []
         self.gpu_name = ""
-        self._gpu: Any = None
+        self._gpus: list[Any] = []
         self._nvml: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process: Any = None
         if use_gpu:
-            self._init_nvml(local_rank)
+            for offset in range(max(1, gpus)):
+                self._init_nvml(local_rank + offset)
         self._init_psutil()
 
     def _init_nvml(self, local_rank: int) -> None:
@@ -97,8 +100,9 @@ class SystemSampler:
             else:
                 handle = pynvml.nvmlDeviceGetHandleByUUID(ident)
             name = pynvml.nvmlDeviceGetName(handle)
-            self.gpu_name = name.decode() if isinstance(name, bytes) else str(name)
-            self._nvml, self._gpu = pynvml, handle
+            self.gpu_name = self.gpu_name or (name.decode() if isinstance(name, bytes) else str(name))
+            self._nvml = pynvml
+            self._gpus.append(handle)
         except Exception as exc:  # no driver / no GPU / no package: GPU metrics stay 0.0
             log.info("NVML unavailable, GPU metrics will be 0.0: %s", exc)
 
@@ -113,25 +117,12 @@ class SystemSampler:
 
     def sample_once(self) -> None:
         now = time.monotonic()
-        if self._gpu is not None:
-            try:
-                nv = self._nvml
-                util = nv.nvmlDeviceGetUtilizationRates(self._gpu)
-                mem = nv.nvmlDeviceGetMemoryInfo(self._gpu)
-                power_mw = nv.nvmlDeviceGetPowerUsage(self._gpu)
-                limit_mw = nv.nvmlDeviceGetEnforcedPowerLimit(self._gpu)
-                self.gpu_samples.append(
-                    GpuSample(
-                        t=now,
-                        compute_percent=float(util.gpu),
-                        memory_percent=100.0 * mem.used / mem.total if mem.total else 0.0,
-                        power_watts=power_mw / 1000.0,
-                        power_percent=100.0 * power_mw / limit_mw if limit_mw else 0.0,
-                    )
-                )
-            except Exception as exc:
-                log.warning("NVML sampling failed, GPU sampling disabled: %s", exc)
-                self._gpu = None
+        try:
+            for index, handle in enumerate(self._gpus):
+                self.gpu_samples.append(self._sample_gpu(now, index, handle))
+        except Exception as exc:
+            log.warning("NVML sampling failed, GPU sampling disabled: %s", exc)
+            self._gpus = []
         if self._process is not None:
             try:
                 self.cpu_samples.append(
@@ -141,6 +132,21 @@ class SystemSampler:
             except Exception as exc:
                 log.warning("psutil sampling failed, CPU sampling disabled: %s", exc)
                 self._process = None
+
+    def _sample_gpu(self, now: float, index: int, handle: Any) -> GpuSample:
+        nv = self._nvml
+        util = nv.nvmlDeviceGetUtilizationRates(handle)
+        mem = nv.nvmlDeviceGetMemoryInfo(handle)
+        power_mw = nv.nvmlDeviceGetPowerUsage(handle)
+        limit_mw = nv.nvmlDeviceGetEnforcedPowerLimit(handle)
+        return GpuSample(
+            t=now,
+            compute_percent=float(util.gpu),
+            memory_percent=100.0 * mem.used / mem.total if mem.total else 0.0,
+            power_watts=power_mw / 1000.0,
+            power_percent=100.0 * power_mw / limit_mw if limit_mw else 0.0,
+            gpu=index,
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -157,9 +163,18 @@ class SystemSampler:
             self._thread.join(timeout=5)
         self.sample_once()  # the tail of the run, so short runs have at least one sample
 
+    def gpu_summaries(self, start: float, end: float) -> list[GpuSummary]:
+        """Each of this process's GPUs averaged over samples in [start, end]; [] without GPUs."""
+        indexes = sorted({s.gpu for s in self.gpu_samples})
+        summaries = [self._summary([s for s in self.gpu_samples if s.gpu == i], start, end) for i in indexes]
+        return [g for g in summaries if g is not None]
+
     def gpu_summary(self, start: float, end: float) -> GpuSummary | None:
-        """This GPU averaged over samples in [start, end]; None when no GPU was sampled."""
-        window = [s for s in self.gpu_samples if start <= s.t <= end + self.interval] or self.gpu_samples
+        """This process's first GPU averaged over samples in [start, end]; None when no GPU was sampled."""
+        return next(iter(self.gpu_summaries(start, end)), None)
+
+    def _summary(self, samples: list[GpuSample], start: float, end: float) -> GpuSummary | None:
+        window = [s for s in samples if start <= s.t <= end + self.interval] or samples
         if not window:
             return None
         return GpuSummary(
@@ -167,7 +182,7 @@ class SystemSampler:
             memory_percent=_mean([s.memory_percent for s in window]),
             power_watts=_mean([s.power_watts for s in window]),
             power_percent=_mean([s.power_percent for s in window]),
-            memory_peak_percent=max(s.memory_percent for s in self.gpu_samples),
+            memory_peak_percent=max(s.memory_percent for s in samples),
         )
 
     def cpu_summary(self, start: float, end: float) -> tuple[float, float]:

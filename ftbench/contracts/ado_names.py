@@ -1,0 +1,76 @@
+"""ado's names for ftbench's results, so analyses written against ado's SFTTrainer actuator
+(ado-sfttrainer 1.8.12, `experiments/common.py::get_default_measured_properties`) read ftbench runs.
+
+One mapping, used by `ftbench results --export csv|json --names ado` and rendered into
+docs/reference/crd.md. The numbers keep ftbench's definitions: docs/measurements.md, "ftbench and
+ado, side by side", says what each difference does to a value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: ado measured property -> ftbench Metrics field (snake_case; camelCase on the wire).
+ADO_PROPERTIES: dict[str, str] = {
+    "dataset_tokens_per_second_per_gpu": "dataset_tokens_per_second_per_gpu",
+    "train_runtime": "train_runtime_seconds",
+    "dataset_tokens_per_second": "dataset_tokens_per_second",
+    "train_samples_per_second": "train_samples_per_second",
+    "train_steps_per_second": "train_steps_per_second",
+    "train_tokens_per_second": "train_tokens_per_second",
+    "train_tokens_per_gpu_per_second": "train_tokens_per_gpu_per_second",
+    "cpu_compute_utilization": "cpu_compute_utilization_percent",
+    "cpu_memory_utilization": "cpu_memory_utilization_percent",
+    "gpu_compute_utilization_min": "gpu_compute_utilization_min_percent",
+    "gpu_compute_utilization_avg": "gpu_compute_utilization_avg_percent",
+    "gpu_compute_utilization_max": "gpu_compute_utilization_max_percent",
+    "gpu_memory_utilization_min": "gpu_memory_utilization_min_percent",
+    "gpu_memory_utilization_avg": "gpu_memory_utilization_avg_percent",
+    "gpu_memory_utilization_max": "gpu_memory_utilization_max_percent",
+    "gpu_memory_utilization_peak": "gpu_memory_utilization_peak_percent",
+    "gpu_power_watts_min": "gpu_power_min_watts",
+    "gpu_power_watts_avg": "gpu_power_avg_watts",
+    "gpu_power_watts_max": "gpu_power_max_watts",
+    "gpu_power_percent_min": "gpu_power_min_percent",
+    "gpu_power_percent_avg": "gpu_power_avg_percent",
+    "gpu_power_percent_max": "gpu_power_max_percent",
+}
+
+#: ado entity-space parameter -> ftbench spec field (camelCase, as stored with each run).
+ADO_PARAMETERS: dict[str, str] = {
+    "model_name": "model",
+    "number_gpus": "numberGpus",
+    "batch_size": "batchSize",
+    "model_max_length": "modelMaxLength",
+    "gpu_model": "gpuModel",
+    "dataset_id": "datasetId",
+    "number_nodes": "numberNodes",
+    "torch_dtype": "torchDtype",
+    "fms_hf_tuning_version": "fmsHfTuningVersion",
+    "distributed_backend": "distributedBackend",
+}
+
+#: Column order of an ado-named export.
+ADO_COLUMNS: tuple[str, ...] = ("experiment_id", *ADO_PARAMETERS, "is_valid", *ADO_PROPERTIES)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def ado_rows(experiment: str, spec: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per trial result with ado's names: its parameters from the spec, `is_valid`, and
+    the measured properties (absent, None, where the run produced no metrics, as ado omits them).
+    `experiment` is written with ado's registered id (its `gptq` spelling)."""
+    from ftbench.api.enums import EXPERIMENT_ALIASES
+
+    ado_id = next((alias for alias, canonical in EXPERIMENT_ALIASES.items() if canonical == experiment), experiment)
+    params = {ado: spec.get(field) for ado, field in ADO_PARAMETERS.items()}
+    rows = []
+    for result in results or [{}]:
+        metrics = result.get("metrics") or {}
+        row: dict[str, Any] = {"experiment_id": ado_id, **params, "is_valid": result.get("isValid")}
+        row.update({ado: metrics.get(_camel(field)) for ado, field in ADO_PROPERTIES.items()})
+        rows.append(row)
+    return rows

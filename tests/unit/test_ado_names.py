@@ -1,0 +1,37 @@
+"""The ado property-name mapping covers ado's measured properties and ftbench's Metrics fields."""
+
+from __future__ import annotations
+
+from ftbench.contracts.ado_names import ADO_COLUMNS, ADO_PARAMETERS, ADO_PROPERTIES, ado_rows
+from ftbench.contracts.results import Metrics
+
+# ado-sfttrainer 1.8.12 experiments/common.py get_default_measured_properties() (is_valid aside);
+# tests/peer reads the same list from the installed package.
+ADO_MEASURED = [
+    "dataset_tokens_per_second_per_gpu", "train_runtime", "dataset_tokens_per_second", "train_samples_per_second",
+    "train_steps_per_second", "train_tokens_per_second", "train_tokens_per_gpu_per_second",
+    "cpu_compute_utilization", "cpu_memory_utilization", "gpu_compute_utilization_min",
+    "gpu_compute_utilization_avg", "gpu_compute_utilization_max", "gpu_memory_utilization_min",
+    "gpu_memory_utilization_avg", "gpu_memory_utilization_max", "gpu_memory_utilization_peak",
+    "gpu_power_watts_min", "gpu_power_watts_avg", "gpu_power_watts_max", "gpu_power_percent_min",
+    "gpu_power_percent_avg", "gpu_power_percent_max",
+]  # fmt: skip
+
+
+def test_every_ado_property_maps_to_a_metrics_field() -> None:
+    assert list(ADO_PROPERTIES) == ADO_MEASURED
+    assert set(ADO_PROPERTIES.values()) <= set(Metrics.model_fields)
+
+
+def test_rows_use_ados_names_and_experiment_id() -> None:
+    metrics = {"trainTokensPerSecond": 12.5, "gpuPowerMinWatts": 80.0, "cpuMemoryUtilizationPercent": 3.0}
+    spec = {"model": "llama-7b", "numberGpus": 2, "batchSize": 4}
+    rows = ado_rows("finetune_gtpq-lora_benchmark-v1.0.0", spec, [{"isValid": True, "metrics": metrics}, {}])
+    assert [list(r) for r in rows] == [list(ADO_COLUMNS)] * 2
+    first, second = rows
+    assert first["experiment_id"] == "finetune_gptq-lora_benchmark-v1.0.0"
+    assert (first["train_tokens_per_second"], first["gpu_power_watts_min"], first["cpu_memory_utilization"]) == (
+        12.5, 80.0, 3.0,
+    )  # fmt: skip
+    assert first["is_valid"] is True and second["is_valid"] is None and second["train_runtime"] is None
+    assert first["model_name"] == "llama-7b" and set(ADO_PARAMETERS) < set(first)
