@@ -45,7 +45,7 @@ T = TypeVar("T")
 SELECTOR = "app.kubernetes.io/managed-by=ftbench"
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.2, what: str = "") -> T:
+def wait_for(fn: Callable[[], T | None], timeout: float = 90.0, interval: float = 0.2, what: str = "") -> T:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -107,7 +107,7 @@ class Kubelet:
     def pods(self, selector: str = SELECTOR) -> list[Any]:
         return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
 
-    def wait_pods(self, count: int = 1, selector: str = SELECTOR, timeout: float = 30.0) -> list[Any]:
+    def wait_pods(self, count: int = 1, selector: str = SELECTOR, timeout: float = 90.0) -> list[Any]:
         return wait_for(
             lambda: (p := self.pods(selector)) and len(p) >= count and p, timeout, what=f"{count} pods {selector}"
         )
@@ -154,7 +154,7 @@ class Kubelet:
     def experiment(self, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
 
-    def wait_phase(self, name: str, phase: str, timeout: float = 30.0) -> dict[str, Any]:
+    def wait_phase(self, name: str, phase: str, timeout: float = 90.0) -> dict[str, Any]:
         return wait_for(
             lambda: (fte := self.experiment(name)).get("status", {}).get("phase") == phase and fte,
             timeout,
