@@ -7,10 +7,10 @@ so CI (and tests/ship/test_docs.py) catch a field added without regenerating its
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from ftbench.docs_gen import generate_all
+from ftbench.generated import sync_generated
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,19 +22,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     root = Path(args.output_dir)
-    stale = []
-    for relative, text in generate_all().items():
-        path = root / relative
-        current = path.read_text() if path.is_file() else None
-        if current == text:
-            continue
-        if args.check:
-            stale.append(str(path))
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        print(f"wrote {path}")
-    if stale:
-        print(f"stale: {', '.join(stale)}; run `ftbench docs -o {root}`", file=sys.stderr)
-        return 1
-    return 0
+    files = {root / relative: text for relative, text in generate_all().items()}
+    return sync_generated(files, check=args.check, regenerate=f"ftbench docs -o {root}")

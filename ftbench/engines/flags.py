@@ -16,10 +16,12 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
+from pathlib import Path
 
 import yaml
 
 from ftbench.engines.releases import DATA, load_releases
+from ftbench.generated import sync_generated
 
 # Every flag `sft_trainer_args` can emit.
 RENDERED_FLAGS: tuple[str, ...] = (
@@ -77,16 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ftbench.engines.flags", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="fail if data/fms-flags.yaml is stale")
     args = parser.parse_args(argv)
-    text = generate()
-    path = DATA.joinpath(FILE)
-    if args.check:
-        if path.read_text() != text:
-            print("data/fms-flags.yaml is stale: run python -m ftbench.engines.flags", file=sys.stderr)
-            return 1
-        return 0
-    with open(str(path), "w") as fh:
-        fh.write(text)
-    return 0
+    path = Path(str(DATA.joinpath(FILE)))
+    return sync_generated({path: generate()}, check=args.check, regenerate="python -m ftbench.engines.flags")
 
 
 if __name__ == "__main__":

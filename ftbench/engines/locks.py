@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ftbench.engines.releases import DATA, FmsRelease, FmsReleases, load_releases
+from ftbench.generated import sync_generated
 
 # ftbench's layer and what it pulls in beyond the release's stack: cut off at lockedAt, not at the release.
 LAYER_PACKAGES = (
@@ -76,21 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     releases = load_releases()
     chosen = [releases.get(v) for v in args.versions] or list(releases.installable)
-    stale = []
     with ThreadPoolExecutor(4) as pool:  # uv waits on the index, not the CPU
         texts = list(pool.map(lambda r: compile_lock(r, releases), chosen))
-    for release, text in zip(chosen, texts, strict=True):
-        path = lock_path(release)
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(release.version)
-        else:
-            path.write_text(text)
-            print(f"[locks] {path.name}: {len(text.splitlines()) - 2} packages")
-    if stale:
-        print(f"stale locks: {', '.join(stale)}; run python -m ftbench.engines.locks", file=sys.stderr)
-        return 1
-    return 0
+    files = {lock_path(r): text for r, text in zip(chosen, texts, strict=True)}
+    return sync_generated(files, check=args.check, regenerate="python -m ftbench.engines.locks")
 
 
 if __name__ == "__main__":

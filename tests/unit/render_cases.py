@@ -72,6 +72,15 @@ def _spec(experiment: str, model: str, gpus: int, batch: int, **extra: Any) -> d
 
 
 FULL = "finetune_full_benchmark-v1.0.0"
+ROCE_2NODE_70B = _spec(
+    FULL,
+    "llama3.1-70b",
+    16,
+    16,
+    numberNodes=2,
+    enableRoce=True,
+    run={"ncclDebug": True, "queueName": "gpu-queue", "activeDeadlineSeconds": 7200},
+)
 CASES: tuple[Case, ...] = (
     Case("lora-1gpu", _spec("finetune_lora_benchmark-v1.0.0", "llama3.1-8b", 1, 4)),
     Case("full-fsdp-8gpu", _spec(FULL, "llama3.1-8b", 8, 16, run={"memory": "200Gi"})),
@@ -80,15 +89,7 @@ CASES: tuple[Case, ...] = (
     Case("full-dp-4gpu", _spec(FULL, "granite-3.1-2b", 4, 8, distributedBackend="None")),
     Case(
         "full-fsdp-2node-pytorchjob-roce",
-        _spec(
-            FULL,
-            "llama3.1-70b",
-            16,
-            16,
-            numberNodes=2,
-            enableRoce=True,
-            run={"ncclDebug": True, "queueName": "gpu-queue", "activeDeadlineSeconds": 7200},
-        ),
+        ROCE_2NODE_70B,
         ROCE_PROFILE,
     ),
     Case("full-fsdp-2node-indexedjob", _spec(FULL, "llama3.1-8b", 16, 16, numberNodes=2)),
@@ -104,15 +105,7 @@ CASES: tuple[Case, ...] = (
     Case("lora-cpu", _spec("finetune_lora_benchmark-v1.0.0", "smollm2-135m", 0, 2, fmsHfTuningVersion="3.1.0")),
     Case(
         "full-fsdp-2node-trainjob-roce",
-        _spec(
-            FULL,
-            "llama3.1-70b",
-            16,
-            16,
-            numberNodes=2,
-            enableRoce=True,
-            run={"ncclDebug": True, "queueName": "gpu-queue", "activeDeadlineSeconds": 7200},
-        ),
+        ROCE_2NODE_70B,
         TRAINJOB_ROCE_PROFILE,
     ),
     Case(
