@@ -108,24 +108,30 @@ def test_a_forged_status_job_fails_the_run_once(operator, kubelet, create_experi
 
 
 def test_pytorchjob_without_its_crd_is_invalid_and_leaves_nothing(
-    operator, kubelet, create_experiment, kube_api, namespace
-):
+    own_cluster: ControlPlane, tmp_path: Path, operator_process: Any
+) -> None:
     """Item 8: runtime PyTorchJob on a cluster without the training operator is Invalid with the
-    reason (not Failed with a raw 404), and the plan ConfigMap created before it is removed."""
-    from kubernetes.client import ApiextensionsV1Api
-    from kubernetes.client.exceptions import ApiException
+    reason (not Failed with a raw 404), and the plan ConfigMap created before it is removed. A
+    control plane of its own: other tests install the PyTorchJob CRD into the session's."""
+    from kubernetes import client, config
 
+    api = config.new_client_from_config(config_file=str(own_cluster.kubeconfig))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    install_crd(api, crd())
+    core.create_namespace({"metadata": {"name": "bench"}})
+    wait_for(lambda: core.read_namespaced_service_account("default", "bench").secrets, 30, what="SA token")
+    operator = operator_process(own_cluster.kubeconfig, tmp_path, TEST_PROFILE).start()
     try:
-        ApiextensionsV1Api(kube_api).read_custom_resource_definition("pytorchjobs.kubeflow.org")
-        pytest.skip("the PyTorchJob CRD is installed in this session")
-    except ApiException as err:
-        assert err.status == 404
-    spec = lora_spec(numberGpus=2, batchSize=4, numberNodes=2, run={"runtime": "PyTorchJob"})
-    name = create_experiment(spec)["metadata"]["name"]
-    invalid = kubelet.wait_phase(name, "Invalid")
-    assert "pytorchjobs.kubeflow.org" in invalid["status"]["message"] and "HTTP" not in invalid["status"]["message"]
-    wait_for(lambda: not CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=SELECTOR).items,
-             what="plan ConfigMap removed")  # fmt: skip
+        spec = lora_spec(numberGpus=2, batchSize=4, numberNodes=2, run={"runtime": "PyTorchJob"})
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "exp"}, "spec": spec}
+        custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, body)
+        invalid = Kubelet(api, "bench").wait_phase("exp", "Invalid")
+        message = invalid["status"]["message"]
+        assert "pytorchjobs.kubeflow.org" in message and "HTTP" not in message
+        wait_for(lambda: not core.list_namespaced_config_map("bench", label_selector=SELECTOR).items,
+                 what="plan ConfigMap removed")  # fmt: skip
+    finally:
+        operator.stop()
 
 
 def test_missing_priority_class_fails_up_front(operator, kubelet, create_experiment, kube_api, namespace):
