@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from ftbench.engines.locks import uv_command
@@ -37,7 +38,9 @@ def cache_root() -> Path:
     return Path(os.environ.get("FTBENCH_CACHE") or Path.home() / ".cache" / "ftbench") / "engines"
 
 
+@cache
 def _python_tag(python: str) -> str:
+    """'3.11' for an interpreter (asked once per interpreter: env_dir runs for every release)."""
     out = subprocess.run(
         [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
         capture_output=True,

@@ -7,6 +7,7 @@ shared control plane stay Pending as they expect.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -330,10 +331,13 @@ def test_lost_process_after_restart_is_reported_as_kubelet_restarted(control_pla
     create(control_plane, ns, pod("lost", f"sleep 600; echo {marker}"))
     wait_phase(control_plane, ns, "lost", ("Running",))
     kubelet.stop(signal.SIGKILL)
-    for pid in _pids(marker):  # the container's processes die while no kubelet watches
-        os.kill(pid, signal.SIGKILL)
+    # The container's processes die while no kubelet watches: its whole group first, so no process of
+    # it outlives the others long enough to record an exit status, then any stragglers.
     pid_file = next(kubelet.state_dir.glob("pods/*_lost_*/containers/main/pid"))
     os.killpg(json.loads(pid_file.read_text())["pid"], signal.SIGKILL)
+    for pid in _pids(marker):
+        with contextlib.suppress(ProcessLookupError):  # already gone with its group
+            os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     kubelet.start()
     done = wait_phase(control_plane, ns, "lost", timeout=40)
