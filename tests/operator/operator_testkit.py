@@ -50,11 +50,13 @@ def wait_for(fn: Callable[[], T | None], timeout: float = 90.0, interval: float 
     last: Any = None
     while time.monotonic() < deadline:
         try:
-            last = fn()
-        except Exception as err:  # API hiccups while an object appears
+            value = fn()
+        except Exception as err:  # API hiccups while an object appears: keep waiting
             last = err
-        if last:
-            return last
+        else:
+            last = value
+            if value:
+                return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or fn}: last={last!r}")
 
