@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,11 +101,28 @@ def test_a_forged_status_job_fails_the_run_once(operator, kubelet, create_experi
     """Item 7: a status.job of a kind ftbench never creates fails the run with the reason
     instead of crashing every sync."""
     name = create_experiment(lora_spec())["metadata"]["name"]
-    kubelet.wait_phase(name, "Pending")
-    forged = {"status": {"job": {"apiVersion": "v1", "kind": "Secret", "name": "x"}}}
-    CustomObjectsApi(kube_api).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, forged)
-    kubelet.run(kubelet.wait_pods(1)[0])  # any child event makes the operator look again
-    failed = kubelet.wait_phase(name, "Failed")
+    pod = kubelet.wait_pods(1)[0]
+    kubelet.run(pod)
+    kubelet.wait_phase(name, "Running")
+    custom, core = CustomObjectsApi(kube_api), CoreV1Api(kube_api)
+    forged = {"apiVersion": "v1", "kind": "Secret", "name": "x"}
+
+    def forge_and_look() -> dict | None:
+        """A sync already under way when the forgery lands writes the Job it read back over it, so
+        the forgery is repeated until it holds; touching the pod makes the operator look again."""
+        fte = kubelet.experiment(name)
+        if fte["status"].get("phase") == "Failed":
+            return fte
+        if fte["status"].get("job") != forged:
+            custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": {"job": forged}}
+            )
+        core.patch_namespaced_pod(
+            pod.metadata.name, namespace, {"metadata": {"annotations": {"poke": uuid.uuid4().hex}}}
+        )
+        return None
+
+    failed = wait_for(forge_and_look, interval=1.0, what=f"{name} Failed on its forged status.job")
     assert "not a workload ftbench creates" in failed["status"]["message"]
     assert "Traceback" not in operator.log()[-20000:]
 
