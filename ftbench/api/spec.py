@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
-from pydantic.alias_generators import to_camel
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from ftbench.api.enums import (
     DEFAULT_FMS_HF_TUNING_VERSION,
@@ -33,6 +32,7 @@ from ftbench.api.enums import (
     TorchDtype,
     canonical_experiment,
 )
+from ftbench.contracts.wire import WireModel
 
 Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
 FmsHfTuningVersion = Literal[FMS_HF_TUNING_VERSIONS]  # type: ignore[valid-type]
@@ -66,16 +66,8 @@ MAX_EPOCHS = 10_000
 MAX_SECONDS = 31_536_000  # one year
 
 
-class ApiModel(BaseModel):
-    """Base for every API object: camelCase aliases, unknown fields rejected, immutable."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        use_enum_values=False,
-    )
+class ApiModel(WireModel):
+    """Base for every API object: `WireModel`'s settings plus `to_wire`, the form Kubernetes stores."""
 
     def to_wire(self) -> dict:
         """The object as it appears in YAML / the Kubernetes API (camelCase, None omitted)."""

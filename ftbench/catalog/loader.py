@@ -9,16 +9,12 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
 
 from ftbench.api.enums import DistributedBackend, Engine, Experiment, TorchDtype
+from ftbench.contracts.wire import WireModel
 
 
-class _Entry(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-class ModelWeights(_Entry):
+class ModelWeights(WireModel):
     vanilla: str | None = None
     gptq: str | None = None
 
@@ -28,7 +24,7 @@ class ModelWeights(_Entry):
         return not ref.startswith(("/", ".")) and ref.count("/") == 1
 
 
-class ModelEntry(_Entry):
+class ModelEntry(WireModel):
     name: str
     weights: ModelWeights
     target_modules: tuple[str, ...] | None = None
@@ -41,7 +37,7 @@ class ModelEntry(_Entry):
         return self.weights.gptq if variant == "gptq" else self.weights.vanilla
 
 
-class DatasetEntry(_Entry):
+class DatasetEntry(WireModel):
     name: str
     kind: Literal["text-chars", "text-tokens", "vision"]
     entries: Annotated[int, Field(ge=1)]
@@ -52,7 +48,7 @@ class DatasetEntry(_Entry):
     description: str = ""
 
 
-class ExperimentEntry(_Entry):
+class ExperimentEntry(WireModel):
     name: Experiment
     method: Literal["full", "lora", "gptq-lora", "pt"]
     peft_method: Literal["none", "lora", "pt"]

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from ftbench.api.enums import DistributedBackend, Engine, Experiment, TorchDtype
+from ftbench.contracts.wire import WireModel
 
 PLAN_SCHEMA_VERSION = "ftbench.io/plan/v1"
 PLAN_FILENAME = "plan.json"
@@ -25,11 +25,7 @@ DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 RESPONSE_TEMPLATE = "\n### Response:"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-class ExperimentRef(_Model):
+class ExperimentRef(WireModel):
     """Which object (or local run) this plan belongs to: labels results and progress reports."""
 
     name: str
@@ -38,7 +34,7 @@ class ExperimentRef(_Model):
     attempt: Annotated[int, Field(ge=0)] = 0
 
 
-class ModelRef(_Model):
+class ModelRef(WireModel):
     name: str = Field(description="Catalog name, e.g. llama3.1-8b.")
     ref: str = Field(description="What from_pretrained gets: a Hugging Face id or an absolute path.")
     weights: Literal["vanilla", "gptq"] = "vanilla"
@@ -47,7 +43,7 @@ class ModelRef(_Model):
     num_local_experts: int | None = None
 
 
-class DatasetRef(_Model):
+class DatasetRef(WireModel):
     id: str
     path: str | None = Field(
         None,
@@ -60,7 +56,7 @@ class DatasetRef(_Model):
     generate_if_missing: bool = True
 
 
-class Topology(_Model):
+class Topology(WireModel):
     number_nodes: Annotated[int, Field(ge=1)]
     number_gpus: Annotated[int, Field(ge=0)]
     gpus_per_node: Annotated[int, Field(ge=0)]
@@ -70,7 +66,7 @@ class Topology(_Model):
     per_device_batch_size: Annotated[int, Field(ge=1)]
 
 
-class Rendezvous(_Model):
+class Rendezvous(WireModel):
     """How a node learns its rank and the master's address at run time."""
 
     source: Literal["local", "pytorchjob", "indexedjob", "trainjob"] = Field(
@@ -82,21 +78,21 @@ class Rendezvous(_Model):
     port: Annotated[int, Field(ge=1, le=65535)] = 29500
 
 
-class PeftSettings(_Model):
+class PeftSettings(WireModel):
     method: Literal["none", "lora", "pt"]
     r: int | None = None
     lora_alpha: int | None = None
     target_modules: tuple[str, ...] | None = None
 
 
-class FsdpSettings(_Model):
+class FsdpSettings(WireModel):
     sharding_strategy: str
     state_dict_type: str
     use_orig_params: bool
     layer_classes: str | None
 
 
-class TrainingSettings(_Model):
+class TrainingSettings(WireModel):
     """The hyperparameters of seed 001's command line, typed; both engines read these."""
 
     torch_dtype: TorchDtype
@@ -130,7 +126,7 @@ class TrainingSettings(_Model):
     seed: int = 42
 
 
-class StopSettings(_Model):
+class StopSettings(WireModel):
     """Seed 001's stop controls. The auto-stop thresholds are parameters so tests can shrink them."""
 
     stop_after_seconds: float = -1.0
@@ -140,7 +136,7 @@ class StopSettings(_Model):
     auto_stop_stable_steps: int = 10
 
 
-class OutputSettings(_Model):
+class OutputSettings(WireModel):
     dir: str = Field(description="Scratch output directory (checkpoints are never saved).")
     result_file: str = Field(description="Full result JSON written by rank 0.")
     termination_message_path: str = DEFAULT_TERMINATION_MESSAGE_PATH
@@ -148,7 +144,7 @@ class OutputSettings(_Model):
     report_progress_to_kubernetes: bool = False
 
 
-class LaunchPlan(_Model):
+class LaunchPlan(WireModel):
     schema_version: Literal["ftbench.io/plan/v1"] = PLAN_SCHEMA_VERSION
     experiment_ref: ExperimentRef
     experiment: Experiment

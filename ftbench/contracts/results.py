@@ -12,8 +12,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
+
+from ftbench.contracts.wire import WireModel
 
 RESULT_SCHEMA_VERSION = "ftbench.io/result/v1"
 
@@ -42,15 +43,11 @@ REASON_ENGINE_MISMATCH = "EngineMismatch"
 COMMAND_LIMIT = 1200
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-
 Percent = Annotated[float, Field(ge=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 
 
-class Metrics(_Model):
+class Metrics(WireModel):
     """Measured properties of one successful run (seed 001 plus ftbench's extras)."""
 
     # GPU (0.0 when no GPU is used, as the seed says). Each GPU is averaged over the run;
@@ -125,7 +122,7 @@ class Metrics(_Model):
     )
 
 
-class RunEnvironment(_Model):
+class RunEnvironment(WireModel):
     """What actually ran: versions and the distributed mode read at run time, not from the spec."""
 
     engine: str = Field(description="fms-hf-tuning or trl.")
@@ -158,14 +155,14 @@ class RunEnvironment(_Model):
     )
 
 
-class RunError(_Model):
+class RunError(WireModel):
     """Why a run did not produce metrics."""
 
     type: str = Field(description="Exception type, e.g. torch.OutOfMemoryError.")
     message: str = Field(description="First line(s) of the exception message, truncated.")
 
 
-class TrainerResult(_Model):
+class TrainerResult(WireModel):
     """One run's result as the trainer writes it (file, termination message, local store)."""
 
     schema_version: str = Field(RESULT_SCHEMA_VERSION, description="Result schema version.")

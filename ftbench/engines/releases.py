@@ -14,8 +14,9 @@ from importlib.resources import files
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
+
+from ftbench.contracts.wire import WireModel
 
 # The API classes of `tuning.sft_trainer`: the release where `parse_arguments`/`train` changed shape.
 ApiClass = Literal["2.0", "2.3", "2.4", "2.5", "3.0", "3.1"]
@@ -28,11 +29,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
-class _Entry(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-class FmsRelease(_Entry):
+class FmsRelease(WireModel):
     """One release: how to install it, which API shape it has, and what it cannot do."""
 
     version: Annotated[str, Field(pattern=r"^\d+(\.\d+){2,3}$")]
@@ -60,7 +57,7 @@ class FmsRelease(_Entry):
         return parse_lock(self.lock_text())
 
 
-class FmsReleases(_Entry):
+class FmsReleases(WireModel):
     cpu_torch: str
     locked_at: date
     ftbench_layer: tuple[str, ...]

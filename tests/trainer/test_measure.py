@@ -162,8 +162,7 @@ def test_token_counter_commits_only_batches_the_model_consumed() -> None:
 
 
 def test_gpu_metrics_are_min_avg_max_over_per_gpu_means() -> None:
-    pytest.importorskip("transformers")
-    from ftbench_trainer.measure.callback import _gpu_spread
+    from ftbench_trainer.measure.combine import gpu_spread as _gpu_spread
     from ftbench_trainer.measure.system import GpuSample, GpuSummary
 
     # Per-GPU means from samples (seed note 1), then the spread across GPUs.

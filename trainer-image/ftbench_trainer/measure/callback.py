@@ -1,8 +1,9 @@
 """`MeasureCallback`: the one transformers `TrainerCallback` both engines run with.
 
 Per step it only reads the clock, copies a few Python ints and (for clock-based stops) exchanges
-two flags; all heavy lifting — collectives, statistics, MFU — happens once in `on_train_end`,
-after which every rank holds the same `Metrics` in `self.metrics`.
+two flags. It only adapts Trainer events into observations: at `on_train_end` each rank cuts its
+measured window (`window.step_window`), the one collective gathers every rank's `RankReport`, and
+the pure `combine.combine` turns them into the same `Metrics` in `self.metrics` on every rank.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback
@@ -18,42 +18,15 @@ from transformers import TrainerCallback
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import Metrics
 from ftbench_trainer.measure import distributed
-from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
+from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
 from ftbench_trainer.measure.stop import StopController
-from ftbench_trainer.measure.system import GpuSummary, SystemSampler
-from ftbench_trainer.measure.timing import (
-    StepRecord,
-    StepTimer,
-    coefficient_of_variation,
-    percentile,
-    steady_state_start,
-)
+from ftbench_trainer.measure.system import SystemSampler
+from ftbench_trainer.measure.timing import StepRecord, StepTimer
 from ftbench_trainer.measure.tokens import TokenCounter
+from ftbench_trainer.measure.window import step_window
 from ftbench_trainer.report import ProgressSink, ProgressUpdate
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RankReport:
-    """What one rank contributes to the final metrics (gathered once at the end)."""
-
-    runtime: float = 0.0
-    step_times: list[float] = field(default_factory=list)
-    samples: int = 0
-    padded_tokens: int = 0
-    non_padding_tokens: int = 0
-    padded_length_squared: int = 0
-    steady_tokens: int = 0
-    steady_seconds: float = 0.0
-    warmup_seconds: float = 0.0
-    cpu_percent: float = 0.0
-    cpu_memory_percent: float = 0.0
-    gpus: list[GpuSummary] = field(default_factory=list)
-    gpu_name: str = ""
-    max_memory_allocated: int = 0
-    max_memory_reserved: int = 0
-    uncounted_forwards: int = 0
 
 
 def distributed_mode() -> str:
@@ -64,17 +37,6 @@ def distributed_mode() -> str:
         return str(PartialState().distributed_type.value)
     except Exception:  # accelerate state not initialised: one plain process
         return "NO"
-
-
-def _delta(a: StepRecord | None, b: StepRecord) -> tuple[int, int, int, int]:
-    if a is None:
-        return b.samples, b.padded_tokens, b.non_padding_tokens, b.padded_length_squared
-    return (
-        b.samples - a.samples,
-        b.padded_tokens - a.padded_tokens,
-        b.non_padding_tokens - a.non_padding_tokens,
-        b.padded_length_squared - a.padded_length_squared,
-    )
 
 
 class MeasureCallback(TrainerCallback):
@@ -106,10 +68,7 @@ class MeasureCallback(TrainerCallback):
         self.metrics: Metrics | None = None
         self.distributed_mode = "NO"
         self.world_size = 1
-        self.model_parameters = 0
-        self.trainable_parameters = 0
-        self.layers = 0
-        self.hidden = 0
+        self.model_size = ModelSize()
         self._hooks: list[Any] = []
         self._last_progress = float("-inf")
         self._max_steps = 0
@@ -140,10 +99,13 @@ class MeasureCallback(TrainerCallback):
             # FSDP1 exposes each rank's shard only: the model is the sum over ranks.
             sums = distributed.gather((total, trainable))
             total, trainable = sum(s[0] for s in sums), sum(s[1] for s in sums)
-        self.model_parameters, self.trainable_parameters = total, trainable
         config = getattr(model, "config", None)
-        self.layers = int(getattr(config, "num_hidden_layers", 0) or 0)
-        self.hidden = int(getattr(config, "hidden_size", 0) or 0)
+        self.model_size = ModelSize(
+            parameters=total,
+            trainable=trainable,
+            layers=int(getattr(config, "num_hidden_layers", 0) or 0),
+            hidden=int(getattr(config, "hidden_size", 0) or 0),
+        )
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.timer.start is None:
@@ -194,131 +156,37 @@ class MeasureCallback(TrainerCallback):
         for h in self._hooks:
             h.remove()
         reports = distributed.gather(self._rank_report())
-        self.metrics = self._combine(reports)
+        self.metrics = combine(reports, self._run_facts())
 
     # ------------------------------------------------------------------ results
 
-    def _window(self) -> tuple[int, float]:
-        """(index of the first measured step, seconds of warmup excluded)."""
-        w = self.stop.warmup_end_step
-        if w is None or w >= len(self.timer.steps):
-            return 0, 0.0  # no warmup, or training ended inside it: measure every step
-        return w, self.timer.steps[w - 1].end - (self.timer.start or 0.0)
-
     def _rank_report(self) -> RankReport:
-        steps = self.timer.steps
-        if not steps or self.timer.start is None:
+        window = step_window(self.timer, self.stop.warmup_end_step)
+        if not window.step_times:  # no step ended: nothing was measured
             return RankReport(uncounted_forwards=self.tokens.uncounted_forwards)
-        first, warmup = self._window()
-        before = steps[first - 1] if first > 0 else None
-        start = before.end if before else self.timer.start
-        end = steps[-1].end
-        samples, padded, non_padding, lsq = _delta(before, steps[-1])
-        times = self.timer.step_times()[first:]
-        s = first + steady_state_start(len(times))
-        steady_from = steps[s - 1] if s > 0 else None
-        steady_tokens = _delta(steady_from, steps[-1])[1]
-        steady_seconds = end - (steady_from.end if steady_from else self.timer.start)
-        cpu, mem = self.sampler.cpu_summary(start, end)
+        cpu, mem = self.sampler.cpu_summary(window.start, window.end)
         allocated = reserved = 0
         if not self.plan.use_cpu:
             allocated, reserved = _cuda_peaks()
         return RankReport(
-            runtime=end - start,
-            step_times=times,
-            samples=samples,
-            padded_tokens=padded,
-            non_padding_tokens=non_padding,
-            padded_length_squared=lsq,
-            steady_tokens=steady_tokens,
-            steady_seconds=steady_seconds,
-            warmup_seconds=warmup,
+            window=window,
             cpu_percent=cpu,
             cpu_memory_percent=mem,
-            gpus=self.sampler.gpu_summaries(start, end),
+            gpus=tuple(self.sampler.gpu_summaries(window.start, window.end)),
             gpu_name=self.sampler.gpu_name,
             max_memory_allocated=allocated,
             max_memory_reserved=reserved,
             uncounted_forwards=self.tokens.uncounted_forwards,
         )
 
-    def _combine(self, reports: list[RankReport]) -> Metrics:
-        r0 = reports[0]
-        runtime = max(r.runtime for r in reports)
-        steps = len(r0.step_times)
-        samples = sum(r.samples for r in reports)
-        tokens = sum(r.padded_tokens for r in reports)
-        gpus = max(1, self.plan.topology.number_gpus)
-
-        def rate(x: float, seconds: float = runtime) -> float:
-            return x / seconds if seconds > 0 else 0.0
-
-        gpu = [g for r in reports for g in r.gpus]
-        flops = training_flops(
-            parameters=self.model_parameters,
-            trainable=self.trainable_parameters,
-            tokens=tokens,
-            layers=self.layers,
-            hidden=self.hidden,
-            length_squared=sum(r.padded_length_squared for r in reports),
-        )
-        peak = peak_flops(r0.gpu_name, self.plan.training.torch_dtype.value)
-        tokens_per_second = rate(tokens)
-        dataset_tps = rate(samples * self.dataset_tokens_per_sample)
-        return Metrics(
-            **_gpu_spread(gpu),
-            gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=0.0),
-            gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports),
-            gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
-            cpu_compute_utilization_percent=_avg([r.cpu_percent for r in reports]),
-            cpu_memory_utilization_percent=_avg([r.cpu_memory_percent for r in reports]),
-            train_runtime_seconds=runtime,
-            train_steps=steps,
-            train_samples=samples,
-            train_tokens=tokens,
-            train_non_padding_tokens=sum(r.non_padding_tokens for r in reports),
-            train_samples_per_second=rate(samples),
-            train_steps_per_second=rate(steps),
-            train_tokens_per_second=tokens_per_second,
-            train_tokens_per_gpu_per_second=tokens_per_second / gpus,
-            dataset_tokens_per_second=dataset_tps,
-            dataset_tokens_per_second_per_gpu=dataset_tps / gpus,
-            step_time_p50_seconds=percentile(r0.step_times, 50),
-            step_time_p95_seconds=percentile(r0.step_times, 95),
-            step_time_cv=coefficient_of_variation(r0.step_times),
-            steady_state_tokens_per_second=rate(
-                sum(r.steady_tokens for r in reports), max(r.steady_seconds for r in reports)
-            ),
-            warmup_excluded_seconds=r0.warmup_seconds,
-            mfu_percent=mfu_percent(flops, runtime, self.plan.topology.number_gpus, peak),
-            model_parameters=self.model_parameters,
-            trainable_parameters=self.trainable_parameters,
+    def _run_facts(self) -> RunFacts:
+        return RunFacts(
+            number_gpus=self.plan.topology.number_gpus,
+            torch_dtype=self.plan.training.torch_dtype.value,
+            dataset_tokens_per_sample=self.dataset_tokens_per_sample,
+            model=self.model_size,
             stopped_by=self.stopped_by,
         )
-
-
-def _avg(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-# Metrics field stem, GpuSummary attribute, unit suffix.
-_GPU_FIELDS = (
-    ("gpu_compute_utilization", "compute_percent", "percent"),
-    ("gpu_memory_utilization", "memory_percent", "percent"),
-    ("gpu_power", "power_percent", "percent"),
-    ("gpu_power", "power_watts", "watts"),
-)
-
-
-def _gpu_spread(gpus: list[GpuSummary]) -> dict[str, float]:
-    """Seed note 1: min/avg/max across GPUs of each GPU's mean over the run (0.0 without GPUs)."""
-    out: dict[str, float] = {}
-    for stem, attr, unit in _GPU_FIELDS:
-        values = [getattr(g, attr) for g in gpus]
-        out[f"{stem}_min_{unit}"] = min(values, default=0.0)
-        out[f"{stem}_avg_{unit}"] = _avg(values)
-        out[f"{stem}_max_{unit}"] = max(values, default=0.0)
-    return out
 
 
 def _synchronize(use_cpu: bool) -> None:

@@ -1,0 +1,136 @@
+"""`combine`: every rank's report -> the run's `Metrics`, as one pure function.
+
+All cross-rank formulas live here (docs/measurements.md defines each number): the runtime is the
+slowest rank's window, counts are summed over ranks, rates divide by that runtime, per-GPU rates
+by max(1, numberGpus), GPU figures are min/avg/max across GPUs of each GPU's mean (seed note 1),
+step-time statistics come from rank 0, and MFU from the model's size and the GPU's peak. Nothing
+here imports torch or transformers: the callback collects observations, this module does the
+arithmetic, so hand-computed multi-rank cases are unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ftbench.contracts.results import Metrics
+from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
+from ftbench_trainer.measure.system import GpuSummary
+from ftbench_trainer.measure.timing import coefficient_of_variation, percentile
+from ftbench_trainer.measure.window import StepWindow
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What one rank contributes to the final metrics (gathered once at the end of training)."""
+
+    window: StepWindow = field(default_factory=StepWindow)
+    cpu_percent: float = 0.0
+    cpu_memory_percent: float = 0.0
+    gpus: tuple[GpuSummary, ...] = ()
+    gpu_name: str = ""
+    max_memory_allocated: int = 0
+    max_memory_reserved: int = 0
+    uncounted_forwards: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """What the FLOP count needs of the model (parameters summed over FSDP1 shards)."""
+
+    parameters: int = 0
+    trainable: int = 0
+    layers: int = 0
+    hidden: int = 0
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What every rank knows alike: from the plan, the model and the stop controls, not sampled."""
+
+    number_gpus: int
+    torch_dtype: str
+    dataset_tokens_per_sample: float
+    model: ModelSize = field(default_factory=ModelSize)
+    stopped_by: str = "completed"
+
+
+def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
+    """The run's metrics from every rank's report (rank order; at least one report)."""
+    r0 = reports[0].window
+    windows = [r.window for r in reports]
+    runtime = max(w.runtime for w in windows)
+    steps = len(r0.step_times)
+    samples = sum(w.samples for w in windows)
+    tokens = sum(w.padded_tokens for w in windows)
+    gpus = max(1, run.number_gpus)
+
+    def rate(x: float, seconds: float = runtime) -> float:
+        return x / seconds if seconds > 0 else 0.0
+
+    gpu = [g for r in reports for g in r.gpus]
+    flops = training_flops(
+        parameters=run.model.parameters,
+        trainable=run.model.trainable,
+        tokens=tokens,
+        layers=run.model.layers,
+        hidden=run.model.hidden,
+        length_squared=sum(w.padded_length_squared for w in windows),
+    )
+    peak = peak_flops(reports[0].gpu_name, run.torch_dtype)
+    tokens_per_second = rate(tokens)
+    dataset_tps = rate(samples * run.dataset_tokens_per_sample)
+    return Metrics(
+        **gpu_spread(gpu),
+        gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=0.0),
+        gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports),
+        gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
+        cpu_compute_utilization_percent=_avg([r.cpu_percent for r in reports]),
+        cpu_memory_utilization_percent=_avg([r.cpu_memory_percent for r in reports]),
+        train_runtime_seconds=runtime,
+        train_steps=steps,
+        train_samples=samples,
+        train_tokens=tokens,
+        train_non_padding_tokens=sum(w.non_padding_tokens for w in windows),
+        train_samples_per_second=rate(samples),
+        train_steps_per_second=rate(steps),
+        train_tokens_per_second=tokens_per_second,
+        train_tokens_per_gpu_per_second=tokens_per_second / gpus,
+        dataset_tokens_per_second=dataset_tps,
+        dataset_tokens_per_second_per_gpu=dataset_tps / gpus,
+        step_time_p50_seconds=percentile(r0.step_times, 50),
+        step_time_p95_seconds=percentile(r0.step_times, 95),
+        step_time_cv=coefficient_of_variation(r0.step_times),
+        steady_state_tokens_per_second=rate(
+            sum(w.steady_tokens for w in windows), max(w.steady_seconds for w in windows)
+        ),
+        warmup_excluded_seconds=r0.warmup_seconds,
+        mfu_percent=mfu_percent(flops, runtime, run.number_gpus, peak),
+        model_parameters=run.model.parameters,
+        trainable_parameters=run.model.trainable,
+        stopped_by=run.stopped_by,
+    )
+
+
+def _avg(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+# Metrics field stem, GpuSummary attribute, unit suffix.
+_GPU_FIELDS = (
+    ("gpu_compute_utilization", "compute_percent", "percent"),
+    ("gpu_memory_utilization", "memory_percent", "percent"),
+    ("gpu_power", "power_percent", "percent"),
+    ("gpu_power", "power_watts", "watts"),
+)
+
+
+def gpu_spread(gpus: Sequence[GpuSummary]) -> dict[str, float]:
+    """Seed note 1: min/avg/max across GPUs of each GPU's mean over the run (0.0 without GPUs)."""
+    out: dict[str, float] = {}
+    for stem, attr, unit in _GPU_FIELDS:
+        values = [getattr(g, attr) for g in gpus]
+        out[f"{stem}_min_{unit}"] = min(values, default=0.0)
+        out[f"{stem}_avg_{unit}"] = _avg(values)
+        out[f"{stem}_max_{unit}"] = max(values, default=0.0)
+    return out
