@@ -334,3 +334,16 @@ def test_missing_file_is_generated_once(tmp_path: Path) -> None:
     path, generated = resolve_dataset_file(ident, tmp_path, entries=4)
     assert generated and path == dataset_path(ident, tmp_path, entries=4)
     assert resolve_dataset_file(ident, tmp_path, entries=4) == (path, False)
+    assert resolve_dataset_file(ident, tmp_path, entries=4) == (path, False)
+
+
+def test_note3_counts_text_rows_and_refuses_chat_rows(tmp_path: Path) -> None:
+    """A chat row (the vision sets' `output`) has no text for seed note 3: refused, never its repr counted."""
+    from ftbench_trainer.measure.dataset_tokens import read_texts
+
+    text, chat = tmp_path / "text.jsonl", tmp_path / "chat.jsonl"
+    text.write_text(json.dumps({"output": "a b c"}) + "\n")
+    chat.write_text(json.dumps({"output": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}) + "\n")
+    assert list(read_texts(text, "output")) == ["a b c"]
+    with pytest.raises(TypeError, match="'output' holds list, not text"):
+        list(read_texts(chat, "output"))
