@@ -49,6 +49,7 @@ class RankReport:
     warmup_seconds: float = 0.0
     cpu_percent: float = 0.0
     cpu_memory_percent: float = 0.0
+    node_memory_percent: float = 0.0
     gpus: list[GpuSummary] = field(default_factory=list)
     gpu_name: str = ""
     max_memory_allocated: int = 0
@@ -219,7 +220,7 @@ class MeasureCallback(TrainerCallback):
         steady_from = steps[s - 1] if s > 0 else None
         steady_tokens = _delta(steady_from, steps[-1])[1]
         steady_seconds = end - (steady_from.end if steady_from else self.timer.start)
-        cpu, mem = self.sampler.cpu_summary(start, end)
+        cpu = self.sampler.cpu_summary(start, end)
         allocated = reserved = 0
         if not self.plan.use_cpu:
             allocated, reserved = _cuda_peaks()
@@ -233,8 +234,9 @@ class MeasureCallback(TrainerCallback):
             steady_tokens=steady_tokens,
             steady_seconds=steady_seconds,
             warmup_seconds=warmup,
-            cpu_percent=cpu,
-            cpu_memory_percent=mem,
+            cpu_percent=cpu.cpu_percent,
+            cpu_memory_percent=cpu.memory_percent,
+            node_memory_percent=cpu.node_memory_percent,
             gpus=self.sampler.gpu_summaries(start, end),
             gpu_name=self.sampler.gpu_name,
             max_memory_allocated=allocated,
@@ -272,6 +274,7 @@ class MeasureCallback(TrainerCallback):
             gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
             cpu_compute_utilization_percent=_avg([r.cpu_percent for r in reports]),
             cpu_memory_utilization_percent=_avg([r.cpu_memory_percent for r in reports]),
+            node_memory_used_percent=_avg([r.node_memory_percent for r in reports]),
             train_runtime_seconds=runtime,
             train_steps=steps,
             train_samples=samples,
