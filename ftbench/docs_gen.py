@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from ftbench.api.rules import all_rules
 from ftbench.api.status import Stability
 from ftbench.catalog import Catalog, load_catalog
-from ftbench.contracts.ado_names import ADO_PARAMETERS, ADO_PROPERTIES
+from ftbench.contracts.ado_names import ADO_PARAMETERS, ADO_PROPERTIES, FTBENCH_EXTRAS
 from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics, RunEnvironment
 from ftbench.crd import crd, model_schema
 from ftbench.profile import ClusterProfile
@@ -180,12 +180,18 @@ def crd_reference(catalog: Catalog | None = None) -> str:
         "`ftbench/contracts/ado_names.py`; the values keep ftbench's definitions, and "
         "[ftbench and ado, side by side](../measurements.md#ftbench-and-ado-side-by-side) says what "
         "each difference does to a number. The experiment is written with ado's registered id "
-        "(`finetune_gptq-lora_benchmark-v1.0.0` for GPTQ-LoRA).\n\n",
+        "(`finetune_gptq-lora_benchmark-v1.0.0` for GPTQ-LoRA). Columns whose name starts with "
+        "`ftbench_` come last and are ftbench's, not ado's: `ftbench_node_memory_used_percent` is the "
+        "node's memory in use, the quantity ado's `cpu_memory_utilization` measures (that column "
+        "carries ftbench's figure, the training processes' memory, seed note 2).\n\n",
         _table(
-            ("ado name", "ftbench field"),
+            ("Export column", "ftbench field"),
             [(_code(a), _code(f"spec.{f}")) for a, f in ADO_PARAMETERS.items()]
             + [(_code("is_valid"), _code("status.isValid"))]
-            + [(_code(a), _code(f"status.results.{_camel_name(f)}")) for a, f in ADO_PROPERTIES.items()],
+            + [
+                (_code(a), _code(f"status.results.{_camel_name(f)}"))
+                for a, f in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()
+            ],
         ),
     ]
     return "".join(parts)

@@ -36,6 +36,13 @@ ADO_PROPERTIES: dict[str, str] = {
     "gpu_power_percent_max": "gpu_power_max_percent",
 }
 
+#: ftbench's own properties written after ado's in an ado-named export, under names ado does not
+#: use (``ftbench_`` first), so an analysis can set like beside like: ado's cpu_memory_utilization is
+#: the node's memory in use, while ftbench's, following seed note 2, is the training processes'.
+FTBENCH_EXTRAS: dict[str, str] = {
+    "ftbench_node_memory_used_percent": "node_memory_used_percent",
+}
+
 #: ado entity-space parameter -> ftbench spec field (camelCase, as stored with each run).
 ADO_PARAMETERS: dict[str, str] = {
     "model_name": "model",
@@ -50,8 +57,8 @@ ADO_PARAMETERS: dict[str, str] = {
     "distributed_backend": "distributedBackend",
 }
 
-#: Column order of an ado-named export.
-ADO_COLUMNS: tuple[str, ...] = ("experiment_id", *ADO_PARAMETERS, "is_valid", *ADO_PROPERTIES)
+#: Column order of an ado-named export: ado's columns in its order, then ftbench's extras.
+ADO_COLUMNS: tuple[str, ...] = ("experiment_id", *ADO_PARAMETERS, "is_valid", *ADO_PROPERTIES, *FTBENCH_EXTRAS)
 
 
 def _camel(name: str) -> str:
@@ -60,8 +67,9 @@ def _camel(name: str) -> str:
 
 
 def ado_rows(experiment: str, spec: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per trial result with ado's names: its parameters from the spec, `is_valid`, and
-    the measured properties (absent, None, where the run produced no metrics, as ado omits them).
+    """One row per trial result with ado's names: its parameters from the spec, `is_valid`, the
+    measured properties (absent, None, where the run produced no metrics, as ado omits them) and
+    ftbench's extras.
     `experiment` is written with ado's registered id (its `gptq` spelling)."""
     from ftbench.api.enums import EXPERIMENT_ALIASES
 
@@ -71,6 +79,6 @@ def ado_rows(experiment: str, spec: dict[str, Any], results: list[dict[str, Any]
     for result in results or [{}]:
         metrics = result.get("metrics") or {}
         row: dict[str, Any] = {"experiment_id": ado_id, **params, "is_valid": result.get("isValid")}
-        row.update({ado: metrics.get(_camel(field)) for ado, field in ADO_PROPERTIES.items()})
+        row.update({name: metrics.get(_camel(field)) for name, field in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()})
         rows.append(row)
     return rows

@@ -78,6 +78,12 @@ class Metrics(WireModel):
     cpu_memory_utilization_percent: Percent = Field(
         0.0, description="Mean resident memory of the training processes as % of the node's memory."
     )
+    # Beside seed note 2: the node's whole memory use, the quantity ado reports as cpu_memory_utilization.
+    node_memory_used_percent: Percent = Field(
+        0.0,
+        description="Mean memory in use on the training processes' nodes by every process, as % of the "
+        "node's memory (psutil virtual_memory().percent): the quantity ado reports as cpu_memory_utilization.",
+    )
     # Throughput.
     train_runtime_seconds: NonNegative = Field(
         description="From the start of the first measured step to the end of the last one."

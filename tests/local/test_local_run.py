@@ -134,6 +134,12 @@ def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest
     assert named["experiment_id"] == "finetune_lora_benchmark-v1.0.0" and named["is_valid"] == "True"
     assert float(named["train_tokens_per_second"]) == result.metrics.train_tokens_per_second
     assert float(named["gpu_power_watts_min"]) == 0.0 and named["model_name"] == "ftbench-tiny-llama"
+    # ado's cpu_memory_utilization column carries seed note 2's process figure; the node's, ado's
+    # quantity, is measured beside it and exported under ftbench's own name.
+    m = result.metrics
+    assert 0 < m.cpu_memory_utilization_percent <= m.node_memory_used_percent < 100
+    assert float(named["cpu_memory_utilization"]) == m.cpu_memory_utilization_percent
+    assert float(named["ftbench_node_memory_used_percent"]) == m.node_memory_used_percent
 
 
 @pytest.mark.training

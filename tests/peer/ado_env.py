@@ -3,8 +3,9 @@
 Built once with uv under ``~/.cache/ftbench/peer/<name>-<key>`` (the key hashes the requirements),
 idempotently: a finished environment has a ``.complete`` marker, a half-built one is removed and
 rebuilt. The package is installed ``--no-deps``: its dependencies (ray, ado-core, aim, ...) are
-heavy and the tests only read its data files, run its dataset generator script (typer) and import
-its token-counting function (which needs transformers, taken from the test environment).
+heavy and the tests only read its data files, run its dataset generator scripts (typer; the vision one also pandas, pyarrow
+and pillow) and import its token-counting function (which needs transformers, taken from the test
+environment).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import sys
 from pathlib import Path
 
 ADO_PACKAGE = "ado-sfttrainer==1.8.12"
-# What the used scripts/modules import beyond the standard library (generate_dataset.py: typer).
-EXTRA_REQUIREMENTS = ("typer",)
+# What the used scripts/modules import beyond the standard library (generate_dataset.py: typer;
+# generate_vision_dataset.py: typer, pandas + pyarrow for to_parquet, pillow for the image).
+EXTRA_REQUIREMENTS = ("typer", "pandas", "pyarrow", "pillow")
 
 
 def _cache_root() -> Path:

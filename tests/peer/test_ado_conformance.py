@@ -3,13 +3,16 @@
 (a) every model of ado's config/models.yaml resolves in ftbench to the same weights (seed 002's
 layout under the cluster profile's modelRoot) and LoRA targets as ado's experiment modules;
 (b) a dataset made by ado's generate_dataset.py trains under `ftbench run`, and ftbench's
-generated rows pass ado's token counting (calculate_tokens_in_text_dataset).
+generated rows pass ado's token counting (calculate_tokens_in_text_dataset);
+(c) a vision dataset made by ado's generate_vision_dataset.py is the file ftbench uses, and
+ftbench's generated vision rows have its schema and image format (JPEG).
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -128,3 +131,56 @@ def test_ftbench_rows_pass_ados_token_counting(ado_dir: Path, tmp_path: Path, da
     else:
         assert all(c > 0 for c in counts)
     print(dataset_id, counts, file=sys.stderr)
+
+
+@pytest.mark.parametrize(("width", "height"), [(384, 384), (384, 768)])
+def test_ados_vision_dataset_is_read_like_ftbenchs(ado_dir: Path, tmp_path: Path, width: int, height: int) -> None:
+    """A file from ado's generate_vision_dataset.py at seed 002's place is the one ftbench trains on,
+    and ftbench's generated rows have its schema and image format (one JPEG of the catalog's size)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    image_module = pytest.importorskip("PIL.Image")
+    hf_datasets = pytest.importorskip("datasets")
+    from ftbench_trainer.datasets import DATASET_GENERATORS, generate_dataset, resolve_dataset_file
+    from ftbench_trainer.measure.dataset_tokens import read_texts
+
+    dataset_id = f"vision-{width}x{height}-16384plus-entries-4096"
+    assert (DATASET_GENERATORS[dataset_id]["width"], DATASET_GENERATORS[dataset_id]["height"]) == (width, height)
+    data = tmp_path / "data"
+    ado_file = data / f"{dataset_id}.parquet"
+    python = ado_dir.parents[4] / "bin" / "python"
+    subprocess.run(
+        [str(python), str(ado_dir / "scripts" / "generate_vision_dataset.py"), "-o", str(ado_file),
+         "--tokens-input", "10", "--tokens-output", "20", "--num-max-gpus", "1", "--num-max-batch-size", "2",
+         "--num-gradient-accumulation-steps", "1", "--image-width", str(width), "--image-height", str(height)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert resolve_dataset_file(dataset_id, data) == (ado_file, False)
+    assert sorted(p.name for p in data.iterdir()) == [ado_file.name]  # nothing generated beside it
+    ours = generate_dataset(dataset_id, tmp_path / "ours", entries=2, min_tokens=20)
+
+    ado_table, our_table = pq.read_table(ado_file), pq.read_table(ours)
+    assert ado_table.column_names == our_table.column_names == ["images", "output"]
+    assert ado_table.schema.field("output").type == our_table.schema.field("output").type
+    # ado's all-None `path` is pandas' null type; ftbench's is the string HF's Image feature declares.
+    ado_schema, our_schema = ado_table.schema.remove_metadata(), our_table.schema.remove_metadata()
+    assert ado_schema.field("images").type.field("path").type == pa.null()
+    assert pa.unify_schemas([ado_schema, our_schema]) == our_schema
+    for table in (ado_table, our_table):
+        for i, row in enumerate(table.to_pylist()):
+            image = image_module.open(io.BytesIO(row["images"]["bytes"]))
+            assert (image.format, image.size, image.mode) == ("JPEG", (width, height), "RGB")
+            user, assistant = row["output"]
+            assert [(c["type"], c["index"]) for c in user["content"]] == [("text", None), ("image", i)]
+            assert (user["role"], assistant["role"]) == ("user", "assistant")
+
+    # Both load as the trainer and fms-hf-tuning load parquet; under HF's Image feature both decode alike.
+    for path in (ado_file, ours):
+        loaded = hf_datasets.load_dataset(
+            "parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf")
+        )
+        decoded = loaded.cast_column("images", hf_datasets.Image())[0]["images"]
+        assert (decoded.format, decoded.size) == ("JPEG", (width, height))
+        # Seed note 3 counts text rows; chat rows are refused (the run reports 0 with a warning), not guessed.
+        with pytest.raises(TypeError, match="not text"):
+            list(read_texts(path, "output"))

@@ -127,6 +127,19 @@ def test_every_installable_release_has_a_lock_the_trainer_image_installs() -> No
         assert {"transformers", "trl", "peft", "accelerate", "datasets", "pydantic", "pyyaml", "psutil"} <= set(stack)
 
 
+def test_releases_that_train_vision_sets_carry_pillow() -> None:
+    """ftbench_trainer.datasets draws the vision sets' JPEGs with pillow inside the fms-hf-tuning image
+    that trains them; the releases with --dataset_image_field get it from their own stack."""
+    from ftbench.engines.flags import releases_knowing
+    from ftbench.engines.releases import load_releases
+
+    releases = {r.version: r for r in load_releases().releases}
+    vision = releases_knowing("--dataset_image_field")
+    assert vision
+    for version in vision:
+        assert "pillow" in releases[version].stack(), version
+
+
 def test_images_docs_list_every_tag_the_profile_uses() -> None:
     """trl in docs/images.md; each installable fms-hf-tuning release in the generated releases reference."""
     from ftbench.engines.releases import load_releases

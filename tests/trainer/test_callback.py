@@ -78,6 +78,8 @@ def test_stop_after_seconds_and_max_steps(tmp_path: Path) -> None:
     assert _drive(cb, clock, 1.0, 10) == 3
     assert cb.metrics is not None and cb.metrics.stopped_by == "stopAfterSeconds"
     assert cb.metrics.train_steps == 3 and cb.metrics.warmup_excluded_seconds == 0.0
+    # psutil's samples: this process's resident memory within the node's memory in use (ado's quantity).
+    assert 0 < cb.metrics.cpu_memory_utilization_percent <= cb.metrics.node_memory_used_percent < 100
 
     plan = make_plan(tmp_path, tmp_path / "m", tmp_path / "d", maxSteps=4)
     clock = FakeClock()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import struct
 import subprocess
 import sys
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from ftbench_trainer.datasets import (
     DATASET_GENERATORS,
     GENERATOR_VERSION,
     INPUT_HEADER,
+    OUTER_RADIUS,
     PREAMBLE,
     PROMPT_CHARS,
     RESPONSE_HEADER,
@@ -28,7 +28,7 @@ from ftbench_trainer.datasets import (
     dataset_params,
     dataset_path,
     generate_dataset,
-    make_png,
+    make_jpeg,
     resolve_dataset_file,
     sentences,
     tokens_copies,
@@ -248,33 +248,44 @@ def test_tokens_guarantee_128k(tiny_tokenizer, tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------- vision sets
 
 
-def png_size(data: bytes) -> tuple[int, int]:
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
-    return struct.unpack(">II", data[16:24])
+def jpeg_image(data: bytes):  # -> PIL.Image.Image, decoded
+    image_module = pytest.importorskip("PIL.Image", reason="vision datasets need pillow (the trainer extra)")
+    image = image_module.open(io.BytesIO(data))
+    image.load()
+    return image
 
 
-def test_png_is_valid() -> None:
-    data = make_png(384, 768)
-    assert png_size(data) == (384, 768)
-    (length,) = struct.unpack(">I", data[33:37])
-    assert data[37:41] == b"IDAT"
-    assert len(zlib.decompress(data[41 : 41 + length])) == 768 * (1 + 384 * 3)
-    try:
-        from PIL import Image
-    except ImportError:
-        return
-    import io
+def test_jpeg_is_ados_kind_of_picture() -> None:
+    """A white canvas with two concentric filled circles, as ado draws, encoded as JPEG."""
+    pytest.importorskip("PIL")
+    image = jpeg_image(make_jpeg(384, 768))
+    assert (image.format, image.size, image.mode) == ("JPEG", (384, 768), "RGB")
+    radius = OUTER_RADIUS * 384
+    outer = image.getpixel((192, round(384 - 0.75 * radius)))  # between the two circles
+    inner = image.getpixel((192, 384))
+    for corner in [(0, 0), (383, 0), (0, 767), (383, 767), (192, round(384 - 1.1 * radius))]:
+        assert min(image.getpixel(corner)) >= 245, corner  # white (JPEG is lossy: close, not exact)
+    assert max(outer) < 215 and max(inner) < 215  # colours are never near-white
+    assert sum(abs(a - b) for a, b in zip(outer, inner, strict=True)) > 0
 
-    with Image.open(io.BytesIO(data)) as img:
-        img.load()
-        assert img.size == (384, 768) and img.mode == "RGB"
+
+def test_jpeg_bytes_are_deterministic_per_size_and_seed() -> None:
+    pytest.importorskip("PIL")
+    first = make_jpeg(384, 384, seed=0)
+    assert make_jpeg(384, 384, seed=0) == first
+    assert make_jpeg(384, 384, seed=1) != first
+    assert make_jpeg(384, 768, seed=0) != first
+    with pytest.raises(DatasetError, match="positive"):
+        make_jpeg(0, 384)
 
 
 @pytest.mark.parametrize(("width", "height"), [(384, 384), (384, 768)])
 def test_vision_parquet_has_ados_columns(width: int, height: int, tmp_path: Path) -> None:
     """ado's generate_vision_dataset: one image per row, the chat in `output`, ~20k-token answers."""
     pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("PIL")
     ident = f"vision-{width}x{height}-16384plus-entries-4096"
+    assert (DATASET_GENERATORS[ident]["width"], DATASET_GENERATORS[ident]["height"]) == (width, height)
     path = generate_dataset(ident, tmp_path, entries=5)
     assert path.suffix == ".parquet"
     table = pq.read_table(path)
@@ -285,18 +296,21 @@ def test_vision_parquet_has_ados_columns(width: int, height: int, tmp_path: Path
     for i, row in enumerate(table.to_pylist()):
         image = row["images"]
         first_image = first_image or image["bytes"]
-        assert image["bytes"] == first_image and png_size(first_image) == (width, height)
+        assert image["bytes"] == first_image and image["path"] is None
         user, assistant = row["output"]
         assert user["role"] == "user" and assistant["role"] == "assistant"
         assert [(c["type"], c["index"]) for c in user["content"]] == [("text", None), ("image", i)]
         assert len(user["content"][0]["text"].split()) == VISION_QUESTION_WORDS
         assert len(assistant["content"][0]["text"].split()) == 16384
+    decoded = jpeg_image(first_image)
+    assert (decoded.format, decoded.size) == ("JPEG", (width, height))
     again = generate_dataset(ident, tmp_path / "again", entries=5)
     assert again.read_bytes() == path.read_bytes()
 
 
 def test_vision_loads_with_hf_datasets(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
+    pytest.importorskip("PIL")
     path = generate_dataset("vision-384x384-16384plus-entries-4096", tmp_path / "data", entries=3)
     ds = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
     assert len(ds) == 3
@@ -305,6 +319,7 @@ def test_vision_loads_with_hf_datasets(tmp_path: Path) -> None:
 
 def test_full_size_vision_file_is_small(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
+    pytest.importorskip("PIL")
     path = generate_dataset("vision-384x384-16384plus-entries-4096", tmp_path)
     # ~60 MB: the ~16k-word answers dominate, as in ado's file; the one image is dictionary-encoded
     assert path.stat().st_size < 100 * 1024 * 1024
@@ -334,3 +349,15 @@ def test_missing_file_is_generated_once(tmp_path: Path) -> None:
     path, generated = resolve_dataset_file(ident, tmp_path, entries=4)
     assert generated and path == dataset_path(ident, tmp_path, entries=4)
     assert resolve_dataset_file(ident, tmp_path, entries=4) == (path, False)
+
+
+def test_note3_counts_text_rows_and_refuses_chat_rows(tmp_path: Path) -> None:
+    """A chat row (the vision sets' `output`) has no text for seed note 3: refused, never its repr counted."""
+    from ftbench_trainer.measure.dataset_tokens import read_texts
+
+    text, chat = tmp_path / "text.jsonl", tmp_path / "chat.jsonl"
+    text.write_text(json.dumps({"output": "a b c"}) + "\n")
+    chat.write_text(json.dumps({"output": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}) + "\n")
+    assert list(read_texts(text, "output")) == ["a b c"]
+    with pytest.raises(TypeError, match="'output' holds list, not text"):
+        list(read_texts(chat, "output"))

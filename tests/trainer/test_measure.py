@@ -108,8 +108,18 @@ def test_system_sampler_on_cpu_reports_zero_gpu_and_real_cpu() -> None:
     sum(i * i for i in range(200_000))
     s.stop()
     assert s.gpu_summary(0, float("inf")) is None and s.gpu_name == ""
-    cpu, mem = s.cpu_summary(0, float("inf"))
-    assert cpu >= 0 and 0 < mem < 100
+    summary = s.cpu_summary(0, float("inf"))
+    assert summary.cpu_percent >= 0 and 0 < summary.memory_percent < 100
+    # The node's memory in use counts this process and every other one.
+    assert summary.memory_percent <= summary.node_memory_percent < 100
+
+
+def test_cpu_summary_averages_the_window() -> None:
+    from ftbench_trainer.measure.system import CpuSample, CpuSummary
+
+    s = SystemSampler(local_rank=0, use_gpu=False, interval=1.0)
+    s.cpu_samples = [CpuSample(1, 100, 2, 40), CpuSample(2, 50, 4, 60), CpuSample(9, 0, 50, 90)]
+    assert s.cpu_summary(1, 2) == CpuSummary(cpu_percent=75, memory_percent=3, node_memory_percent=50)
 
 
 def test_nvml_absent_is_not_an_error() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ftbench.contracts.ado_names import ADO_COLUMNS, ADO_PARAMETERS, ADO_PROPERTIES, ado_rows
+from ftbench.contracts.ado_names import ADO_COLUMNS, ADO_PARAMETERS, ADO_PROPERTIES, FTBENCH_EXTRAS, ado_rows
 from ftbench.contracts.results import Metrics
 
 # ado-sfttrainer 1.8.12 experiments/common.py get_default_measured_properties() (is_valid aside);
@@ -24,7 +24,8 @@ def test_every_ado_property_maps_to_a_metrics_field() -> None:
 
 
 def test_rows_use_ados_names_and_experiment_id() -> None:
-    metrics = {"trainTokensPerSecond": 12.5, "gpuPowerMinWatts": 80.0, "cpuMemoryUtilizationPercent": 3.0}
+    metrics = {"trainTokensPerSecond": 12.5, "gpuPowerMinWatts": 80.0, "cpuMemoryUtilizationPercent": 3.0,
+               "nodeMemoryUsedPercent": 41.0}  # fmt: skip
     spec = {"model": "llama-7b", "numberGpus": 2, "batchSize": 4}
     rows = ado_rows("finetune_gtpq-lora_benchmark-v1.0.0", spec, [{"isValid": True, "metrics": metrics}, {}])
     assert [list(r) for r in rows] == [list(ADO_COLUMNS)] * 2
@@ -33,5 +34,14 @@ def test_rows_use_ados_names_and_experiment_id() -> None:
     assert (first["train_tokens_per_second"], first["gpu_power_watts_min"], first["cpu_memory_utilization"]) == (
         12.5, 80.0, 3.0,
     )  # fmt: skip
+    assert first["ftbench_node_memory_used_percent"] == 41.0  # the node's figure, ado's quantity, beside it
     assert first["is_valid"] is True and second["is_valid"] is None and second["train_runtime"] is None
     assert first["model_name"] == "llama-7b" and set(ADO_PARAMETERS) < set(first)
+
+
+def test_ftbench_extras_come_last_under_names_ado_does_not_use() -> None:
+    """ado's columns keep their order; ftbench's extras follow, each a Metrics field named ftbench_*."""
+    assert ADO_COLUMNS[-len(FTBENCH_EXTRAS) :] == tuple(FTBENCH_EXTRAS)
+    assert all(name.startswith("ftbench_") and name not in ADO_MEASURED for name in FTBENCH_EXTRAS)
+    assert set(FTBENCH_EXTRAS.values()) <= set(Metrics.model_fields)
+    assert FTBENCH_EXTRAS["ftbench_node_memory_used_percent"] == "node_memory_used_percent"

@@ -68,11 +68,11 @@ def _two_ranks() -> list[RankReport]:
     )  # fmt: skip
     return [
         RankReport(
-            window=r0, cpu_percent=100.0, cpu_memory_percent=10.0, gpus=(GpuSummary(50, 40, 200, 50, 60),),
+            window=r0, cpu_percent=100.0, cpu_memory_percent=10.0, node_memory_percent=40.0, gpus=(GpuSummary(50, 40, 200, 50, 60),),
             gpu_name="NVIDIA H100 80GB HBM3", max_memory_allocated=7, max_memory_reserved=9,
         ),
         RankReport(
-            window=r1, cpu_percent=300.0, cpu_memory_percent=20.0, gpus=(GpuSummary(70, 60, 300, 75, 80),),
+            window=r1, cpu_percent=300.0, cpu_memory_percent=20.0, node_memory_percent=60.0, gpus=(GpuSummary(70, 60, 300, 75, 80),),
             gpu_name="NVIDIA H100 80GB HBM3", max_memory_allocated=8, max_memory_reserved=6,
         ),
     ]  # fmt: skip
@@ -122,6 +122,7 @@ def test_system_figures_spread_over_gpus_and_average_over_ranks() -> None:
     assert m.gpu_memory_utilization_peak_percent == 80
     assert (m.gpu_max_memory_allocated_bytes, m.gpu_max_memory_reserved_bytes) == (8, 9)
     assert (m.cpu_compute_utilization_percent, m.cpu_memory_utilization_percent) == (200.0, 15.0)
+    assert m.node_memory_used_percent == 50.0
 
 
 def test_mfu_counts_frozen_weights_and_attention() -> None:

@@ -26,8 +26,9 @@ Text datasets are JSONL rows ``{"output": ...}`` (train with ``--dataset_text_fi
   not merge across spaces (Llama/Granite sentencepiece and byte-level BPE tokenizers); ado's
   published statistics for its file are 17.6k-40.9k tokens per entry.
 
-Vision datasets are Parquet files as ado writes them: ``images`` (one image per row, a
-``{bytes, path}`` struct) and ``output`` (the chat: user ``[{type: text, text: question},
+Vision datasets are Parquet files as ado writes them: ``images`` (one JPEG per row, a ``{bytes,
+path}`` struct; the kind of picture ado draws, a white canvas with two concentric filled circles,
+drawn by :func:`make_jpeg`) and ``output`` (the chat: user ``[{type: text, text: question},
 {type: image, index: row}]``, assistant ``[{type: text, text: answer}]``); the answer has at least
 T words (~20k tokens for T = 16384, as ado's 18200-token target), the question ~38 words.
 """
@@ -35,20 +36,19 @@ T words (~20k tokens for T = 16384, as ado's 18200-token target), the question ~
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
 import random
-import struct
 import tempfile
-import zlib
 from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-GENERATOR_VERSION = 2  # 2: ado's row formats
+GENERATOR_VERSION = 3  # 2: ado's row formats; 3: vision images are JPEG (as ado's), not PNG
 
 
 def _generators_from_catalog() -> dict[str, dict[str, Any]]:
@@ -204,27 +204,39 @@ def _write_jsonl(rows: Iterator[dict], fh) -> int:
 # -------------------------------------------------------------------------------------- vision
 
 
-def make_png(width: int, height: int, seed: int = 0) -> bytes:
-    """A deterministic RGB PNG (a grid of coloured blocks), encoded without PIL."""
+#: Fixed JPEG settings (Pillow's defaults, spelled out) so the bytes depend only on (width, height,
+#: seed) and the Pillow build, never on a changed default.
+JPEG_QUALITY = 75
+JPEG_SUBSAMPLING = 2  # 4:2:0
+#: The outer circle's radius as a fraction of the shorter side; the inner one has half of it.
+OUTER_RADIUS = 0.45
+
+
+def make_jpeg(width: int, height: int, seed: int = 0) -> bytes:
+    """The vision rows' image: a white RGB canvas with two concentric filled circles in colours
+    drawn from ``seed``, JPEG-encoded.
+
+    ado's generator stores the same kind of picture as JPEG (one per row), so a vision processor
+    decodes the same format at the same size in both tools; the drawing and its geometry are
+    ftbench's own. Deterministic for a given Pillow build (no metadata, fixed encoder settings).
+    """
+    try:
+        from PIL import Image, ImageDraw
+    except ImportError as e:  # pragma: no cover - pillow is in the trainer extra and the fms locks
+        raise DatasetError("vision datasets need pillow (install the trainer extra)") from e
+    if width < 1 or height < 1:
+        raise DatasetError(f"image size must be positive, got {width}x{height}")
     rng = _rng("image", width, height, seed)
-    block = 48
-    cols = math.ceil(width / block)
-    colours = [
-        [bytes((rng.randrange(256), rng.randrange(256), rng.randrange(256))) for _ in range(cols)]
-        for _ in range(math.ceil(height / block))
-    ]
-    raw = bytearray()
-    for y in range(height):
-        row = b"".join(colours[y // block][x // block] * block for x in range(0, width, block))
-        raw += b"\x00" + row[: width * 3]
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(raw), 9)) + chunk(b"IEND", b"")
-    )
+    canvas = Image.new("RGB", (width, height), (255, 255, 255))
+    pen = ImageDraw.Draw(canvas)
+    centre_x, centre_y = width / 2, height / 2
+    radius = OUTER_RADIUS * min(width, height)
+    for r in (radius, radius / 2):  # outer first, so the inner circle is drawn over it
+        colour = (rng.randrange(200), rng.randrange(200), rng.randrange(200))  # never near-white
+        pen.ellipse((centre_x - r, centre_y - r, centre_x + r, centre_y + r), fill=colour)
+    out = io.BytesIO()
+    canvas.save(out, format="JPEG", quality=JPEG_QUALITY, subsampling=JPEG_SUBSAMPLING, optimize=False)
+    return out.getvalue()
 
 
 # ado's columns: `images` one {bytes, path} image per row; `output` the chat, each content part
@@ -281,7 +293,7 @@ def _write_vision(dataset_id: str, params: dict, seed: int, path: Path) -> int:
         ],
         metadata={"huggingface": json.dumps(_VISION_FEATURES)},
     )
-    image = {"bytes": make_png(params["width"], params["height"], seed), "path": None}
+    image = {"bytes": make_jpeg(params["width"], params["height"], seed), "path": None}
     batch_rows = 64
     n = 0
     with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=True) as writer:

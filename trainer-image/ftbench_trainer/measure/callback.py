@@ -164,14 +164,15 @@ class MeasureCallback(TrainerCallback):
         window = step_window(self.timer, self.stop.warmup_end_step)
         if not window.step_times:  # no step ended: nothing was measured
             return RankReport(uncounted_forwards=self.tokens.uncounted_forwards)
-        cpu, mem = self.sampler.cpu_summary(window.start, window.end)
+        cpu = self.sampler.cpu_summary(window.start, window.end)
         allocated = reserved = 0
         if not self.plan.use_cpu:
             allocated, reserved = _cuda_peaks()
         return RankReport(
             window=window,
-            cpu_percent=cpu,
-            cpu_memory_percent=mem,
+            cpu_percent=cpu.cpu_percent,
+            cpu_memory_percent=cpu.memory_percent,
+            node_memory_percent=cpu.node_memory_percent,
             gpus=tuple(self.sampler.gpu_summaries(window.start, window.end)),
             gpu_name=self.sampler.gpu_name,
             max_memory_allocated=allocated,

@@ -27,6 +27,7 @@ class RankReport:
     window: StepWindow = field(default_factory=StepWindow)
     cpu_percent: float = 0.0
     cpu_memory_percent: float = 0.0
+    node_memory_percent: float = 0.0
     gpus: tuple[GpuSummary, ...] = ()
     gpu_name: str = ""
     max_memory_allocated: int = 0
@@ -87,6 +88,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
         cpu_compute_utilization_percent=_avg([r.cpu_percent for r in reports]),
         cpu_memory_utilization_percent=_avg([r.cpu_memory_percent for r in reports]),
+        node_memory_used_percent=_avg([r.node_memory_percent for r in reports]),
         train_runtime_seconds=runtime,
         train_steps=steps,
         train_samples=samples,

@@ -29,18 +29,26 @@ def entry_tokens(text: str, tokenizer: Any, cap: int) -> int:
     return min(n, cap)
 
 
+def _text(value: Any, field: str) -> str:
+    """The entry's text; chat rows (a list of messages, the vision sets') have none to count, and
+    counting the tokens of their Python repr would pass an estimate off as a measurement."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field!r} holds {type(value).__name__}, not text (seed note 3 counts text rows)")
+    return value
+
+
 def read_texts(path: str | Path, field: str) -> Iterable[str]:
     path = Path(path)
     if path.suffix == ".jsonl" or path.suffix == ".json":
         with path.open() as fh:
             for line in fh:
                 if line.strip():
-                    yield str(json.loads(line)[field])
+                    yield _text(json.loads(line)[field], field)
         return
     from datasets import load_dataset
 
     fmt = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}.get(path.suffix, "json")
-    yield from (str(t) for t in load_dataset(fmt, data_files=str(path), split="train")[field])
+    yield from (_text(t, field) for t in load_dataset(fmt, data_files=str(path), split="train")[field])
 
 
 def mean_dataset_tokens(path: str | Path, field: str, tokenizer: Any, max_seq_length: int) -> float:

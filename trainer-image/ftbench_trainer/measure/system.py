@@ -3,7 +3,9 @@
 One daemon thread per training process samples, every `interval` seconds, the GPUs this process
 uses (one per rank; every GPU of the node for the single DataParallel process of distributedBackend
 None): compute utilisation, memory used / total, power draw and power / enforced limit; and the
-process's CPU use (100 = one core) and resident memory (% of the node's memory). The thread only
+process's CPU use (100 = one core) and resident memory (% of the node's memory), and the node's
+memory used (% of its memory, every process counted: the quantity ado reports as
+cpu_memory_utilization, kept beside seed note 2's process figure). The thread only
 appends to lists; statistics are computed after training over the samples inside the measured
 window, so warmup samples can be excluded. NVML calls take ~10-100 us and never synchronise the
 GPU stream, so sampling at 1 s costs far below 1% of any step.
@@ -38,7 +40,17 @@ class GpuSample:
 class CpuSample:
     t: float
     cpu_percent: float
-    memory_percent: float
+    memory_percent: float  # this process's resident memory, % of the node's
+    node_memory_percent: float = 0.0  # the node's memory in use by any process, %
+
+
+@dataclass
+class CpuSummary:
+    """This process's CPU samples averaged over the measured window (0.0 without psutil)."""
+
+    cpu_percent: float = 0.0
+    memory_percent: float = 0.0
+    node_memory_percent: float = 0.0
 
 
 @dataclass
@@ -82,6 +94,7 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process: Any = None
+        self._psutil: Any = None
         if use_gpu:
             for offset in range(max(1, gpus)):
                 self._init_nvml(local_rank + offset)
@@ -112,6 +125,7 @@ class SystemSampler:
 
             self._process = psutil.Process(os.getpid())
             self._process.cpu_percent(None)  # first call primes the counter
+            self._psutil = psutil
         except Exception as exc:
             log.warning("psutil unavailable, CPU metrics will be 0.0: %s", exc)
 
@@ -127,7 +141,8 @@ class SystemSampler:
             try:
                 self.cpu_samples.append(
                     CpuSample(t=now, cpu_percent=self._process.cpu_percent(None),
-                              memory_percent=self._process.memory_percent())
+                              memory_percent=self._process.memory_percent(),
+                              node_memory_percent=float(self._psutil.virtual_memory().percent))
                 )  # fmt: skip
             except Exception as exc:
                 log.warning("psutil sampling failed, CPU sampling disabled: %s", exc)
@@ -185,7 +200,12 @@ class SystemSampler:
             memory_peak_percent=max(s.memory_percent for s in samples),
         )
 
-    def cpu_summary(self, start: float, end: float) -> tuple[float, float]:
-        """(mean CPU %, mean memory %) of this process over samples in [start, end]."""
+    def cpu_summary(self, start: float, end: float) -> CpuSummary:
+        """This process's CPU % and memory %, and its node's memory used %, averaged over the
+        samples in [start, end]."""
         window = [s for s in self.cpu_samples if start <= s.t <= end + self.interval] or self.cpu_samples
-        return _mean([s.cpu_percent for s in window]), _mean([s.memory_percent for s in window])
+        return CpuSummary(
+            cpu_percent=_mean([s.cpu_percent for s in window]),
+            memory_percent=_mean([s.memory_percent for s in window]),
+            node_memory_percent=_mean([s.node_memory_percent for s in window]),
+        )
