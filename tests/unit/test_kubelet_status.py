@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -221,6 +222,9 @@ def test_process_identity_and_kill_all_pods(tmp_path: Path) -> None:
     cdir.mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(cdir)], start_new_session=True)
     try:
+        deadline = time.monotonic() + 10  # until the child has exec'd (before, its cmdline is pytest's)
+        while not pid_runs(proc.pid, str(cdir)) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert pid_runs(proc.pid, str(cdir))
         assert not pid_runs(proc.pid, str(tmp_path))  # a reused pid: someone else's process
         (cdir / "pid").write_text(f'{{"pid": {proc.pid}, "startedAt": "{T0}"}}')
