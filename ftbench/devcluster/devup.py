@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ftbench.devcluster.kubelet import kill_all_pods
-from ftbench.procs import stop_process_group
+from ftbench.procs import pid_alive, signal_group, stop_process_group
 
 DEFAULT_STATE_DIR = Path.home() / ".ftbench" / "dev"
 NODE_NAME = "ftbench-dev"
@@ -76,14 +76,6 @@ class Layout:
         tmp = self.state.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(self.state)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def default_operator_command() -> list[str] | None:
@@ -288,8 +280,7 @@ def down(state_dir: Path, timeout: float = STOP_TIMEOUT) -> int:
             time.sleep(0.2)
     for pid in [*pids, *([supervisor] if supervisor else [])]:  # leftovers of a supervisor that did not finish
         if pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
     kill_all_pods(layout.kubelet)
     with contextlib.suppress(OSError):
         layout.state.unlink()

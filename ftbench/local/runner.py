@@ -24,6 +24,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.gpus import local_gpu_count
 from ftbench.procs import stop_process_group
 from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
@@ -58,18 +59,6 @@ class RunOutcome:
     status: str  # Succeeded | Invalid | Failed | Interrupted
     results: list[TrainerResult]
     returncode: int
-
-
-def local_gpu_count() -> int:
-    """GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else nvidia-smi's list, else 0."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def prepare(

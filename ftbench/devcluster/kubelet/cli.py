@@ -1,0 +1,75 @@
+"""The kubelet's command line: one process per node, stopped by SIGTERM/SIGINT.
+
+Containers keep running when the kubelet stops; a kubelet started again on the same
+``--state-dir`` adopts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from ftbench.devcluster.kubelet.client import Rest
+from ftbench.devcluster.kubelet.runner import LocalKubelet
+from ftbench.devcluster.kubelet.scheduling import GPU_RESOURCE
+
+log = logging.getLogger("ftbench.kubelet")
+PROG = "python -m ftbench.devcluster.kubelet"
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ftbench.devcluster import kubelet as package  # its docstring's first paragraph says what this is
+
+    p = argparse.ArgumentParser(prog=PROG, description=(package.__doc__ or "").split("\n\n")[0])
+    p.add_argument("--kubeconfig", required=True, help="kubeconfig of the cluster (e.g. the dev control plane's)")
+    p.add_argument("--node-name", default="ftbench-local", help="name of the Node object (default ftbench-local)")
+    p.add_argument(
+        "--state-dir", required=True, help="pods' files, logs, pids, PVC directories (<state-dir>/pvc/<claim>)"
+    )
+    p.add_argument("--bin-dir", help="put first on the containers' PATH (default: this Python's bin dir)")
+    p.add_argument("--label", action="append", type=_label, default=[], metavar="K=V", help="node label (repeatable)")
+    p.add_argument("--gpus", type=int, help=f"{GPU_RESOURCE} capacity to advertise (default: local GPUs)")
+    p.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="host variable to pass into containers (repeatable)",
+    )
+    p.add_argument(
+        "--namespace-label",
+        action="append",
+        type=_label,
+        default=[],
+        metavar="K=V",
+        help="only bind pods of namespaces with these labels",
+    )
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between pod syncs (default 0.5)")
+    p.add_argument("--no-isolation", action="store_true", help="no mount namespaces: run commands on the host's paths")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    kubelet = LocalKubelet(
+        Rest.from_kubeconfig(args.kubeconfig), args.node_name, args.state_dir, bin_dir=args.bin_dir,
+        labels=dict(args.label), gpus=args.gpus, pass_env=tuple(args.pass_env),
+        namespace_labels=dict(args.namespace_label), interval=args.interval,
+        isolate=not args.no_isolation,
+    )  # fmt: skip
+    kubelet.run(stop)
+    log.info("stopped; containers keep running (a restarted kubelet adopts them)")
+    return 0

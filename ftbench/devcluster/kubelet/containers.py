@@ -1,0 +1,108 @@
+"""Starting one container: its spec file for ``podrun``, and ``podrun`` as a process of its own.
+
+The kubelet resolves everything that needs the API server (environment, volumes) here and hands
+``podrun`` a finished spec (``SPEC_FILE``), so the container process needs no credentials. With
+isolation, ``podrun`` runs under ``unshare`` (private mount/UTS/PID namespaces) so it can
+bind-mount volumes and ``/etc/hosts``, and killing its first process kills all it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import ftbench
+from ftbench.devcluster import podspec
+from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun
+from ftbench.devcluster.podrun import SPEC_FILE, now
+
+Obj = dict[str, Any]
+
+
+def isolation_prefix() -> list[str] | None:
+    """The ``unshare`` command line that gives a container its namespaces, or None if impossible.
+
+    As root: mount + UTS + PID namespaces (the PID namespace means killing its first process
+    kills everything the container started). As another user, the same inside a user namespace.
+    """
+    if shutil.which("unshare") is None:
+        return None
+    base = ["unshare", "--mount", "--uts", "--pid", "--fork", "--mount-proc", "--propagation", "private"]
+    candidates = [base] if os.geteuid() == 0 else [[*base, "--user", "--map-root-user"]]
+    for prefix in candidates:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            if subprocess.run([*prefix, "--", "true"], capture_output=True, timeout=10, check=False).returncode == 0:
+                return [*prefix, "--"]
+    return None
+
+
+def base_env(server: str, bin_dir: str, hostname: str, pass_env: Iterable[str]) -> dict[str, str]:
+    """What an image and a kubelet would put into every container's environment."""
+    url = urlparse(server)
+    env = {
+        "PATH": podspec.default_path(bin_dir),
+        "HOME": os.environ.get("HOME", "/root"),
+        "HOSTNAME": hostname,
+        "KUBERNETES_SERVICE_HOST": url.hostname or "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(url.port or 443),
+    }
+    env.update({k: os.environ[k] for k in pass_env if k in os.environ})
+    return env
+
+
+def container_spec(
+    view: Obj,
+    container: Obj,
+    run: PodRun,
+    volumes: Mapping[str, podspec.VolumeDir],
+    env_base: Mapping[str, str],
+    objects: podspec.ObjectSource,
+    *,
+    isolate: bool,
+) -> Obj:
+    """The ``podrun`` spec of one container (creating its directory and empty termination log)."""
+    env = podspec.container_env(view, container, env_base, objects)
+    argv = podspec.resolve_command(container, env)
+    cdir = run.dir / "containers" / container["name"]
+    cdir.mkdir(parents=True, exist_ok=True)
+    (cdir / "termination-log").write_bytes(b"")
+    mounts = podspec.container_mounts(container, volumes)
+    mounts.append({"target": "/etc/hosts", "source": str(run.dir / "hosts"), "isFile": True})
+    mounts.append(
+        {"target": podspec.termination_message_path(container), "source": str(cdir / "termination-log"), "isFile": True}
+    )
+    return {
+        "argv": argv,
+        "env": env,
+        "workingDir": container.get("workingDir", ""),
+        "hostname": run.hostname,
+        "mounts": mounts,
+        "isolate": isolate,
+    }
+
+
+def spawn(c: ContainerRun, cspec: Obj, prefix: list[str] | None) -> None:
+    """Write the spec and start ``podrun`` in a new session; record its pid for a later kubelet."""
+    (c.dir / SPEC_FILE).write_text(json.dumps(cspec, indent=1))
+    # podrun must import ftbench whatever the container's PYTHONPATH: its own env is the kubelet's.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(ftbench.__file__).parents[1]), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    with (c.dir / "log").open("ab") as out:
+        c.popen = subprocess.Popen(
+            [*(prefix or []), sys.executable, "-m", "ftbench.devcluster.podrun", str(c.dir)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=c.dir, env=env, start_new_session=True,
+        )  # fmt: skip
+    c.pid, c.started_at = c.popen.pid, now()
+    (c.dir / "pid").write_text(json.dumps({"pid": c.pid, "startedAt": c.started_at}))
