@@ -114,7 +114,11 @@ def _seed_rules() -> Iterator[Rule]:
 
 def _general_rules(catalog: Catalog) -> Iterator[Rule]:
     def max_steps_nonzero(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        return None if s.max_steps != 0 else "maxSteps 0 would train nothing; use -1 (run numTrainEpochs) or >= 1"
+        # transformers (and so ado, which passes 0 on) reads max_steps <= 0 as "run num_train_epochs";
+        # a reader of the spec may expect no training. The seed's way to ask for epochs is -1.
+        if s.max_steps != 0:
+            return None
+        return "maxSteps 0 is ambiguous (transformers would run numTrainEpochs); use -1 to run numTrainEpochs, or >= 1"
 
     yield Rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", max_steps_nonzero, "self.maxSteps != 0")
 
