@@ -114,9 +114,32 @@ def _seed_rules() -> Iterator[Rule]:
 
 def _general_rules(catalog: Catalog) -> Iterator[Rule]:
     def max_steps_nonzero(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        return None if s.max_steps != 0 else "maxSteps 0 would train nothing; use -1 (run numTrainEpochs) or >= 1"
+        # transformers (and so ado, which passes 0 on) reads max_steps <= 0 as "run num_train_epochs";
+        # a reader of the spec may expect no training. The seed's way to ask for epochs is -1.
+        if s.max_steps != 0:
+            return None
+        return "maxSteps 0 is ambiguous (transformers would run numTrainEpochs); use -1 to run numTrainEpochs, or >= 1"
 
     yield Rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", max_steps_nonzero, "self.maxSteps != 0")
+
+    # Seed rule 1 spreads the batch over max(1, numberGpus) devices; a multi-node CPU run (an
+    # ftbench extension: ado refuses 0 GPUs on several nodes) has one process per node instead, so
+    # the batch must split over the nodes or the effective batch would silently change.
+    def cpu_batch_per_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.number_gpus > 0 or s.batch_size % s.number_nodes == 0:
+            return None
+        return (
+            f"batchSize {s.batch_size} cannot be split over the {s.number_nodes} CPU processes of a run on "
+            f"{s.number_nodes} nodes without GPUs; use a multiple of {s.number_nodes} or numberNodes 1"
+        )
+
+    yield Rule(
+        "batch.cpu-nodes",
+        "batchSize",
+        "without GPUs, batchSize must be divisible by numberNodes (one process per node)",
+        cpu_batch_per_node,
+        "self.numberGpus > 0 || self.batchSize % self.numberNodes == 0",
+    )
 
     def data_parallel_one_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.distributed_backend != DistributedBackend.NONE or s.number_nodes == 1:

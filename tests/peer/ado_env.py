@@ -2,10 +2,12 @@
 
 Built once with uv under ``~/.cache/ftbench/peer/<name>-<key>`` (the key hashes the requirements),
 idempotently: a finished environment has a ``.complete`` marker, a half-built one is removed and
-rebuilt. The package is installed ``--no-deps``: its dependencies (ray, ado-core, aim, ...) are
-heavy and the tests only read its data files, run its dataset generator scripts (typer; the vision one also pandas, pyarrow
-and pillow) and import its token-counting function (which needs transformers, taken from the test
-environment).
+rebuilt. The packages are installed ``--no-deps``: their dependencies (ray, aim, ...) are heavy and
+the tests only read ado-sfttrainer's data files, run its dataset generator scripts (typer; the
+vision one also pandas, pyarrow and pillow), import its token-counting function (which needs
+transformers, taken from the test environment) and run its entity validation
+(``experiments/common.py``), which imports ``ado.schema`` from ado-core. ``ado.schema`` itself needs
+only pydantic, numpy and pyyaml (rich, which it imports lazily for rendering, comes with typer).
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import sys
 from pathlib import Path
 
 ADO_PACKAGE = "ado-sfttrainer==1.8.12"
-# What the used scripts/modules import beyond the standard library (generate_dataset.py: typer;
-# generate_vision_dataset.py: typer, pandas + pyarrow for to_parquet, pillow for the image).
-EXTRA_REQUIREMENTS = ("typer", "pandas", "pyarrow", "pillow")
+# The ado-core release whose `ado.schema` ado-sfttrainer 1.8.12's experiment modules import.
+ADO_CORE = "ado-core==2.3.0"
+# What the used scripts/modules import beyond the standard library: generate_dataset.py needs
+# typer; generate_vision_dataset.py typer, pandas + pyarrow for to_parquet and pillow for the image;
+# ado.schema and experiments/common.py pydantic, numpy, pyyaml (ado-core's own bounds).
+EXTRA_REQUIREMENTS = ("typer", "pandas", "pyarrow", "pillow", "pydantic>=2.10", "numpy>=1.26.4", "pyyaml>=6.0.2")
 
 
 def _cache_root() -> Path:
@@ -36,7 +41,7 @@ def _uv() -> str:
 
 
 def env_dir() -> Path:
-    key = hashlib.sha256("\n".join([ADO_PACKAGE, *EXTRA_REQUIREMENTS, sys.version]).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join([ADO_PACKAGE, ADO_CORE, *EXTRA_REQUIREMENTS, sys.version]).encode()).hexdigest()[:12]
     return _cache_root() / f"ado-sfttrainer-{key}"
 
 
@@ -50,9 +55,9 @@ def ensure_ado_env() -> Path:
     uv = _uv()
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(target)], check=True)
     python = str(target / "bin" / "python")
-    subprocess.run([uv, "pip", "install", "-q", "--python", python, "--no-deps", ADO_PACKAGE], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "--python", python, "--no-deps", ADO_PACKAGE, ADO_CORE], check=True)
     subprocess.run([uv, "pip", "install", "-q", "--python", python, *EXTRA_REQUIREMENTS], check=True)
-    (target / ".complete").write_text(ADO_PACKAGE + "\n")
+    (target / ".complete").write_text(f"{ADO_PACKAGE}\n{ADO_CORE}\n")
     return target
 
 

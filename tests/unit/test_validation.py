@@ -35,6 +35,7 @@ def test_valid_spec_has_no_issues() -> None:
         ({"fastMoe": 2, "model": "mixtral-8x7b-instruct-v0.1"}, "engine.fast-moe-version"),
         ({"engine": "trl", "fastKernels": [True, True, True]}, "engine.trl-acceleration"),
         ({"maxSteps": 0}, "steps.nonzero"),
+        ({"numberGpus": 0, "numberNodes": 2, "batchSize": 3}, "batch.cpu-nodes"),
         (
             {"engine": "trl", "model": "granite-vision-3.2-2b", "datasetId": "vision-384x384-16384plus-entries-4096"},
             "engine.trl-text-only",
