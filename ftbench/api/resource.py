@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
@@ -11,8 +11,9 @@ from ftbench.api.status import FineTuneExperimentStatus
 
 GROUP = "ftbench.io"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "FineTuneExperiment"
+API_VERSION: Final = "ftbench.io/v1alpha1"  # a literal, so the model field can be typed by it
+assert f"{GROUP}/{VERSION}" == API_VERSION
+KIND: Final = "FineTuneExperiment"
 PLURAL = "finetuneexperiments"
 SINGULAR = "finetuneexperiment"
 SHORT_NAMES = ("fte",)

@@ -17,7 +17,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, load_catalog
 
 # Seed 001's is_valid rules 3 and 4 are plain ranges: report them under the seed's rule ids.
-_SEED_RANGE_RULES = {("numberNodes",): "is_valid.3", ("batchSize",): "is_valid.4"}
+_SEED_RANGE_RULES: dict[tuple[str, ...], str] = {("numberNodes",): "is_valid.3", ("batchSize",): "is_valid.4"}
 _MISSING = object()
 
 
@@ -87,7 +87,7 @@ def validate_document(doc: Any, catalog: Catalog | None = None) -> ValidationRep
 
 
 def _issue_from_pydantic(error: Any, raw: dict, prefix: str) -> Issue:
-    loc = tuple(str(p) for p in error["loc"])
+    loc: tuple[str, ...] = tuple(str(p) for p in error["loc"])
     value = _lookup(raw, loc)
     rule = _SEED_RANGE_RULES.get(loc, "schema")
     kind = error["type"]

@@ -82,12 +82,12 @@ def results_table(outcome: RunOutcome) -> str:
             [trial_outcome(r.trial if r.trial is not None else i, r) for i, r in enumerate(outcome.results)],
             planned=len(outcome.results),
         )
-        rows = [(t.index, t.outcome.value, t.reason, t.message[:60]) for t in stability.trials]
+        trial_rows = [(t.index, t.outcome.value, t.reason, t.message[:60]) for t in stability.trials]
         summary = (
             f"f_no_error={stability.f_no_error:.2f}  f_gpu_oom={stability.f_gpu_oom:.2f}  "
             f"f_other_error={stability.f_other_error:.2f}"
         )
-        return format_table(("TRIAL", "OUTCOME", "REASON", "MESSAGE"), rows) + "\n" + summary
+        return format_table(("TRIAL", "OUTCOME", "REASON", "MESSAGE"), trial_rows) + "\n" + summary
     result = outcome.results[0]
     rows: list[tuple[str, object]] = [("outcome", result.outcome.value), ("is_valid", result.is_valid)]
     if result.error:

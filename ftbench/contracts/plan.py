@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field
 
 from ftbench.api.enums import DistributedBackend, Engine, Experiment, TorchDtype
 from ftbench.contracts.wire import WireModel
 
-PLAN_SCHEMA_VERSION = "ftbench.io/plan/v1"
+PLAN_SCHEMA_VERSION: Final = "ftbench.io/plan/v1"
 PLAN_FILENAME = "plan.json"
 # Where pods mount the plan ConfigMap.
 PLAN_MOUNT_DIR = "/etc/ftbench"
@@ -66,10 +66,13 @@ class Topology(WireModel):
     per_device_batch_size: Annotated[int, Field(ge=1)]
 
 
+RendezvousSource = Literal["local", "pytorchjob", "indexedjob", "trainjob"]
+
+
 class Rendezvous(WireModel):
     """How a node learns its rank and the master's address at run time."""
 
-    source: Literal["local", "pytorchjob", "indexedjob", "trainjob"] = Field(
+    source: RendezvousSource = Field(
         description="local: single machine (rank 0, 127.0.0.1). pytorchjob: Kubeflow's node-level RANK, "
         "MASTER_ADDR, MASTER_PORT env. indexedjob: JOB_COMPLETION_INDEX env and masterHost. trainjob: "
         "Kubeflow Trainer v2's PET_NODE_RANK, PET_NNODES, PET_MASTER_ADDR, PET_MASTER_PORT env."

@@ -21,18 +21,18 @@ def install_crd(api: ApiClient, crd: dict[str, Any] | str | Path, *, timeout: fl
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    if not isinstance(crd, dict):
-        crd = yaml.safe_load(Path(crd).read_text())
+    doc: dict[str, Any] = crd if isinstance(crd, dict) else yaml.safe_load(Path(crd).read_text())
     ext = client.ApiextensionsV1Api(api)
-    name = crd["metadata"]["name"]
+    name: str = doc["metadata"]["name"]
     try:
-        ext.create_custom_resource_definition(crd)
+        ext.create_custom_resource_definition(doc)  # type: ignore[arg-type]  # the client takes plain dicts
     except ApiException as err:
         if err.status != 409:
             raise
         current = ext.read_custom_resource_definition(name)
-        body = {**crd, "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version}}
-        ext.replace_custom_resource_definition(name, body)
+        version = current.metadata.resource_version if current.metadata else None
+        body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": version}}
+        ext.replace_custom_resource_definition(name, body)  # type: ignore[arg-type]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = ext.read_custom_resource_definition(name).status

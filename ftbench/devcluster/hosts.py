@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 CLUSTER_DOMAIN = "cluster.local"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -81,7 +82,7 @@ def selects(selector: Mapping[str, str] | None, labels: Mapping[str, str]) -> bo
     return bool(selector) and all(labels.get(k) == v for k, v in (selector or {}).items())
 
 
-def hosts_content(pods: Iterable[PodAddress], services: Iterable[Mapping[str, object]] = ()) -> str:
+def hosts_content(pods: Iterable[PodAddress], services: Iterable[Mapping[str, Any]] = ()) -> str:
     """The hosts file for one namespace.
 
     A Service name resolves to the first selected pod (sorted by pod name, so ``...-master-0``
@@ -92,9 +93,9 @@ def hosts_content(pods: Iterable[PodAddress], services: Iterable[Mapping[str, ob
     lines = [_PREAMBLE]
     for pod in ordered:
         lines.append(f"{pod.ip}\t{' '.join(pod_names(pod))}\n")
-    for svc in sorted(services, key=lambda s: str((s.get("metadata") or {}).get("name", ""))):  # type: ignore[union-attr]
-        meta: dict = svc.get("metadata") or {}  # type: ignore[assignment]
-        spec: dict = svc.get("spec") or {}  # type: ignore[assignment]
+    for svc in sorted(services, key=lambda s: str((s.get("metadata") or {}).get("name", ""))):
+        meta: dict[str, Any] = svc.get("metadata") or {}
+        spec: dict[str, Any] = svc.get("spec") or {}
         target = next(
             (p for p in ordered if p.namespace == meta.get("namespace") and selects(spec.get("selector"), p.labels)),
             None,

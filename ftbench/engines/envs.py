@@ -123,7 +123,10 @@ def ensure_env(version: str, *, python: str | None = None, log: Log = lambda _: 
         if proc.returncode != 0:
             shutil.rmtree(path, ignore_errors=True)
             raise RuntimeError(f"installing fms-hf-tuning {version} failed:\n{proc.stderr[-3000:]}")
-        info = {"release": version, "lockSha256": hashlib.sha256(release.lock_text().encode()).hexdigest()}
+        info: dict[str, object] = {
+            "release": version,
+            "lockSha256": hashlib.sha256(release.lock_text().encode()).hexdigest(),
+        }
         info |= {"torch": releases.cpu_torch, "builtSeconds": round(time.monotonic() - started, 1)}
         marker.write_text(json.dumps(info, indent=2) + "\n")
         log(f"fms-hf-tuning {version} environment ready in {info['builtSeconds']} s")

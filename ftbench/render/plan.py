@@ -24,6 +24,7 @@ from ftbench.contracts.plan import (
     OutputSettings,
     PeftSettings,
     Rendezvous,
+    RendezvousSource,
     StopSettings,
     Topology,
     TrainingSettings,
@@ -194,8 +195,12 @@ def build_plan(
         batch_size=spec.batch_size,
         per_device_batch_size=effective.per_device_batch_size(spec),
     )
-    sources = {Runtime.PYTORCH_JOB: "pytorchjob", Runtime.INDEXED_JOB: "indexedjob", Runtime.TRAIN_JOB: "trainjob"}
-    source = sources.get(runtime, "local")
+    sources: dict[Runtime, RendezvousSource] = {
+        Runtime.PYTORCH_JOB: "pytorchjob",
+        Runtime.INDEXED_JOB: "indexedjob",
+        Runtime.TRAIN_JOB: "trainjob",
+    }
+    source: RendezvousSource = sources.get(runtime, "local")
     if spec.number_nodes == 1:
         source, master_host = "local", "127.0.0.1"
     backend = effective.distributed_backend(spec)
@@ -225,7 +230,7 @@ def build_plan(
         fast_moe=spec.fast_moe,
         # The user's fastKernels wins; an experiment's fixed value (GPTQ-LoRA: all on) is its default.
         fast_kernels=(
-            tuple(spec.fast_kernels)
+            tuple(spec.fast_kernels)  # type: ignore[arg-type]  # three flags: the spec's schema and the plan's check it
             if spec.fast_kernels is not None
             else (tuple(str(v).lower() == "true" for v in fixed["fast_kernels"]) if "fast_kernels" in fixed else None)
         ),

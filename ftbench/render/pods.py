@@ -124,14 +124,14 @@ def volumes(inputs: PodInputs) -> tuple[list[Obj], list[Obj]]:
     shm: Obj = {"medium": "Memory"}
     if inputs.profile.shm_size:
         shm["sizeLimit"] = inputs.profile.shm_size
-    vols = [
+    vols: list[Obj] = [
         {"name": "plan", "configMap": {"name": inputs.plan_config_map}},
         _storage_volume("models", storage.models),
         _storage_volume("data", storage.data),
         {"name": "dshm", "emptyDir": shm},
         {"name": "output", "emptyDir": {}},
     ]
-    mounts = [
+    mounts: list[Obj] = [
         {"name": "plan", "mountPath": PLAN_MOUNT_DIR, "readOnly": True},
         {"name": "models", "mountPath": storage.models.mount_path, "readOnly": storage.models.read_only},
         {"name": "data", "mountPath": storage.data.mount_path, "readOnly": storage.data.read_only},
