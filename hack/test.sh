@@ -24,5 +24,8 @@ echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 
+echo "[test] mypy"
+.venv/bin/mypy
+
 echo "[test] pytest"
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
