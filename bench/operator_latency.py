@@ -40,11 +40,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
+from ftbench.contracts.labels import EXPERIMENT_LABEL, MANAGED_SELECTOR  # noqa: E402
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment, TrainerResult  # noqa: E402
 from ftbench.crd import crd  # noqa: E402
 from ftbench.devcluster import ControlPlane  # noqa: E402
 from ftbench.devcluster.crds import install_crd  # noqa: E402
-from ftbench.render.manifests import EXPERIMENT_LABEL  # noqa: E402
 
 SPEC = {
     "experiment": "finetune_lora_benchmark-v1.0.0",
@@ -55,7 +55,6 @@ SPEC = {
     "gpuModel": "NVIDIA-A100-SXM4-80GB",
 }
 PROFILE = {"features": {"indexedJobs": False, "podFailurePolicy": False, "trainingOperator": False}}
-SELECTOR = "app.kubernetes.io/managed-by=ftbench"
 
 
 def result_message() -> str:
@@ -156,7 +155,7 @@ class Bench:
                 if kind == "ADDED" and name and name not in self.child:
                     self.child[name] = time.monotonic()
 
-        self._watch(BatchV1Api(self.api).list_namespaced_job, handle, label_selector=SELECTOR)
+        self._watch(BatchV1Api(self.api).list_namespaced_job, handle, label_selector=MANAGED_SELECTOR)
 
     def _watch_pods(self) -> None:
         from kubernetes.client import CoreV1Api
@@ -186,7 +185,7 @@ class Bench:
             if kind == "ADDED" and not pod.status.container_statuses:
                 self.pool.submit(complete, pod)
 
-        self._watch(core.list_namespaced_pod, handle, label_selector=SELECTOR)
+        self._watch(core.list_namespaced_pod, handle, label_selector=MANAGED_SELECTOR)
 
     def _watch_experiments(self) -> None:
         from kubernetes.client import CustomObjectsApi

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import ftbench
+from ftbench.contracts.labels import LOCAL_KUBELET_LABEL
 from ftbench.devcluster import hosts as H
 from ftbench.devcluster import podspec
 from ftbench.devcluster.podrun import EXIT_FILE, SPEC_FILE, now
@@ -386,7 +387,7 @@ class LocalKubelet:
             "kubernetes.io/hostname": self.node_name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine()),
-            "ftbench.io/local-kubelet": "true",
+            LOCAL_KUBELET_LABEL: "true",
             **self.labels,
         }
 
