@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
+from ftbench.contracts.env import operator_setting  # noqa: E402
 from ftbench.contracts.labels import EXPERIMENT_LABEL, MANAGED_SELECTOR  # noqa: E402
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment, TrainerResult  # noqa: E402
 from ftbench.crd import crd  # noqa: E402
@@ -256,8 +257,8 @@ def main() -> None:
         env = {
             **os.environ,
             "KUBECONFIG": str(cp.kubeconfig),
-            "FTBENCH_OPERATOR_METRICS_PORT": str(free_port()),
-            "FTBENCH_OPERATOR_PROFILE_FILE": str(profile),
+            operator_setting("metrics_port"): str(free_port()),
+            operator_setting("profile_file"): str(profile),
             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")]),
         }
         log = (Path(tmp) / "operator.log").open("wb")
@@ -295,7 +296,7 @@ def main() -> None:
             cpu = {"operator": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in cp.pids.items()}}
             cpu["bench"] = time.process_time()
             cpu0.setdefault("bench", 0.0)
-            handler_seconds = handler_means(env["FTBENCH_OPERATOR_METRICS_PORT"])
+            handler_seconds = handler_means(env[operator_setting("metrics_port")])
             burst_cpu = {k: round(cpu[k] - cpu0[k], 1) for k in cpu}
             rest = [f"exp-{i:04d}" for i in range(args.experiments, args.total)]
             for start in range(0, len(rest), 100):

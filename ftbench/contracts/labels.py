@@ -4,11 +4,11 @@ Labels cross process boundaries: the renderer (CLI or operator) writes them, the
 watches and list calls select by them, the Helm chart's admission policy and profile ConfigMap
 spell them in YAML, and users select pods with them. Each key is defined here once; the chart's
 spellings are checked against these names by tests/unit/test_contract_names.py.
+
+The standard library only, so the dev cluster's kubelet (stdlib only) imports it too.
 """
 
 from __future__ import annotations
-
-from ftbench.render.names import label_value
 
 #: The app name in the recommended `app.kubernetes.io/*` labels and the managed-by value.
 APP_NAME = "ftbench"
@@ -39,6 +39,8 @@ RETRY_ANNOTATION = "ftbench.io/retry"
 def attempt_selector(name: str, attempt: int | None = None, *, other_than: int | None = None) -> str:
     """A label selector for experiment `name`'s children: all of them, one attempt's, or all but one
     attempt's (what a retry deletes). The operator's list calls and `ftbench render` users share it."""
+    from ftbench.render.names import label_value  # how a name is cut to fit a label, with the names
+
     selector = f"{EXPERIMENT_LABEL}={label_value(name)}"
     if attempt is not None:
         selector += f",{ATTEMPT_LABEL}={attempt}"

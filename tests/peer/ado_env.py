@@ -10,11 +10,12 @@ its token-counting function (which needs transformers, taken from the test envir
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from ftbench.contracts.env import cache_root
 
 ADO_PACKAGE = "ado-sfttrainer==1.8.12"
 # What the used scripts/modules import beyond the standard library (generate_dataset.py: typer).
@@ -22,8 +23,7 @@ EXTRA_REQUIREMENTS = ("typer",)
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("FTBENCH_CACHE") or str(Path.home() / ".cache" / "ftbench")
-    return Path(base) / "peer"
+    return cache_root() / "peer"
 
 
 def _uv() -> str:
