@@ -40,11 +40,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
+from ftbench.contracts.env import operator_setting  # noqa: E402
+from ftbench.contracts.labels import EXPERIMENT_LABEL, MANAGED_SELECTOR  # noqa: E402
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment, TrainerResult  # noqa: E402
 from ftbench.crd import crd  # noqa: E402
 from ftbench.devcluster import ControlPlane  # noqa: E402
 from ftbench.devcluster.crds import install_crd  # noqa: E402
-from ftbench.render.manifests import EXPERIMENT_LABEL  # noqa: E402
 
 SPEC = {
     "experiment": "finetune_lora_benchmark-v1.0.0",
@@ -55,7 +56,6 @@ SPEC = {
     "gpuModel": "NVIDIA-A100-SXM4-80GB",
 }
 PROFILE = {"features": {"indexedJobs": False, "podFailurePolicy": False, "trainingOperator": False}}
-SELECTOR = "app.kubernetes.io/managed-by=ftbench"
 
 
 def result_message() -> str:
@@ -156,7 +156,7 @@ class Bench:
                 if kind == "ADDED" and name and name not in self.child:
                     self.child[name] = time.monotonic()
 
-        self._watch(BatchV1Api(self.api).list_namespaced_job, handle, label_selector=SELECTOR)
+        self._watch(BatchV1Api(self.api).list_namespaced_job, handle, label_selector=MANAGED_SELECTOR)
 
     def _watch_pods(self) -> None:
         from kubernetes.client import CoreV1Api
@@ -186,7 +186,7 @@ class Bench:
             if kind == "ADDED" and not pod.status.container_statuses:
                 self.pool.submit(complete, pod)
 
-        self._watch(core.list_namespaced_pod, handle, label_selector=SELECTOR)
+        self._watch(core.list_namespaced_pod, handle, label_selector=MANAGED_SELECTOR)
 
     def _watch_experiments(self) -> None:
         from kubernetes.client import CustomObjectsApi
@@ -257,8 +257,8 @@ def main() -> None:
         env = {
             **os.environ,
             "KUBECONFIG": str(cp.kubeconfig),
-            "FTBENCH_OPERATOR_METRICS_PORT": str(free_port()),
-            "FTBENCH_OPERATOR_PROFILE_FILE": str(profile),
+            operator_setting("metrics_port"): str(free_port()),
+            operator_setting("profile_file"): str(profile),
             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")]),
         }
         log = (Path(tmp) / "operator.log").open("wb")
@@ -296,7 +296,7 @@ def main() -> None:
             cpu = {"operator": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in cp.pids.items()}}
             cpu["bench"] = time.process_time()
             cpu0.setdefault("bench", 0.0)
-            handler_seconds = handler_means(env["FTBENCH_OPERATOR_METRICS_PORT"])
+            handler_seconds = handler_means(env[operator_setting("metrics_port")])
             burst_cpu = {k: round(cpu[k] - cpu0[k], 1) for k in cpu}
             rest = [f"exp-{i:04d}" for i in range(args.experiments, args.total)]
             for start in range(0, len(rest), 100):

@@ -16,8 +16,9 @@ experiment it measures.
 Reporting must never fail or slow training: `report()` only stores the latest values and wakes
 a daemon thread that sends them; at most one report per `min_interval_seconds` (10 s) is
 accepted, except a `final` one; errors (no permission, API server away, timeouts) are logged,
-counted and otherwise ignored. Imports only the standard library (no kopf, no torch, no
-kubernetes client), so the trainer image and tests can use it anywhere.
+counted and otherwise ignored. Imports only the standard library and ftbench's pydantic models
+(no kopf, no torch, no kubernetes client), so the trainer image and tests can use it anywhere.
+The body is `ftbench.contracts.progress.Progress`, the model the CRD declares.
 
 Usage (what `ftbench_trainer` calls)::
 
@@ -44,17 +45,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.contracts import env as E
+from ftbench.contracts.progress import Progress, ProgressUpdate
 
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-GROUP, VERSION, PLURAL = "ftbench.io", "v1alpha1", "finetuneexperiments"
 DEFAULT_MIN_INTERVAL_SECONDS = 10.0
 DEFAULT_TIMEOUT_SECONDS = 5.0
-# Environment the rendered pods set (ftbench.contracts.env); read by name to stay import-light.
-NAMESPACE_ENV = "FTBENCH_NAMESPACE"
-TRIAL_ENV = "FTBENCH_TRIAL_INDEX"
 
 
 @dataclass(frozen=True)
@@ -90,32 +91,11 @@ class ApiEndpoint:
         return ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
 
 
-class _Progress(Protocol):
-    """The trainer's ProgressUpdate (duck-typed, to avoid importing the trainer)."""
-
-    step: int
-    total_steps: int
-    tokens_per_second: float
-    eta_seconds: float | None
-
-
 def progress_body(
     step: int, total: int, tokens_per_second: float, eta: float | None, trial: int | None, now: datetime
 ) -> dict[str, Any]:
-    """The `status.progress` object (field names and bounds of ftbench.api.status.Progress)."""
-    step, total = max(0, int(step)), max(0, int(total))
-    progress: dict[str, Any] = {
-        "step": step,
-        "totalSteps": total,
-        "percent": round(min(100.0, 100.0 * step / total), 2) if total else 0.0,
-        "tokensPerSecond": round(max(0.0, float(tokens_per_second)), 3),
-        "lastUpdateTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    if eta is not None:
-        progress["etaSeconds"] = round(max(0.0, float(eta)), 1)
-    if trial is not None:
-        progress["trial"] = trial
-    return progress
+    """The `status.progress` object, as the merge patch carries it."""
+    return Progress.reported(step, total, tokens_per_second, eta, trial, now).to_wire()
 
 
 class ProgressReporter:
@@ -154,11 +134,11 @@ class ProgressReporter:
             if not plan.output.report_progress_to_kubernetes:
                 return None
             ref = plan.experiment_ref
-            namespace = environ.get(NAMESPACE_ENV) or ref.namespace
+            namespace = environ.get(E.FTBENCH_NAMESPACE) or ref.namespace
             endpoint = ApiEndpoint.in_cluster(environ)
             if not (ref.name and namespace and endpoint):
                 return None
-            trial = int(environ[TRIAL_ENV]) if environ.get(TRIAL_ENV, "").isdigit() else None
+            trial = int(environ[E.FTBENCH_TRIAL_INDEX]) if environ.get(E.FTBENCH_TRIAL_INDEX, "").isdigit() else None
             kwargs.setdefault("min_interval_seconds", plan.output.progress_interval_seconds)
             return cls(namespace, ref.name, endpoint, trial=trial, **kwargs)
         except Exception as err:  # a reporter that cannot be built is no reason to stop training
@@ -192,7 +172,7 @@ class ProgressReporter:
             self._record_failure(err)
             return False
 
-    def update(self, progress: _Progress) -> None:
+    def update(self, progress: ProgressUpdate) -> None:
         """The trainer's ProgressSink protocol."""
         self.report(progress.step, progress.total_steps, progress.tokens_per_second, progress.eta_seconds)
 

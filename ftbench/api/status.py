@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ftbench.api.spec import ApiModel, FineTuneExperimentSpec
+from ftbench.contracts.progress import Progress
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment
 
 
@@ -50,20 +51,6 @@ class RuntimeStatus(ApiModel):
     reason: str = Field(
         "", description="Why, e.g. 'auto: Kubeflow Trainer v2 and ClusterTrainingRuntime ... installed'."
     )
-
-
-class Progress(ApiModel):
-    """Live progress from rank 0 (at most every 10 s)."""
-
-    step: Annotated[int, Field(ge=0)] = Field(0, description="Optimizer steps done.")
-    total_steps: Annotated[int, Field(ge=0)] = Field(0, description="Steps planned (0 when unknown).")
-    percent: Annotated[float, Field(ge=0, le=100)] = Field(0.0, description="step / totalSteps in %.")
-    tokens_per_second: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="Training tokens/s so far, all ranks (estimated from rank 0 x world size while running)."
-    )
-    eta_seconds: Annotated[float, Field(ge=0)] | None = Field(None, description="Estimated seconds left.")
-    trial: Annotated[int, Field(ge=0)] | None = Field(None, description="Stability trial in progress.")
-    last_update_time: datetime | None = Field(None, description="When rank 0 last reported.")
 
 
 class TrialOutcome(ApiModel):

@@ -52,14 +52,36 @@ a failed container (the default ``torch-distributed`` runtime sets no ``backoffL
 ``restartPolicy``), and a measured failure must be recorded once, not retried.
 
 `Rendezvous.source == "local"`: rank 0 of 1, master ``127.0.0.1``.
+
+ftbench's other variables; each crosses a process boundary too (an image, a chart, a shell script
+or a user's shell to Python), so it is named here, and tests/unit/test_contract_names.py fails on
+an ``FTBENCH_*`` name spelled anywhere else in the packages, the chart or the Dockerfiles:
+
+- ``FTBENCH_SAMPLE_INTERVAL``: seconds between the trainer's system samples (GPU utilization,
+  memory and power; CPU), default 1.0 (docs/measurements.md). Read by every training process;
+  ``ftbench run`` passes the caller's environment through to the trainer.
+- ``FTBENCH_ENGINE``: set by Dockerfile.trainer to the engine the image was built for
+  (``trl`` or ``fms-hf-tuning``), for people inspecting an image or a pod; ftbench reads
+  ``plan.engine`` and the installed packages instead.
+- ``FTBENCH_HOME``: where ``ftbench run`` keeps models, data, runs and results (default
+  ``~/.ftbench``; ftbench.local.home).
+- ``FTBENCH_CACHE``: the cache root (default ``~/.cache/ftbench``, `cache_root`): engine
+  environments (ftbench.engines.envs) and the dev control plane's binaries, which
+  hack/build-control-plane.sh puts there.
+- ``FTBENCH_OPERATOR_<FIELD>``: the operator's settings (ftbench_operator.settings), set by the
+  Helm chart's Deployment, with ``POD_NAMESPACE`` from the downward API.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ftbench.contracts.plan import LaunchPlan
+if TYPE_CHECKING:  # the standard library only at run time: the dev cluster (stdlib only) reads these names
+    from ftbench.contracts.plan import LaunchPlan
 
 FTBENCH_IMAGE = "FTBENCH_IMAGE"
 FTBENCH_POD_NAME = "FTBENCH_POD_NAME"
@@ -71,6 +93,17 @@ HF_HOME = "HF_HOME"
 # Set by the trainer's node launcher for its ranks: the accelerate config file it wrote (for the
 # equivalent bare command the results keep).
 FTBENCH_ACCELERATE_CONFIG = "FTBENCH_ACCELERATE_CONFIG"
+
+# Read by every training process; not set by the manifests.
+FTBENCH_SAMPLE_INTERVAL = "FTBENCH_SAMPLE_INTERVAL"
+# Set by Dockerfile.trainer (informational).
+FTBENCH_ENGINE = "FTBENCH_ENGINE"
+# A user's machine: `ftbench run`, `ftbench engines`, `ftbench dev`.
+FTBENCH_HOME = "FTBENCH_HOME"
+FTBENCH_CACHE = "FTBENCH_CACHE"
+# The operator's Deployment (Helm chart): `FTBENCH_OPERATOR_<FIELD>` per OperatorSettings field.
+OPERATOR_SETTINGS_PREFIX = "FTBENCH_OPERATOR_"
+POD_NAMESPACE = "POD_NAMESPACE"
 
 # Indexed Jobs (Kubernetes).
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
@@ -171,3 +204,15 @@ def _int_env(environ: Mapping[str, str], name: str) -> int:
         return int(value)
     except ValueError as err:
         raise RendezvousEnvError(f"{name}={value!r} is not an integer") from err
+
+
+def operator_setting(field: str) -> str:
+    """The variable that sets OperatorSettings field `field`, e.g. `metrics_port` ->
+    `FTBENCH_OPERATOR_METRICS_PORT` (what the chart and the tests that start an operator set)."""
+    return OPERATOR_SETTINGS_PREFIX + field.upper()
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """`FTBENCH_CACHE`, else ~/.cache/ftbench: one root for every cache ftbench and its scripts share."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(FTBENCH_CACHE) or Path.home() / ".cache" / "ftbench")

@@ -18,6 +18,10 @@ from ftbench.contracts.wire import WireModel
 
 RESULT_SCHEMA_VERSION = "ftbench.io/result/v1"
 
+# The trainer prints each result once on stdout as `FTBENCH_RESULT <compact JSON>`, the log's
+# machine-readable end (`ftbench run` reads it, next to the progress lines of contracts.progress).
+RESULT_PREFIX = "FTBENCH_RESULT"
+
 # Kubernetes truncates termination messages at 4096 bytes.
 TERMINATION_MESSAGE_LIMIT = 4096
 
@@ -203,6 +207,17 @@ class TrainerResult(WireModel):
     @classmethod
     def from_json(cls, text: str) -> TrainerResult:
         return cls.model_validate(json.loads(text))
+
+    def to_line(self) -> str:
+        """The stdout line that carries this result, newline included."""
+        return f"{RESULT_PREFIX} {self.to_json()}\n"
+
+    @classmethod
+    def from_line(cls, line: str) -> TrainerResult | None:
+        """The result a stdout line carries, or None for any other line."""
+        if not line.startswith(RESULT_PREFIX + " "):
+            return None
+        return cls.from_json(line[len(RESULT_PREFIX) + 1 :])
 
 
 def classify_exception(exc: BaseException) -> Outcome:

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from ftbench.contracts.env import cache_root
 from ftbench.procs import stop_process_group
 
 K8S_VERSION = "1.20.2"
@@ -55,8 +56,7 @@ class BinariesNotFoundError(ControlPlaneError):
 
 def cache_bin_dir() -> Path:
     """Where ``hack/build-control-plane.sh`` puts the binaries."""
-    root = os.environ.get("FTBENCH_CACHE") or str(Path.home() / ".cache" / "ftbench")
-    return Path(root) / f"k8s-{K8S_VERSION}" / "bin"
+    return cache_root() / f"k8s-{K8S_VERSION}" / "bin"
 
 
 def find_binaries(names: tuple[str, ...] = BINARIES) -> dict[str, Path]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ftbench.contracts.env import cache_root as ftbench_cache
 from ftbench.engines.locks import uv_command
 from ftbench.engines.releases import FmsRelease, load_releases
 
@@ -35,7 +36,7 @@ Log = Callable[[str], None]
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("FTBENCH_CACHE") or Path.home() / ".cache" / "ftbench") / "engines"
+    return ftbench_cache() / "engines"
 
 
 @cache

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ftbench.contracts import env as E
 from ftbench.profile import ClusterProfile, Storage
 
 
 def ftbench_home() -> Path:
-    return Path(os.environ.get("FTBENCH_HOME") or Path.home() / ".ftbench").expanduser()
+    return Path(os.environ.get(E.FTBENCH_HOME) or Path.home() / ".ftbench").expanduser()
 
 
 def local_profile(base: ClusterProfile | None = None, home: Path | None = None) -> ClusterProfile:
@@ -31,5 +32,5 @@ def local_profile(base: ClusterProfile | None = None, home: Path | None = None) 
     if storage.data_dir == defaults.data_dir:
         updates["data_dir"] = str(home / "data")
     if storage.hf_home == defaults.hf_home:
-        updates["hf_home"] = os.environ.get("HF_HOME") or str(home / "hf")
+        updates["hf_home"] = os.environ.get(E.HF_HOME) or str(home / "hf")
     return base.model_copy(update={"storage": storage.model_copy(update=updates)})

@@ -1,8 +1,9 @@
 """`ftbench run`: the operator's plan, executed by the trainer as a local subprocess.
 
 The same `build_plan` the operator uses makes the plan; only the cluster profile differs (storage
-under FTBENCH_HOME). The trainer's stdout carries machine-readable progress (`FTBENCH_PROGRESS`)
-and result (`FTBENCH_RESULT`) lines, so this module needs neither torch nor a shared file layout.
+under FTBENCH_HOME). The trainer's stdout carries machine-readable progress and result lines
+(ftbench.contracts.progress, ftbench.contracts.results), so this module needs neither torch nor a
+shared file layout.
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ from ftbench.api.enums import Engine, Runtime
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
+from ftbench.contracts.progress import parse_progress_line
 from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.gpus import local_gpu_count
 from ftbench.procs import stop_process_group
 from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
 
-PROGRESS_PREFIX = "FTBENCH_PROGRESS "
-RESULT_PREFIX = "FTBENCH_RESULT "
 TRAINER_MODULE = "ftbench_trainer.main"
 INTERRUPT_GRACE_SECONDS = 30.0
 
@@ -163,10 +163,10 @@ def execute(
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
-                if line.startswith(PROGRESS_PREFIX):
-                    on_progress(json.loads(line[len(PROGRESS_PREFIX) :]))
-                elif line.startswith(RESULT_PREFIX):
-                    results.append(TrainerResult.from_json(line[len(RESULT_PREFIX) :]))
+                if (progress := parse_progress_line(line)) is not None:
+                    on_progress(progress)
+                elif (result := TrainerResult.from_line(line)) is not None:
+                    results.append(result)
                 else:
                     on_output(line.rstrip("\n"))
             returncode = proc.wait()

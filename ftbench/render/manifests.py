@@ -22,6 +22,14 @@ from ftbench.api import effective
 from ftbench.api.enums import Runtime
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
+from ftbench.contracts.labels import (
+    APP_NAME,
+    ATTEMPT_LABEL,
+    EXPERIMENT_LABEL,
+    EXPERIMENT_NAME_ANNOTATION,
+    MANAGED_BY_LABEL,
+    RUNTIME_ANNOTATION,
+)
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.profile import ClusterProfile
 from ftbench.render.access import pod_account, trainer_access
@@ -39,12 +47,6 @@ from ftbench.render.runtimes import (
 from ftbench.render.trainjob import stability_train_jobs, train_job
 
 Obj = dict[str, Any]
-
-APP_NAME = "ftbench"
-EXPERIMENT_LABEL = "ftbench.io/experiment"
-ATTEMPT_LABEL = "ftbench.io/attempt"
-EXPERIMENT_NAME_ANNOTATION = "ftbench.io/experiment-name"
-RUNTIME_ANNOTATION = "ftbench.io/runtime"
 
 
 class RenderError(PlanError):
@@ -70,15 +72,10 @@ def labels(experiment: str, attempt: int) -> dict[str, str]:
         "app.kubernetes.io/component": "trainer",
         "app.kubernetes.io/instance": value,
         "app.kubernetes.io/part-of": APP_NAME,
-        "app.kubernetes.io/managed-by": APP_NAME,
+        MANAGED_BY_LABEL: APP_NAME,
         EXPERIMENT_LABEL: value,
         ATTEMPT_LABEL: str(attempt),
     }
-
-
-def pod_selector(experiment: str, attempt: int) -> str:
-    """A label selector for the pods of one attempt (for list/watch calls)."""
-    return f"{EXPERIMENT_LABEL}={label_value(experiment)},{ATTEMPT_LABEL}={attempt}"
 
 
 def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:

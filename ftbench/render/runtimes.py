@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ftbench.contracts import env as E
+from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.results import EXIT_GPU_OOM
 from ftbench.render.names import ChildNames
 from ftbench.render.pods import PodInputs, RuntimeSlot, completion_index_env, pod_template
@@ -23,7 +24,6 @@ TRAINER_CONTAINER = "trainer"
 PYTORCH_CONTAINER = "pytorch"
 PYTORCH_PORT_NAME = "pytorchjob-port"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-TRIAL_LABEL = "ftbench.io/trial"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ftbench.contracts import env as E
+from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.render.names import ChildNames
 from ftbench.render.pods import (
     TRAINER_COMMAND,
@@ -42,7 +43,7 @@ from ftbench.render.pods import (
     security,
 )
 from ftbench.render.pods import volumes as pod_volumes
-from ftbench.render.runtimes import TRIAL_LABEL, WorkloadMeta, trial_env
+from ftbench.render.runtimes import WorkloadMeta, trial_env
 
 Obj = dict[str, Any]
 

@@ -24,23 +24,22 @@ from typing import Any
 import kopf
 
 from ftbench.api.resource import GROUP, PLURAL, VERSION
-from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL
+from ftbench.contracts.labels import ATTEMPT_LABEL, EXPERIMENT_LABEL, MANAGED_BY, PROFILE_LABEL, RETRY_ANNOTATION
 from ftbench.render.names import label_value
 from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
 from ftbench_operator.classify import summarize_pod
 from ftbench_operator.context import OperatorContext, api_errors
 from ftbench_operator.diffbase import BoundedDiffBaseStorage
 from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
-from ftbench_operator.handlers.handle_retry import RETRY_ANNOTATION, retry
+from ftbench_operator.handlers.handle_retry import retry
 from ftbench_operator.handlers.handle_spec_change import spec_changed
 from ftbench_operator.handlers.handle_start import start_or_resume
 from ftbench_operator.kube import Kube, connect
 from ftbench_operator.metrics import OperatorMetrics
-from ftbench_operator.profile_source import PROFILE_LABEL, ProfileSource
+from ftbench_operator.profile_source import ProfileSource
 from ftbench_operator.settings import OperatorSettings
 
 FTE = (GROUP, VERSION, PLURAL)
-MANAGED = {"app.kubernetes.io/managed-by": "ftbench"}
 KOPF_PREFIX = f"kopf.{GROUP}"  # kopf's own bookkeeping annotations, apart from user-facing ones
 LAST_HANDLED = "last-handled-configuration"
 FINALIZER = f"{GROUP}/finalizer"  # declared for kopf; nothing here requires one, so none is added
@@ -123,7 +122,7 @@ def experiments(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], st
     return {(namespace, label_value(name)): name}
 
 
-@kopf.index("pods", labels=MANAGED)
+@kopf.index("pods", labels=MANAGED_BY)
 def ftbench_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     if EXPERIMENT_LABEL not in labels:
         return {}
@@ -184,10 +183,10 @@ def _request_sync(memo: kopf.Memo, experiments: kopf.Index[Any, Any], namespace:
         _syncer(memo).request(namespace, name)
 
 
-@kopf.on.event("pods", labels=MANAGED)
-@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=MANAGED)
-@kopf.on.event(TRAINER_GROUP, "v1alpha1", "trainjobs", labels=MANAGED)
+@kopf.on.event("pods", labels=MANAGED_BY)
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED_BY)
+@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=MANAGED_BY)
+@kopf.on.event(TRAINER_GROUP, "v1alpha1", "trainjobs", labels=MANAGED_BY)
 async def child_event(
     namespace: str,
     labels: kopf.Labels,

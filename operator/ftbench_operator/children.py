@@ -19,10 +19,10 @@ from typing import Any
 import kopf
 
 from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts.labels import TRIAL_LABEL
+from ftbench.contracts.labels import attempt_selector as attempt_selector  # the handlers' `children.attempt_selector`
 from ftbench.profile import ClusterProfile, catalog_for
-from ftbench.render.manifests import ATTEMPT_LABEL, EXPERIMENT_LABEL, Rendered, render_experiment
-from ftbench.render.names import label_value
-from ftbench.render.runtimes import TRIAL_LABEL
+from ftbench.render.manifests import Rendered, render_experiment
 from ftbench_operator.kube import Kube, KubeError, collection_path
 
 Obj = dict[str, Any]
@@ -185,15 +185,6 @@ async def _await_token(kube: Kube, account: Mapping[str, Any]) -> None:
         if stored is None or stored.get("secrets"):
             return
         await asyncio.sleep(0.2)
-
-
-def attempt_selector(name: str, attempt: int | None = None, *, other_than: int | None = None) -> str:
-    selector = f"{EXPERIMENT_LABEL}={label_value(name)}"
-    if attempt is not None:
-        selector += f",{ATTEMPT_LABEL}={attempt}"
-    if other_than is not None:
-        selector += f",{ATTEMPT_LABEL}!={other_than}"
-    return selector
 
 
 async def delete_owned(kube: Kube, owner: Mapping[str, Any], selector: str) -> int:

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from ftbench.api.status import Phase
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
+from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
 from ftbench.render.trainjob import JOBSET_NAME_LABEL
 
@@ -59,7 +60,6 @@ TRIALS_COMPLETED = "TrialsCompleted"
 
 PYTORCH_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 PYTORCH_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-TRIAL_LABEL = "ftbench.io/trial"
 TRAINER_CONTAINERS = ("trainer", "pytorch")
 # Waiting reasons that never heal by themselves, and ones that may (registry hiccups, a
 # ConfigMap that appears late): the latter fail the run only after the grace period.

@@ -25,8 +25,6 @@ from ftbench.profile import ClusterProfile, Features
 
 log = logging.getLogger(__name__)
 
-PROFILE_LABEL = "ftbench.io/profile"
-
 
 class ProfileError(ValueError):
     """The profile document is not valid YAML or not a ClusterProfile."""

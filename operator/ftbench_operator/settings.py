@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ENV_PREFIX = "FTBENCH_OPERATOR_"
+from ftbench.contracts.env import POD_NAMESPACE, operator_setting
+
 # Where the chart installs the operator (README); the profile namespace outside a pod.
 DEFAULT_PROFILE_NAMESPACE = "ftbench-system"
 
@@ -50,10 +51,8 @@ class OperatorSettings(BaseModel):
         """Read `FTBENCH_OPERATOR_*`; unknown variables are ignored, bad values raise (fail fast at startup)."""
         environ = os.environ if environ is None else environ
         values = {
-            name: environ[ENV_PREFIX + name.upper()]
-            for name in cls.model_fields
-            if ENV_PREFIX + name.upper() in environ
+            name: environ[operator_setting(name)] for name in cls.model_fields if operator_setting(name) in environ
         }
-        if "profile_namespace" not in values and environ.get("POD_NAMESPACE"):
-            values["profile_namespace"] = environ["POD_NAMESPACE"]
+        if "profile_namespace" not in values and environ.get(POD_NAMESPACE):
+            values["profile_namespace"] = environ[POD_NAMESPACE]
         return cls.model_validate(values)

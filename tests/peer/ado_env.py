@@ -13,11 +13,12 @@ only pydantic, numpy and pyyaml (rich, which it imports lazily for rendering, co
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from ftbench.contracts.env import cache_root
 
 ADO_PACKAGE = "ado-sfttrainer==1.8.12"
 # The ado-core release whose `ado.schema` ado-sfttrainer 1.8.12's experiment modules import.
@@ -29,8 +30,7 @@ EXTRA_REQUIREMENTS = ("typer", "pandas", "pyarrow", "pillow", "pydantic>=2.10", 
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("FTBENCH_CACHE") or str(Path.home() / ".cache" / "ftbench")
-    return Path(base) / "peer"
+    return cache_root() / "peer"
 
 
 def _uv() -> str:

@@ -8,11 +8,12 @@ import json
 import pytest
 
 from ftbench.contracts.plan import StopSettings
+from ftbench.contracts.progress import ProgressUpdate, parse_progress_line
 from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
 from ftbench_trainer.measure.stop import AUTO_STOP_METHOD, StopController
 from ftbench_trainer.measure.system import SystemSampler
 from ftbench_trainer.measure.timing import StepTimer, coefficient_of_variation, percentile, steady_state_start
-from ftbench_trainer.report import ProgressUpdate, StdoutProgressSink, parse_progress_line
+from ftbench_trainer.report import StdoutProgressSink
 
 
 def _run(controller: StopController, step_times: list[float]) -> tuple[int | None, str]:

@@ -20,8 +20,8 @@ from helpers import (
 )
 
 from ftbench.api.enums import Experiment, Runtime
+from ftbench.contracts.progress import parse_progress_line
 from ftbench.contracts.results import EXIT_OK, Outcome, TrainerResult
-from ftbench_trainer.report import parse_progress_line
 
 pytestmark = [pytest.mark.training, pytest.mark.slow]
 PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"

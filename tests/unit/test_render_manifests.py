@@ -10,6 +10,7 @@ from ftbench.api.enums import Runtime
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
+from ftbench.contracts.labels import attempt_selector
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 from ftbench.contracts.results import EXIT_GPU_OOM
 from ftbench.profile import ClusterProfile, Features
@@ -17,7 +18,6 @@ from ftbench.render.access import ACCESS_KINDS
 from ftbench.render.manifests import (
     RenderError,
     experiment_names,
-    pod_selector,
     render_experiment,
 )
 from ftbench.render.names import DNS_LABEL_MAX, child_names, fit
@@ -269,7 +269,7 @@ def test_names_fit_and_are_stable() -> None:
             assert obj["metadata"]["annotations"]["ftbench.io/experiment-name"] == long
     other = render_experiment(s, CATALOG, profile, name=long[:-1] + "z", attempt=12)
     assert other.names.base != rendered.names.base
-    assert pod_selector(long, 12).endswith(",ftbench.io/attempt=12")
+    assert attempt_selector(long, 12).endswith(",ftbench.io/attempt=12")
 
 
 def test_child_names_per_runtime() -> None:

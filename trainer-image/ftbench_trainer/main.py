@@ -35,8 +35,8 @@ def result_path(plan: LaunchPlan, trial: int | None) -> Path:
 
 def prepare_environment(plan: LaunchPlan) -> None:
     """Env the ML libraries read at import time; set before any of them is imported."""
-    if plan.hf_home and "HF_HOME" not in os.environ and Path(plan.hf_home).is_dir():
-        os.environ["HF_HOME"] = plan.hf_home
+    if plan.hf_home and env.HF_HOME not in os.environ and Path(plan.hf_home).is_dir():
+        os.environ[env.HF_HOME] = plan.hf_home
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # fms-hf-tuning's multi-process runs crash on a rank that finds no output_dir (CPU notes).
     Path(plan.output.dir).mkdir(parents=True, exist_ok=True)

@@ -1,19 +1,8 @@
 """Where results and progress go: result file, termination message, and stdout progress lines.
 
 Progress lines (rank 0 only, at most one per `plan.output.progressIntervalSeconds`, plus the last
-step) are single lines on stdout, a fixed prefix then compact JSON, so a log reader can pick them
-out of the training library's own output::
-
-    FTBENCH_PROGRESS {"step": 12, "totalSteps": 100, "elapsedSeconds": 3.1,
-                      "tokensPerSecond": 5120.0, "etaSeconds": 22.7}
-
-- ``step``: optimizer steps finished; ``totalSteps``: the Trainer's planned total (max_steps, or
-  epochs x steps per epoch; a clock-based stop may end the run earlier).
-- ``tokensPerSecond``: padded tokens so far / elapsed, estimated as rank 0's count x world size
-  (the exact all-rank count is only exchanged once, at the end).
-- ``etaSeconds``: elapsed / step x remaining steps; absent before the first step.
-
-The final result is printed once as ``FTBENCH_RESULT <compact TrainerResult JSON>``.
+step) and the final result line are the stdout protocol that `ftbench run` and log readers parse;
+their formats are defined in ftbench.contracts.progress and ftbench.contracts.results.
 
 `ProgressSink` is the hook for destinations: `StdoutProgressSink` writes the lines above, and
 `TeeProgressSink` (what the worker uses) adds `status.progress` patches through
@@ -22,43 +11,19 @@ The final result is printed once as ``FTBENCH_RESULT <compact TrainerResult JSON
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
 
+from ftbench.contracts.progress import ProgressUpdate, progress_line
 from ftbench.contracts.results import TrainerResult
 
 if TYPE_CHECKING:
     from ftbench.progress_reporter import ProgressReporter
 
 log = logging.getLogger(__name__)
-
-PROGRESS_PREFIX = "FTBENCH_PROGRESS"
-RESULT_PREFIX = "FTBENCH_RESULT"
-
-
-@dataclass(frozen=True)
-class ProgressUpdate:
-    step: int
-    total_steps: int
-    elapsed_seconds: float
-    tokens_per_second: float
-    eta_seconds: float | None = None
-
-    def to_dict(self) -> dict[str, float | int]:
-        out: dict[str, float | int] = {
-            "step": self.step,
-            "totalSteps": self.total_steps,
-            "elapsedSeconds": round(self.elapsed_seconds, 3),
-            "tokensPerSecond": round(self.tokens_per_second, 3),
-        }
-        if self.eta_seconds is not None:
-            out["etaSeconds"] = round(self.eta_seconds, 3)
-        return out
 
 
 class ProgressSink(Protocol):
@@ -73,7 +38,7 @@ class StdoutProgressSink:
 
     def update(self, progress: ProgressUpdate) -> None:
         stream = self.stream or sys.stdout
-        stream.write(f"{PROGRESS_PREFIX} {json.dumps(progress.to_dict(), separators=(',', ':'))}\n")
+        stream.write(progress_line(progress))
         stream.flush()
 
 
@@ -101,13 +66,6 @@ class TeeProgressSink:
     def close(self) -> None:
         if self.reporter is not None:
             self.reporter.close()
-
-
-def parse_progress_line(line: str) -> dict[str, float | int] | None:
-    """The JSON of a progress line, or None for any other line (for log readers and tests)."""
-    if not line.startswith(PROGRESS_PREFIX + " "):
-        return None
-    return json.loads(line[len(PROGRESS_PREFIX) + 1 :])
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -140,5 +98,5 @@ def write_termination_message(result: TrainerResult, path: str | Path) -> bool:
 
 def print_result(result: TrainerResult, stream: TextIO | None = None) -> None:
     stream = stream or sys.stdout
-    stream.write(f"{RESULT_PREFIX} {result.to_json()}\n")
+    stream.write(result.to_line())
     stream.flush()

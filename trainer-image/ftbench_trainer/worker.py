@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from ftbench.contracts import env as E
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
     COMMAND_LIMIT,
@@ -160,7 +161,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     environment = RunEnvironment(
         engine=plan.engine.value,
         engine_version=engine_version,
-        image=os.environ.get("FTBENCH_IMAGE", ""),
+        image=os.environ.get(E.FTBENCH_IMAGE, ""),
         torch_version=torch.__version__,
         transformers_version=_version("transformers"),
         trl_version=_version("trl"),

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ftbench.contracts.labels import LOCAL_KUBELET_LABEL
 from ftbench.devcluster.kubelet.client import Rest
 from ftbench.devcluster.kubelet.pod_status import HOST_IP
 from ftbench.devcluster.kubelet.scheduling import GPU_RESOURCE
@@ -28,7 +29,6 @@ log = logging.getLogger("ftbench.kubelet")
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40
 LEASE_NAMESPACE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
-LOCAL_KUBELET_LABEL = "ftbench.io/local-kubelet"
 
 
 def memory_kib() -> int:

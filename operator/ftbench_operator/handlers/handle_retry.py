@@ -13,12 +13,11 @@ from typing import Any
 import kopf
 
 from ftbench.api.status import Phase
+from ftbench.contracts.labels import RETRY_ANNOTATION
 from ftbench_operator import children, status
 from ftbench_operator.classify import GPU_OOM
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_start import start_attempt
-
-RETRY_ANNOTATION = "ftbench.io/retry"
 
 
 def retryable(current: Mapping[str, Any]) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ftbench.contracts import env as E
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import Metrics
 from ftbench_trainer.measure import distributed
@@ -59,7 +60,7 @@ class MeasureCallback(TrainerCallback):
         self.timer = StepTimer()
         self.stop = StopController(plan.stop, agree=self._agree)
         self.stopped_by = "completed"
-        interval = sample_interval or float(os.environ.get("FTBENCH_SAMPLE_INTERVAL", "1.0"))
+        interval = sample_interval or float(os.environ.get(E.FTBENCH_SAMPLE_INTERVAL, "1.0"))
         # One GPU per rank; distributedBackend None runs one DataParallel process over all of them.
         gpus = max(1, plan.topology.gpus_per_node // plan.topology.processes_per_node)
         self.sampler = SystemSampler(

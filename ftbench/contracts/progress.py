@@ -1,0 +1,111 @@
+"""Live training progress: the stdout line rank 0 prints and the `status.progress` it patches.
+
+Three processes read progress, so its shapes are defined here once:
+
+- The **progress line** (`ProgressUpdate`): the trainer's rank 0 prints, at most once per
+  `plan.output.progressIntervalSeconds` plus the last step, one line on stdout, a fixed prefix
+  then compact JSON, so a log reader can pick it out of the training library's own output::
+
+      FTBENCH_PROGRESS {"step":12,"totalSteps":100,"elapsedSeconds":3.1,"tokensPerSecond":5120.0,"etaSeconds":22.7}
+
+  `ftbench run` (ftbench.local.runner) parses these lines; users grep pod logs for them.
+- **`status.progress`** (`Progress`): the same measurement as the trainer's
+  `ftbench.progress_reporter` patches it into the FineTuneExperiment (bounded, with the trial and
+  the time), and as the CRD declares it (`ftbench.api.status` uses this model).
+
+The result line that ends a run (`FTBENCH_RESULT`) belongs to the result: ftbench.contracts.results.
+Imports pydantic and the standard library only: the trainer image loads this without kopf.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+PROGRESS_PREFIX = "FTBENCH_PROGRESS"
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    """What rank 0 measured at one step: the payload of a progress line.
+
+    - ``step``: optimizer steps finished; ``total_steps``: the Trainer's planned total (max_steps,
+      or epochs x steps per epoch; a clock-based stop may end the run earlier).
+    - ``tokens_per_second``: padded tokens so far / elapsed, estimated as rank 0's count x world
+      size (the exact all-rank count is only exchanged once, at the end).
+    - ``eta_seconds``: elapsed / step x remaining steps; None before the first step.
+    """
+
+    step: int
+    total_steps: int
+    elapsed_seconds: float
+    tokens_per_second: float
+    eta_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, float | int]:
+        """The line's JSON object (camelCase, like the status; no eta before the first step)."""
+        out: dict[str, float | int] = {
+            "step": self.step,
+            "totalSteps": self.total_steps,
+            "elapsedSeconds": round(self.elapsed_seconds, 3),
+            "tokensPerSecond": round(self.tokens_per_second, 3),
+        }
+        if self.eta_seconds is not None:
+            out["etaSeconds"] = round(self.eta_seconds, 3)
+        return out
+
+
+def progress_line(update: ProgressUpdate) -> str:
+    """The stdout line for `update`, newline included: the prefix, one space, compact JSON."""
+    return f"{PROGRESS_PREFIX} {json.dumps(update.to_dict(), separators=(',', ':'))}\n"
+
+
+def parse_progress_line(line: str) -> dict[str, float | int] | None:
+    """The JSON of a progress line, or None for any other line (for log readers and tests)."""
+    if not line.startswith(PROGRESS_PREFIX + " "):
+        return None
+    return json.loads(line[len(PROGRESS_PREFIX) + 1 :])
+
+
+class Progress(BaseModel):
+    """Live progress from rank 0 (at most every 10 s)."""
+
+    # ftbench.api.spec.ApiModel's settings; not that class itself, which would make this module
+    # import ftbench.api, whose status imports this one.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    step: Annotated[int, Field(ge=0)] = Field(0, description="Optimizer steps done.")
+    total_steps: Annotated[int, Field(ge=0)] = Field(0, description="Steps planned (0 when unknown).")
+    percent: Annotated[float, Field(ge=0, le=100)] = Field(0.0, description="step / totalSteps in %.")
+    tokens_per_second: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="Training tokens/s so far, all ranks (estimated from rank 0 x world size while running)."
+    )
+    eta_seconds: Annotated[float, Field(ge=0)] | None = Field(None, description="Estimated seconds left.")
+    trial: Annotated[int, Field(ge=0)] | None = Field(None, description="Stability trial in progress.")
+    last_update_time: datetime | None = Field(None, description="When rank 0 last reported.")
+
+    @classmethod
+    def reported(
+        cls, step: int, total: int, tokens_per_second: float, eta: float | None, trial: int | None, now: datetime
+    ) -> Progress:
+        """What rank 0 reports at `now`: values clamped into the schema's bounds (a report must never
+        be rejected for a stray negative), rounded, and the time to whole seconds in UTC."""
+        step, total = max(0, int(step)), max(0, int(total))
+        return cls(
+            step=step,
+            total_steps=total,
+            percent=round(min(100.0, 100.0 * step / total), 2) if total else 0.0,
+            tokens_per_second=round(max(0.0, float(tokens_per_second)), 3),
+            eta_seconds=None if eta is None else round(max(0.0, float(eta)), 1),
+            trial=trial,
+            last_update_time=now.astimezone(UTC).replace(microsecond=0),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as `status.progress` holds it (camelCase, None omitted)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
