@@ -8,6 +8,9 @@ writes seed 002's file, which runs (ftbench's and ado's) then use as is.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import subprocess
+import sys
 
 from ftbench.cli.main import UsageError
 
@@ -23,12 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        from ftbench_trainer.datasets.__main__ import main as datasets_main
-    except ImportError as err:
-        raise UsageError(
-            f"the dataset generators need the trainer extra (pip install 'ftbench[trainer]'): {err}"
-        ) from err
+    if importlib.util.find_spec("ftbench_trainer") is None:
+        raise UsageError("the dataset generators need the trainer extra (pip install 'ftbench[trainer]')")
     if not args.args:
         raise UsageError("say `list` or `generate DATASET_ID -o PATH`")
-    return datasets_main(list(args.args))
+    # Its own process, as `ftbench run` starts the trainer: ftbench never imports the trainer package.
+    return subprocess.run([sys.executable, "-m", "ftbench_trainer.datasets", *args.args], check=False).returncode

@@ -99,8 +99,6 @@ def seed_models(pvc_dir: Path) -> Path | None:
 
     if importlib.util.find_spec("ftbench_trainer") is None or importlib.util.find_spec("torch") is None:
         return None
-    from ftbench_trainer.tiny_model import build_tiny_model
-
     profile = ClusterProfile()
     models = profile.storage.models
     if not models.claim_name:
@@ -110,7 +108,15 @@ def seed_models(pvc_dir: Path) -> Path | None:
     hf_home = PurePosixPath(profile.storage.hf_home)
     if hf_home.is_relative_to(models.mount_path):
         (claim / hf_home.relative_to(models.mount_path)).mkdir(parents=True, exist_ok=True)
-    return Path(build_tiny_model(claim / TINY_MODEL))
+    # The trainer package runs as its own process, the way `ftbench run` starts it: ftbench (pydantic
+    # and pyyaml) never imports the trainer's torch stack.
+    built = subprocess.run(
+        [sys.executable, "-m", "ftbench_trainer.tiny_model", str(claim / TINY_MODEL)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(built.stdout.strip().splitlines()[-1])
 
 
 # -- the supervisor (``serve``) -------------------------------------------------------------------

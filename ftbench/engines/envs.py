@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -163,10 +164,12 @@ def package_path() -> str:
     environment's own stack, which must not leak into the release's environment. So link the two
     packages into a folder of their own.
     """
-    import ftbench
-    import ftbench_trainer
-
-    pkgs = [Path(ftbench.__file__).parent, Path(ftbench_trainer.__file__).parent]
+    pkgs = []
+    for name in ("ftbench", "ftbench_trainer"):  # located, not imported: ftbench never imports the trainer
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"{name} is not importable here (install the trainer extra)")
+        pkgs.append(Path(spec.origin).parent)
     digest = hashlib.sha256("\0".join(map(str, pkgs)).encode()).hexdigest()[:12]
     shim = cache_root() / "pkgs" / digest
     shim.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,9 @@ from ftbench.catalog import load_catalog
 from ftbench.cli import main
 
 
-def test_generate_writes_the_requested_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_writes_the_requested_entries(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     assert main(["dataset", "generate", "news-chars-512-entries-4096", "-o", str(tmp_path), "--entries", "4"]) == 0
-    path = Path(capsys.readouterr().out.strip())
+    path = Path(capfd.readouterr().out.strip())  # the generators run as their own process
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 4 and all(len(r["output"]) == 2 * 512 + 117 for r in rows)
 
