@@ -25,12 +25,15 @@ from pydantic import ValidationError
 
 from ftbench.api.status import Phase
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
+from ftbench.contracts.outcomes import OUTCOMES, status_reason
 from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
 from ftbench.render.trainjob import JOBSET_NAME_LABEL
 
 # Reasons (CamelCase, as in metav1.Condition) the operator writes; docs and tests use these names.
-RESULTS_RECORDED = "ResultsRecorded"
-GPU_OOM = "GpuOutOfMemory"
+# Those of a trainer-reported outcome come from the outcome table.
+RESULTS_RECORDED = OUTCOMES[Outcome.SUCCEEDED].status_reason
+GPU_OOM = OUTCOMES[Outcome.GPU_OOM].status_reason
+TRAINING_ERROR = OUTCOMES[Outcome.FAILED].status_reason
 INVALID_SPEC = "InvalidSpec"
 NOT_RUNNABLE = "NotRunnable"
 HOST_OOM_KILLED = "OOMKilled"
@@ -44,7 +47,6 @@ CHILD_CONFLICT = "ChildConflict"
 UNKNOWN_WORKLOAD = "UnknownWorkload"
 MISSING_DEPENDENCY = "MissingDependency"
 BACKOFF_LIMIT = "BackoffLimitExceeded"
-TRAINING_ERROR = "TrainingError"
 POD_FAILED = "PodFailed"
 NO_RESULT = "NoResult"
 WORKLOAD_FAILED = "WorkloadFailed"
@@ -288,18 +290,15 @@ def pod_failure(pod: PodSummary, rank: int | None = None) -> Observation | None:
 
 
 def result_observation(result: TrainerResult, pod: PodSummary) -> Observation:
-    """The trainer's own verdict: Succeeded with metrics, GPU OOM (a valid measurement) or Failed."""
+    """The trainer's own verdict, read through the outcome table: Succeeded with metrics, GPU OOM
+    (a valid measurement) or Failed."""
     start = pod.start_time
-    if result.outcome == Outcome.SUCCEEDED and result.metrics is not None:
-        return Observation(Phase.SUCCEEDED, RESULTS_RECORDED, "results recorded", result, start)
-    error = f"{result.error.type}: {result.error.message}" if result.error else ""
-    if result.outcome == Outcome.GPU_OOM:
-        return Observation(
-            Phase.INVALID, GPU_OOM, error or "the configuration does not fit in GPU memory", result, start
-        )
-    if result.outcome == Outcome.SUCCEEDED:
+    if result.outcome == Outcome.SUCCEEDED and result.metrics is None:
         return Observation(Phase.FAILED, NO_RESULT, "the trainer reported success without metrics", result, start)
-    return Observation(Phase.FAILED, result.reason or TRAINING_ERROR, error or "training failed", result, start)
+    rule = OUTCOMES[result.outcome]
+    error = f"{result.error.type}: {result.error.message}" if result.error else ""
+    reason = status_reason(result.outcome, result.reason)
+    return Observation(rule.phase, reason, error or rule.default_message, result, start)
 
 
 def _waiting_failure(pods: Iterable[PodSummary], now: datetime, grace_seconds: float) -> Observation | None:
@@ -444,10 +443,7 @@ def trial_outcome(pod: PodSummary, index: int) -> TrialResult | None:
         result = parse_result(pod.container.message)
         if result is not None:
             error = f"{result.error.type}: {result.error.message}" if result.error else ""
-            reason = {Outcome.SUCCEEDED: RESULTS_RECORDED, Outcome.GPU_OOM: GPU_OOM}.get(
-                result.outcome, result.reason or TRAINING_ERROR
-            )
-            return TrialResult(index, result.outcome, reason, error)
+            return TrialResult(index, result.outcome, status_reason(result.outcome, result.reason), error)
     verdict = pod_failure(pod)
     if verdict is None:
         return None

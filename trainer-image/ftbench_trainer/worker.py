@@ -18,12 +18,10 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
     COMMAND_LIMIT,
-    EXIT_FAILED,
-    EXIT_GPU_OOM,
-    EXIT_OK,
     Outcome,
     RunEnvironment,
     RunError,
@@ -34,8 +32,6 @@ from ftbench.contracts.results import (
 log = logging.getLogger(__name__)
 
 ERROR_MESSAGE_LIMIT = 1500
-REASONS = {Outcome.SUCCEEDED: "Succeeded", Outcome.GPU_OOM: "GpuOutOfMemory", Outcome.FAILED: "TrainingError"}
-EXIT_CODES = {Outcome.SUCCEEDED: EXIT_OK, Outcome.GPU_OOM: EXIT_GPU_OOM, Outcome.FAILED: EXIT_FAILED}
 
 
 def rank_result_path(plan: LaunchPlan, rank: int) -> Path:
@@ -55,9 +51,9 @@ def failure_result(
     message = " ".join(str(exc).strip().splitlines()[:5]) or exception_type_name(exc)
     return TrainerResult(
         outcome=outcome,
-        is_valid=False if outcome == Outcome.GPU_OOM else None,
+        is_valid=OUTCOMES[outcome].is_valid,
         # An exception may name its own reason (e.g. EngineMismatch); the outcome still decides validity.
-        reason=getattr(exc, "reason", None) or REASONS[outcome],
+        reason=getattr(exc, "reason", None) or OUTCOMES[outcome].result_reason,
         error=RunError(type=exception_type_name(exc), message=message[:ERROR_MESSAGE_LIMIT]),
         trial=trial,
         started_at=started_at,
@@ -177,8 +173,8 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     )
     return TrainerResult(
         outcome=Outcome.SUCCEEDED,
-        is_valid=True,
-        reason=REASONS[Outcome.SUCCEEDED],
+        is_valid=OUTCOMES[Outcome.SUCCEEDED].is_valid,
+        reason=OUTCOMES[Outcome.SUCCEEDED].result_reason,
         metrics=callback.metrics,
         environment=environment,
         trial=trial,
@@ -195,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = run_worker(LaunchPlan.read(args.plan), trial=args.trial)
-    return EXIT_CODES[result.outcome]
+    return OUTCOMES[result.outcome].exit_code
 
 
 if __name__ == "__main__":
