@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ftbench.api.status import Phase
+from ftbench.api import stability
+from ftbench.api.status import Phase, TrialOutcome
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
 from ftbench.contracts.outcomes import OUTCOMES, status_reason
 from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
@@ -116,14 +117,6 @@ class WorkloadSummary:
 
 
 @dataclass(frozen=True)
-class TrialResult:
-    index: int
-    outcome: Outcome
-    reason: str = ""
-    message: str = ""
-
-
-@dataclass(frozen=True)
 class Observation:
     """The verdict on one attempt. `result` is set for a trainer-reported outcome."""
 
@@ -132,7 +125,7 @@ class Observation:
     message: str = ""
     result: TrainerResult | None = None
     start_time: str | None = None
-    trials: tuple[TrialResult, ...] = ()
+    trials: tuple[TrialOutcome, ...] = ()
     next_trial: int | None = None
 
     @property
@@ -437,18 +430,18 @@ def classify_run(
     return _progress(by_rank.values(), workloads)
 
 
-def trial_outcome(pod: PodSummary, index: int) -> TrialResult | None:
-    """A finished trial's outcome (None while the trial pod runs)."""
+def trial_outcome(pod: PodSummary, index: int) -> TrialOutcome | None:
+    """A finished trial's outcome (None while the trial pod runs): the trainer's result if it left
+    one, else what Kubernetes says of the pod."""
     if pod.container.state == "terminated":
         result = parse_result(pod.container.message)
         if result is not None:
-            error = f"{result.error.type}: {result.error.message}" if result.error else ""
-            return TrialResult(index, result.outcome, status_reason(result.outcome, result.reason), error)
+            return stability.trial_outcome(index, result)
     verdict = pod_failure(pod)
     if verdict is None:
         return None
     outcome = Outcome.GPU_OOM if verdict.phase == Phase.INVALID else Outcome.FAILED
-    return TrialResult(index, outcome, verdict.reason, verdict.message)
+    return stability.trial(index, outcome, verdict.reason, verdict.message)
 
 
 def classify_trials(
