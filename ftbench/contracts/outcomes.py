@@ -58,6 +58,8 @@ OUTCOMES: Mapping[Outcome, OutcomeRule] = MappingProxyType(
         ),
     }
 )
+# The phases of a run that has ended: exactly those an outcome leads to.
+FINISHED: frozenset[Phase] = frozenset(rule.phase for rule in OUTCOMES.values())
 
 
 def status_reason(outcome: Outcome, result_reason: str = "") -> str:

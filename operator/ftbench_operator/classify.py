@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from ftbench.api import stability
 from ftbench.api.status import Phase, TrialOutcome
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
-from ftbench.contracts.outcomes import OUTCOMES, status_reason
+from ftbench.contracts.outcomes import FINISHED, OUTCOMES, status_reason
 from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
 from ftbench.render.trainjob import JOBSET_NAME_LABEL
 
@@ -130,7 +130,7 @@ class Observation:
 
     @property
     def finished(self) -> bool:
-        return self.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID)
+        return self.phase in FINISHED
 
 
 def _int(value: Any) -> int | None:

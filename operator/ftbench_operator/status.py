@@ -31,7 +31,6 @@ CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, SPEC_CHANGE_IGNORED)
 # Every message the status holds is cut to this: a status is read by every watcher on every
 # change, and one spec with a huge list of problems once produced a 187 KB status.
 MESSAGE_MAX = 4096
-TERMINAL = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.INVALID.value})
 Status = dict[str, Any]
 
 
