@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 from ftbench.contracts import env
-from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 from ftbench.contracts.results import EXIT_INVALID_PLAN, EXIT_OK, TrainerResult
 from ftbench_trainer.report import print_result, write_result_file, write_termination_message
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # unreadable or invalid plan: nothing to measure
         log.error("cannot read plan %s: %s", args.plan, exc)
         return EXIT_INVALID_PLAN
-    from ftbench_trainer.worker import failure_result
+    from ftbench_trainer.worker import EXIT_CODES, failure_result
 
     trial = args.trial if args.trial is not None else env.trial_index(os.environ)
     trials: list[int | None] = [trial] if trial is not None or plan.trials <= 1 else list(range(plan.trials))
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         print_result(result)
     if len(trials) > 1 or env.trial_failure_exit_zero(os.environ):
         return EXIT_OK
-    return OUTCOMES[result.outcome].exit_code
+    return EXIT_CODES[result.outcome]
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import traceback
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import MappingProxyType
 
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
@@ -32,6 +33,8 @@ from ftbench.contracts.results import (
 log = logging.getLogger(__name__)
 
 ERROR_MESSAGE_LIMIT = 1500
+# The exit code of each outcome, read from the outcome table (the one source).
+EXIT_CODES = MappingProxyType({outcome: rule.exit_code for outcome, rule in OUTCOMES.items()})
 
 
 def rank_result_path(plan: LaunchPlan, rank: int) -> Path:
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = run_worker(LaunchPlan.read(args.plan), trial=args.trial)
-    return OUTCOMES[result.outcome].exit_code
+    return EXIT_CODES[result.outcome]
 
 
 if __name__ == "__main__":
