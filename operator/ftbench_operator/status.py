@@ -11,7 +11,7 @@ set on each. Merge patches replace whole lists, so builders always return the fu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,7 +52,7 @@ def bounded(text: str, limit: int = MESSAGE_MAX) -> str:
 
 
 def set_condition(
-    conditions: list[Mapping[str, Any]] | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
     type_: str,
     status: str,
     reason: str,
@@ -64,13 +64,13 @@ def set_condition(
     """The full list with `type_` set; its transition time moves only if `status` changed."""
     by_type = {c.get("type"): dict(c) for c in conditions or [] if c.get("type")}
     old = by_type.get(type_)
-    changed = old is None or old.get("status") != status
+    since = timestamp(now) if old is None or old.get("status") != status else old["lastTransitionTime"]
     new = Condition(
         type=type_,
         status=status,
         reason=reason,
         message=bounded(message),
-        last_transition_time=timestamp(now) if changed else old["lastTransitionTime"],
+        last_transition_time=since,
         observed_generation=generation,
     ).to_wire()
     by_type[type_] = new
