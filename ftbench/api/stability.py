@@ -10,12 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ftbench.api.status import Stability, TrialOutcome
+from ftbench.contracts.outcomes import status_reason
 from ftbench.contracts.results import Outcome, TrainerResult
+
+# A trial's message is a summary (a status is read by every watcher on every change).
+TRIAL_MESSAGE_LIMIT = 512
+
+
+def trial(index: int, outcome: Outcome, reason: str, message: str = "") -> TrialOutcome:
+    """One finished trial; the operator also builds these from pods that left no result."""
+    return TrialOutcome(index=index, outcome=outcome, reason=reason, message=message[:TRIAL_MESSAGE_LIMIT])
 
 
 def trial_outcome(index: int, result: TrainerResult) -> TrialOutcome:
+    """A trial the trainer reported, with the reason the operator gives such a run (outcome table)."""
     message = result.error.message if result.error else ""
-    return TrialOutcome(index=index, outcome=result.outcome, reason=result.reason, message=message[:512])
+    return trial(index, result.outcome, status_reason(result.outcome, result.reason), message)
 
 
 def aggregate_trials(trials: Iterable[TrialOutcome], planned: int) -> Stability:

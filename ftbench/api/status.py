@@ -7,22 +7,14 @@ what is not declared would be pruned by the API server.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from ftbench.api.spec import ApiModel, FineTuneExperimentSpec
+from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.progress import Progress
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment
-
-
-class Phase(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    INVALID = "Invalid"
-    FAILED = "Failed"
 
 
 class Condition(ApiModel):

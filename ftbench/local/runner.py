@@ -23,9 +23,10 @@ from typing import Any
 from ftbench.api.enums import Engine, Runtime
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
+from ftbench.contracts.outcomes import OUTCOMES, Phase
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.progress import parse_progress_line
-from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.contracts.results import TrainerResult
 from ftbench.gpus import local_gpu_count
 from ftbench.procs import stop_process_group
 from ftbench.profile import ClusterProfile
@@ -182,12 +183,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _status(results: list[TrainerResult]) -> str:
-    """Seed semantics: GPU OOM is Invalid (a valid measurement), any other error Failed.
-
-    Several results are stability trials, whose OOMs and errors are themselves the measurement.
+    """The phase the operator would give the run (the outcome table), so `ftbench run` and the
+    cluster agree. Several results are stability trials, whose OOMs and errors are themselves the
+    measurement.
     """
     if not results:
-        return "Failed"
+        return Phase.FAILED.value
     if len(results) > 1:
-        return "Succeeded"
-    return {Outcome.SUCCEEDED: "Succeeded", Outcome.GPU_OOM: "Invalid"}.get(results[0].outcome, "Failed")
+        return Phase.SUCCEEDED.value
+    return OUTCOMES[results[0].outcome].phase.value

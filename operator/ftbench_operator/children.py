@@ -40,22 +40,6 @@ LEGACY_TOKEN_MINOR = 24
 TOKEN_WAIT_SECONDS = 10.0
 
 
-def accepted_spec(body: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """The spec (and generation) the operator accepted when the run started; later edits are ignored.
-
-    The record lives in `status.acceptedSpec`, which only the operator writes (the status
-    subresource): an annotation would be user-writable, and a user who set one at create time
-    would run a different spec than the one shown. Falls back to the current spec before the
-    first start (nothing is recorded yet, so nothing can have diverged).
-    """
-    meta = body.get("metadata") or {}
-    current = body.get("status") or {}
-    recorded = current.get("acceptedSpec")
-    if isinstance(recorded, Mapping):
-        return dict(recorded), current.get("acceptedGeneration")
-    return dict(body.get("spec") or {}), meta.get("generation")
-
-
 def render(body: Mapping[str, Any], spec: FineTuneExperimentSpec, profile: ClusterProfile, attempt: int) -> Rendered:
     meta = body["metadata"]
     return render_experiment(

@@ -23,15 +23,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ftbench.api.status import Phase
+from ftbench.api import stability
+from ftbench.api.status import Phase, TrialOutcome
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
 from ftbench.contracts.labels import TRIAL_LABEL
+from ftbench.contracts.outcomes import FINISHED, OUTCOMES, status_reason
 from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
 from ftbench.render.trainjob import JOBSET_NAME_LABEL
 
 # Reasons (CamelCase, as in metav1.Condition) the operator writes; docs and tests use these names.
-RESULTS_RECORDED = "ResultsRecorded"
-GPU_OOM = "GpuOutOfMemory"
+# Those of a trainer-reported outcome come from the outcome table.
+RESULTS_RECORDED = OUTCOMES[Outcome.SUCCEEDED].status_reason
+GPU_OOM = OUTCOMES[Outcome.GPU_OOM].status_reason
+TRAINING_ERROR = OUTCOMES[Outcome.FAILED].status_reason
 INVALID_SPEC = "InvalidSpec"
 NOT_RUNNABLE = "NotRunnable"
 HOST_OOM_KILLED = "OOMKilled"
@@ -45,7 +49,6 @@ CHILD_CONFLICT = "ChildConflict"
 UNKNOWN_WORKLOAD = "UnknownWorkload"
 MISSING_DEPENDENCY = "MissingDependency"
 BACKOFF_LIMIT = "BackoffLimitExceeded"
-TRAINING_ERROR = "TrainingError"
 POD_FAILED = "PodFailed"
 NO_RESULT = "NoResult"
 WORKLOAD_FAILED = "WorkloadFailed"
@@ -114,14 +117,6 @@ class WorkloadSummary:
 
 
 @dataclass(frozen=True)
-class TrialResult:
-    index: int
-    outcome: Outcome
-    reason: str = ""
-    message: str = ""
-
-
-@dataclass(frozen=True)
 class Observation:
     """The verdict on one attempt. `result` is set for a trainer-reported outcome."""
 
@@ -130,12 +125,12 @@ class Observation:
     message: str = ""
     result: TrainerResult | None = None
     start_time: str | None = None
-    trials: tuple[TrialResult, ...] = ()
+    trials: tuple[TrialOutcome, ...] = ()
     next_trial: int | None = None
 
     @property
     def finished(self) -> bool:
-        return self.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID)
+        return self.phase in FINISHED
 
 
 def _int(value: Any) -> int | None:
@@ -288,18 +283,15 @@ def pod_failure(pod: PodSummary, rank: int | None = None) -> Observation | None:
 
 
 def result_observation(result: TrainerResult, pod: PodSummary) -> Observation:
-    """The trainer's own verdict: Succeeded with metrics, GPU OOM (a valid measurement) or Failed."""
+    """The trainer's own verdict, read through the outcome table: Succeeded with metrics, GPU OOM
+    (a valid measurement) or Failed."""
     start = pod.start_time
-    if result.outcome == Outcome.SUCCEEDED and result.metrics is not None:
-        return Observation(Phase.SUCCEEDED, RESULTS_RECORDED, "results recorded", result, start)
-    error = f"{result.error.type}: {result.error.message}" if result.error else ""
-    if result.outcome == Outcome.GPU_OOM:
-        return Observation(
-            Phase.INVALID, GPU_OOM, error or "the configuration does not fit in GPU memory", result, start
-        )
-    if result.outcome == Outcome.SUCCEEDED:
+    if result.outcome == Outcome.SUCCEEDED and result.metrics is None:
         return Observation(Phase.FAILED, NO_RESULT, "the trainer reported success without metrics", result, start)
-    return Observation(Phase.FAILED, result.reason or TRAINING_ERROR, error or "training failed", result, start)
+    rule = OUTCOMES[result.outcome]
+    error = f"{result.error.type}: {result.error.message}" if result.error else ""
+    reason = status_reason(result.outcome, result.reason)
+    return Observation(rule.phase, reason, error or rule.default_message, result, start)
 
 
 def _waiting_failure(pods: Iterable[PodSummary], now: datetime, grace_seconds: float) -> Observation | None:
@@ -438,21 +430,18 @@ def classify_run(
     return _progress(by_rank.values(), workloads)
 
 
-def trial_outcome(pod: PodSummary, index: int) -> TrialResult | None:
-    """A finished trial's outcome (None while the trial pod runs)."""
+def trial_outcome(pod: PodSummary, index: int) -> TrialOutcome | None:
+    """A finished trial's outcome (None while the trial pod runs): the trainer's result if it left
+    one, else what Kubernetes says of the pod."""
     if pod.container.state == "terminated":
         result = parse_result(pod.container.message)
         if result is not None:
-            error = f"{result.error.type}: {result.error.message}" if result.error else ""
-            reason = {Outcome.SUCCEEDED: RESULTS_RECORDED, Outcome.GPU_OOM: GPU_OOM}.get(
-                result.outcome, result.reason or TRAINING_ERROR
-            )
-            return TrialResult(index, result.outcome, reason, error)
+            return stability.trial_outcome(index, result)
     verdict = pod_failure(pod)
     if verdict is None:
         return None
     outcome = Outcome.GPU_OOM if verdict.phase == Phase.INVALID else Outcome.FAILED
-    return TrialResult(index, outcome, verdict.reason, verdict.message)
+    return stability.trial(index, outcome, verdict.reason, verdict.message)
 
 
 def classify_trials(

@@ -16,6 +16,7 @@ from typing import Any
 
 import kopf
 
+from ftbench_operator.body import ExperimentView
 from ftbench_operator.kube import Kube, KubeError
 from ftbench_operator.metrics import OperatorMetrics
 from ftbench_operator.profile_source import ProfileSource
@@ -41,13 +42,14 @@ class OperatorContext:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
 
     @asynccontextmanager
-    async def fresh(self, body: Mapping[str, Any]) -> AsyncIterator[dict[str, Any] | None]:
+    async def fresh(self, body: Mapping[str, Any]) -> AsyncIterator[ExperimentView | None]:
         """Hold the experiment's lock and yield it as the API server has it now (None: gone).
 
         Handlers act on this, not on the event's body: another writer may have moved it on."""
-        meta = body["metadata"]
-        async with self.lock(meta["namespace"], meta["name"]):
-            yield await self.kube.get_experiment(meta["namespace"], meta["name"])
+        seen = ExperimentView.parse(body)
+        async with self.lock(seen.namespace, seen.name):
+            found = await self.kube.get_experiment(seen.namespace, seen.name)
+            yield None if found is None else ExperimentView.parse(found)
 
     def forget(self, namespace: str, name: str) -> None:
         lock = self.locks.get((namespace, name))
@@ -68,9 +70,11 @@ def api_errors(delay: float) -> Iterator[None]:
         raise kopf.PermanentError(str(err)) from err
 
 
-def event(body: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+def event(experiment: ExperimentView, reason: str, message: str, *, warning: bool = False) -> None:
     """A Kubernetes Event on the experiment (kopf posts it in the background, never raising here)."""
     try:
-        kopf.event(dict(body), type="Warning" if warning else "Normal", reason=reason, message=message[:1024])
+        kopf.event(
+            dict(experiment.body), type="Warning" if warning else "Normal", reason=reason, message=message[:1024]
+        )
     except Exception:  # posting is best effort; a missing event must not fail a reconcile
         log.exception("could not queue event %s", reason)

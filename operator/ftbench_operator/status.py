@@ -1,5 +1,8 @@
 """Pure builders of `FineTuneExperiment.status`: current status + what happened -> a merge patch.
 
+Every field comes from the API's own models (`ftbench.api.status`), checked by them and written by
+their camelCase aliases, so the status the operator writes is the schema of the CRD by
+construction; floats are rounded for display in one place (`ftbench.api.display`).
 Every writer in the operator goes through `diff` so that a reconcile that learns nothing new
 patches nothing (no watch event, no reconcile loop). Conditions follow metav1.Condition: one per
 type, `lastTransitionTime` kept unless the status value really changes, `observedGeneration`
@@ -8,13 +11,15 @@ set on each. Merge patches replace whole lists, so builders always return the fu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ftbench.api.status import Phase
-from ftbench.contracts.results import Outcome
-from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation, TrialResult
+from ftbench.api.display import rounded
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.stability import aggregate_trials
+from ftbench.api.status import Condition, FineTuneExperimentStatus, Phase, TrialOutcome
+from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation
 
 VALID = "Valid"
 QUEUED = "Queued"
@@ -26,7 +31,6 @@ CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, SPEC_CHANGE_IGNORED)
 # Every message the status holds is cut to this: a status is read by every watcher on every
 # change, and one spec with a huge list of problems once produced a 187 KB status.
 MESSAGE_MAX = 4096
-TERMINAL = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.INVALID.value})
 Status = dict[str, Any]
 
 
@@ -48,7 +52,7 @@ def bounded(text: str, limit: int = MESSAGE_MAX) -> str:
 
 
 def set_condition(
-    conditions: list[Mapping[str, Any]] | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
     type_: str,
     status: str,
     reason: str,
@@ -60,16 +64,15 @@ def set_condition(
     """The full list with `type_` set; its transition time moves only if `status` changed."""
     by_type = {c.get("type"): dict(c) for c in conditions or [] if c.get("type")}
     old = by_type.get(type_)
-    changed = old is None or old.get("status") != status
-    new: dict[str, Any] = {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": bounded(message),
-        "lastTransitionTime": timestamp(now) if changed else old["lastTransitionTime"],
-    }
-    if generation is not None:
-        new["observedGeneration"] = generation
+    since = timestamp(now) if old is None or old.get("status") != status else old["lastTransitionTime"]
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=bounded(message),
+        last_transition_time=since,
+        observed_generation=generation,
+    ).to_wire()
     by_type[type_] = new
     order = {t: i for i, t in enumerate(CONDITION_ORDER)}
     return sorted(by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
@@ -87,6 +90,14 @@ def strip_empty(value: Any) -> Any:
     if isinstance(value, list):
         return [strip_empty(v) for v in value]
     return value
+
+
+def patch(**fields: Any) -> Status:
+    """The status fields named (by their Python names) as a merge patch: checked by
+    `FineTuneExperimentStatus`, written by alias, None (explicit) deleting a field."""
+    wire = FineTuneExperimentStatus(**fields).to_wire()
+    aliases = {name: FineTuneExperimentStatus.model_fields[name].alias or name for name in fields}
+    return {alias: wire.get(alias) for alias in aliases.values()}
 
 
 def diff(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> Status:
@@ -115,20 +126,20 @@ class Builder:
         message = bounded(message)
         self.cond(VALID, "False", reason, message)
         self.cond(SUCCEEDED, "False", reason, message)
-        return {
-            "phase": Phase.INVALID.value,
-            "isValid": False,
-            "invalidReason": message,
-            "message": message,
-            "observedGeneration": self.generation,
-            "conditions": self.conditions,
-        }
+        return patch(
+            phase=Phase.INVALID,
+            is_valid=False,
+            invalid_reason=message,
+            message=message,
+            observed_generation=self.generation,
+            conditions=self.conditions,
+        )
 
     def started(
         self,
         attempt: int,
         job: Mapping[str, str],
-        spec: Mapping[str, Any],
+        spec: FineTuneExperimentSpec | Mapping[str, Any],
         spec_generation: int | None,
         runtime: Mapping[str, str] | None = None,
     ) -> Status:
@@ -137,32 +148,32 @@ class Builder:
         self.cond(VALID, "True", "SpecValid", "the spec passed every rule")
         self.cond(RUNNING, "False", PENDING, "waiting for pods to start")
         self.cond(SUCCEEDED, "Unknown", PENDING, f"attempt {attempt} created")
-        return {
-            "phase": Phase.PENDING.value,
-            "attempt": attempt,
-            "job": dict(job),
-            "runtime": dict(runtime) if runtime else None,
-            "acceptedSpec": dict(spec),
-            "acceptedGeneration": spec_generation,
-            "message": f"attempt {attempt}: waiting for pods",
-            "observedGeneration": self.generation,
-            "conditions": self.conditions,
-        }
+        return patch(
+            phase=Phase.PENDING,
+            attempt=attempt,
+            job=job,
+            runtime=runtime or None,
+            accepted_spec=spec,
+            accepted_generation=spec_generation,
+            message=f"attempt {attempt}: waiting for pods",
+            observed_generation=self.generation,
+            conditions=self.conditions,
+        )
 
     def retrying(self, attempt: int) -> Status:
         """Forget the previous attempt's outcome (results, times, progress) and start `attempt`."""
         self.cond(RUNNING, "False", PENDING, f"retry: attempt {attempt} is starting")
         self.cond(SUCCEEDED, "Unknown", "Retrying", f"retry requested: attempt {attempt}")
-        cleared = ("job", "runtime", "results", "environment", "stability", "progress", "startTime", "completionTime")
-        return {
+        cleared = ("job", "runtime", "results", "environment", "stability", "progress", "start_time", "completion_time")
+        return patch(
             **dict.fromkeys(cleared),
-            "phase": Phase.PENDING.value,
-            "attempt": attempt,
-            "isValid": None,
-            "invalidReason": None,
-            "message": f"retry: attempt {attempt} is starting",
-            "conditions": self.conditions,
-        }
+            phase=Phase.PENDING,
+            attempt=attempt,
+            is_valid=None,
+            invalid_reason=None,
+            message=f"retry: attempt {attempt} is starting",
+            conditions=self.conditions,
+        )
 
     def spec_change_ignored(self, accepted_generation: int | None) -> Status:
         msg = (
@@ -170,13 +181,13 @@ class Builder:
             f"measured, so the operator keeps running generation {accepted_generation}'s spec"
         )
         self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", msg)
-        return {"observedGeneration": self.generation, "conditions": self.conditions}
+        return patch(observed_generation=self.generation, conditions=self.conditions)
 
     def observed(self, obs: Observation, *, trials: int) -> Status:
         """Status for what the children show (`classify`)."""
-        out: Status = {"phase": obs.phase.value, "message": bounded(obs.message)}
+        fields: dict[str, Any] = {"phase": obs.phase, "message": bounded(obs.message)}
         if obs.start_time and not self.current.get("startTime"):
-            out["startTime"] = obs.start_time
+            fields["start_time"] = obs.start_time
         self.queued(obs)
         if obs.phase == Phase.RUNNING:
             self.cond(RUNNING, "True", obs.reason, obs.message)
@@ -186,20 +197,20 @@ class Builder:
             self.cond(RUNNING, "False", obs.reason, obs.message)
             self.cond(SUCCEEDED, "True" if obs.phase == Phase.SUCCEEDED else "False", obs.reason, obs.message)
             if not self.current.get("completionTime"):
-                out["completionTime"] = timestamp(self.now)
+                fields["completion_time"] = timestamp(self.now)
         if obs.phase == Phase.SUCCEEDED:
-            out["isValid"] = True
+            fields["is_valid"] = True
         if obs.phase == Phase.INVALID:
-            out |= {"isValid": False, "invalidReason": bounded(f"{obs.reason}: {obs.message}")}
+            fields |= {"is_valid": False, "invalid_reason": bounded(f"{obs.reason}: {obs.message}")}
         if obs.result is not None:
             if obs.phase == Phase.SUCCEEDED and obs.result.metrics is not None:
-                out["results"] = obs.result.metrics.model_dump(mode="json", by_alias=True, exclude_none=True)
+                fields["results"] = rounded(obs.result.metrics)
             if obs.result.environment is not None:
-                out["environment"] = obs.result.environment.model_dump(mode="json", by_alias=True, exclude_none=True)
+                fields["environment"] = obs.result.environment
         if trials > 1:
-            out["stability"] = stability(obs.trials, trials)
-        out["conditions"] = self.conditions
-        return out
+            fields["stability"] = stability(obs.trials, trials)
+        fields["conditions"] = self.conditions
+        return patch(**fields)
 
     def queued(self, obs: Observation) -> None:
         """Queued: True while the workload is suspended (Kueue has not admitted it), then False."""
@@ -209,26 +220,7 @@ class Builder:
             self.cond(QUEUED, "False", "Admitted", "the workload was admitted and unsuspended")
 
 
-def stability(done: tuple[TrialResult, ...], planned: int) -> Status:
-    """Seed 001's stability fractions over the trials finished so far."""
-    n = len(done)
-
-    def frac(outcome: Outcome) -> float:
-        return round(sum(t.outcome == outcome for t in done) / n, 6) if n else 0.0
-
-    return {
-        "trialsPlanned": planned,
-        "trialsFinished": n,
-        "fGpuOom": frac(Outcome.GPU_OOM),
-        "fOtherError": frac(Outcome.FAILED),
-        "fNoError": frac(Outcome.SUCCEEDED),
-        "trials": [
-            {
-                "index": t.index,
-                "outcome": t.outcome.value,
-                "reason": t.reason[:256],
-                "message": bounded(t.message, 1024),
-            }
-            for t in done
-        ],
-    }
+def stability(done: tuple[TrialOutcome, ...], planned: int) -> Status:
+    """`status.stability`: seed 001's fractions over the trials finished so far, from the API's one
+    aggregation (the same as `ftbench run`'s), rounded for display."""
+    return rounded(aggregate_trials(done, planned)).to_wire()

@@ -29,6 +29,7 @@ import yaml
 
 from ftbench.contracts import env
 from ftbench.contracts.env import NodePlacement, node_placement
+from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import Outcome, RunError, TrainerResult
 
@@ -107,7 +108,7 @@ def merge_rank_results(results: list[TrainerResult | None], returncode: int) -> 
     missing = len(results) - len(present)
     return TrainerResult(
         outcome=Outcome.FAILED,
-        reason="TrainingError",
+        reason=OUTCOMES[Outcome.FAILED].result_reason,
         error=RunError(
             type="ProcessExit",
             message=f"accelerate launch exited with code {returncode}; {missing} rank(s) wrote no result",

@@ -17,14 +17,13 @@ import traceback
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import MappingProxyType
 
 from ftbench.contracts import env as E
+from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
     COMMAND_LIMIT,
-    EXIT_FAILED,
-    EXIT_GPU_OOM,
-    EXIT_OK,
     Outcome,
     RunEnvironment,
     RunError,
@@ -35,8 +34,8 @@ from ftbench.contracts.results import (
 log = logging.getLogger(__name__)
 
 ERROR_MESSAGE_LIMIT = 1500
-REASONS = {Outcome.SUCCEEDED: "Succeeded", Outcome.GPU_OOM: "GpuOutOfMemory", Outcome.FAILED: "TrainingError"}
-EXIT_CODES = {Outcome.SUCCEEDED: EXIT_OK, Outcome.GPU_OOM: EXIT_GPU_OOM, Outcome.FAILED: EXIT_FAILED}
+# The exit code of each outcome, read from the outcome table (the one source).
+EXIT_CODES = MappingProxyType({outcome: rule.exit_code for outcome, rule in OUTCOMES.items()})
 
 
 def rank_result_path(plan: LaunchPlan, rank: int) -> Path:
@@ -56,9 +55,9 @@ def failure_result(
     message = " ".join(str(exc).strip().splitlines()[:5]) or exception_type_name(exc)
     return TrainerResult(
         outcome=outcome,
-        is_valid=False if outcome == Outcome.GPU_OOM else None,
+        is_valid=OUTCOMES[outcome].is_valid,
         # An exception may name its own reason (e.g. EngineMismatch); the outcome still decides validity.
-        reason=getattr(exc, "reason", None) or REASONS[outcome],
+        reason=getattr(exc, "reason", None) or OUTCOMES[outcome].result_reason,
         error=RunError(type=exception_type_name(exc), message=message[:ERROR_MESSAGE_LIMIT]),
         trial=trial,
         started_at=started_at,
@@ -178,8 +177,8 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     )
     return TrainerResult(
         outcome=Outcome.SUCCEEDED,
-        is_valid=True,
-        reason=REASONS[Outcome.SUCCEEDED],
+        is_valid=OUTCOMES[Outcome.SUCCEEDED].is_valid,
+        reason=OUTCOMES[Outcome.SUCCEEDED].result_reason,
         metrics=callback.metrics,
         environment=environment,
         trial=trial,

@@ -20,6 +20,7 @@ from ftbench.catalog import load_catalog
 from ftbench.render.names import label_value
 from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator import children, status
+from ftbench_operator.body import ExperimentView
 from ftbench_operator.classify import (
     CHILD_CONFLICT,
     FAILED_CREATE,
@@ -120,7 +121,7 @@ class Syncer:
 
 def observe(
     ctx: OperatorContext,
-    body: Mapping[str, Any],
+    experiment: ExperimentView,
     workload_bodies: list[Mapping[str, Any]],
     pods: list[PodSummary],
     trials: int,
@@ -128,15 +129,15 @@ def observe(
 ) -> Observation:
     """Classify one attempt from its workloads, pods and the workloads' FailedCreate Events
     (pure apart from the clock)."""
-    job = (body.get("status") or {}).get("job") or {}
+    job_kind, job_name = (experiment.job.kind, experiment.job.name) if experiment.job else ("", None)
     # Only children this experiment owns count: anyone may create objects with its labels.
-    owned = [w for w in workload_bodies if children.owned_by(w, body["metadata"]["uid"])]
+    owned = [w for w in workload_bodies if children.owned_by(w, experiment.uid)]
     owner_uids = {str((w.get("metadata") or {}).get("uid")) for w in owned}
     # A TrainJob's pods belong to Jobs of its JobSet (named as the TrainJob), not to the TrainJob itself.
     jobsets = {str((w.get("metadata") or {}).get("name")) for w in owned if w.get("kind") == "TrainJob"}
     pods = [p for p in pods if p.owner_uid in owner_uids or (p.jobset and p.jobset in jobsets)]
-    workloads = [summarize_workload(w, job.get("kind", "")) for w in owned]
-    missing = job.get("name") not in {w.name for w in workloads}
+    workloads = [summarize_workload(w, job_kind) for w in owned]
+    missing = job_name not in {w.name for w in workloads}
     now = status.utcnow()
     grace = ctx.settings.image_pull_grace_seconds
     deadline = ctx.profiles.current().pending_deadline_seconds
@@ -158,37 +159,35 @@ def observe(
     return pending_too_long(explain_no_pods(obs, failed_create or []), workloads, now, deadline)
 
 
-async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any] | None = None) -> None:
+async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment: ExperimentView | None = None) -> None:
     """Bring one experiment's status up to date with its children. Caller holds the lock."""
-    body = body if body is not None else await ctx.kube.get_experiment(namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
+    if experiment is None:
+        found = await ctx.kube.get_experiment(namespace, name)
+        experiment = None if found is None else ExperimentView.parse(found)
+    if experiment is None or experiment.deleting:
         return
-    current = body.get("status") or {}
-    job = current.get("job")
-    if current.get("phase") in status.TERMINAL or not job:
+    job = experiment.job
+    if experiment.finished or job is None:
         return
-    attempt = int(current.get("attempt") or 0)
-    if (job.get("apiVersion"), job.get("kind")) not in WORKLOAD_KINDS:  # status is schema-checked, not trusted
-        await _record(
-            ctx,
-            body,
-            Observation(Phase.FAILED, UNKNOWN_WORKLOAD, f"status.job names {job!r}, not a workload ftbench creates"),
-        )
+    attempt = experiment.attempt
+    if (job.api_version, job.kind) not in WORKLOAD_KINDS:  # status is schema-checked, not trusted
+        message = f"status.job names {job.to_wire()!r}, not a workload ftbench creates"
+        await _record(ctx, experiment, Observation(Phase.FAILED, UNKNOWN_WORKLOAD, message))
         return
-    spec, _ = children.accepted_spec(body)
+    spec, _ = experiment.accepted_spec()
     trials = trials_of(spec)
     selector = children.attempt_selector(name, attempt)
-    workloads = await ctx.kube.list(job["apiVersion"], job["kind"], namespace, selector)
+    workloads = await ctx.kube.list(job.api_version, job.kind, namespace, selector)
     index = ctx.pods or {}
     pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
-    failed_create = await _failed_create(ctx, body, workloads) if not pods else []
-    obs = observe(ctx, body, workloads, pods, trials, failed_create)
+    failed_create = await _failed_create(ctx, experiment, workloads) if not pods else []
+    obs = observe(ctx, experiment, workloads, pods, trials, failed_create)
     if obs.finished:
         # A verdict is final, so it is made on what the API server holds: the Job's watch can be
         # ahead of the pods' (a completed Job seen before its pod's termination message).
         listed = await ctx.kube.list("v1", "Pod", namespace, selector)
         pods = [summarize_pod(p) for p in listed]
-        obs = observe(ctx, body, workloads, pods, trials, failed_create)
+        obs = observe(ctx, experiment, workloads, pods, trials, failed_create)
     log.debug(
         "sync %s/%s: %d workloads, %d pods -> %s (%s)",
         namespace,
@@ -200,7 +199,7 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
     )
     if obs.next_trial is not None:
         try:
-            await start_trial(ctx, body, spec, attempt, obs.next_trial)
+            await start_trial(ctx, experiment, spec, attempt, obs.next_trial)
         except children.ChildConflict as err:
             obs = Observation(Phase.FAILED, CHILD_CONFLICT, str(err), trials=obs.trials)
     deadline = ctx.profiles.current().pending_deadline_seconds
@@ -209,42 +208,42 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, body: Mappi
         ctx.request_sync_later(namespace, name, NO_PODS_RECHECK_SECONDS)
     elif obs.phase == Phase.PENDING and deadline is not None and ctx.request_sync_later is not None:
         ctx.request_sync_later(namespace, name, float(deadline) + 1.0)
-    await _record(ctx, body, obs, trials)
+    await _record(ctx, experiment, obs, trials)
 
 
-async def _failed_create(ctx: OperatorContext, body: Mapping[str, Any], workloads: list[Obj]) -> list[Obj]:
+async def _failed_create(ctx: OperatorContext, experiment: ExperimentView, workloads: list[Obj]) -> list[Obj]:
     """FailedCreate Events of this experiment's workloads: why their controller made no pod
     (quota, admission). Matched by uid: an earlier object of the same name left its own Events."""
     found: list[Obj] = []
     for workload in workloads:
         meta = workload["metadata"]
-        if children.owned_by(workload, body["metadata"]["uid"]):
-            events = await ctx.kube.events(body["metadata"]["namespace"], meta["name"], FAILED_CREATE)
+        if children.owned_by(workload, experiment.uid):
+            events = await ctx.kube.events(experiment.namespace, meta["name"], FAILED_CREATE)
             found += [e for e in events if (e.get("involvedObject") or {}).get("uid") == meta.get("uid")]
     return found
 
 
-async def _record(ctx: OperatorContext, body: Mapping[str, Any], obs: Observation, trials: int = 1) -> None:
+async def _record(ctx: OperatorContext, experiment: ExperimentView, obs: Observation, trials: int = 1) -> None:
     """Write the status for `obs` and, on a phase change, its Event."""
-    meta, current = body["metadata"], body.get("status") or {}
-    namespace, name = meta["namespace"], meta["name"]
-    desired = status.Builder(current, meta.get("generation"), status.utcnow()).observed(obs, trials=trials)
-    patch = status.diff(current, desired)
+    namespace, name = experiment.namespace, experiment.name
+    builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
+    patch = status.diff(experiment.status, builder.observed(obs, trials=trials))
     if not patch:
         return
     await ctx.kube.patch_experiment_status(namespace, name, patch)
     log.info("%s/%s: %s (%s) %s", namespace, name, obs.phase.value, obs.reason, obs.message)
     if patch.get("phase"):
         failed = obs.phase in (Phase.FAILED, Phase.INVALID)
-        event(body, obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed)
+        event(experiment, obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed)
 
 
 async def start_trial(
-    ctx: OperatorContext, body: Mapping[str, Any], spec: Mapping[str, Any], attempt: int, trial: int
+    ctx: OperatorContext, experiment: ExperimentView, spec: Mapping[str, Any], attempt: int, trial: int
 ) -> None:
     """One Job per trial: create trial `trial`'s Job now that the previous trial finished."""
-    rendered = children.render(body, FineTuneExperimentSpec.model_validate(spec), ctx.profiles.current(), attempt)
+    owner = experiment.body
+    rendered = children.render(owner, FineTuneExperimentSpec.model_validate(spec), ctx.profiles.current(), attempt)
     obj = children.trial_object(rendered, trial)
     if obj is not None:
-        await children.create_all(ctx.kube, [obj], body)
-        event(body, "TrialStarted", f"trial {trial} of attempt {attempt} created")
+        await children.create_all(ctx.kube, [obj], owner)
+        event(experiment, "TrialStarted", f"trial {trial} of attempt {attempt} created")

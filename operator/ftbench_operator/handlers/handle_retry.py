@@ -15,39 +15,40 @@ import kopf
 from ftbench.api.status import Phase
 from ftbench.contracts.labels import RETRY_ANNOTATION
 from ftbench_operator import children, status
+from ftbench_operator.body import ExperimentView
 from ftbench_operator.classify import GPU_OOM
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_start import start_attempt
 
 
-def retryable(current: Mapping[str, Any]) -> bool:
+def retryable(experiment: ExperimentView) -> bool:
     """Failed runs, and GPU OOM runs (the cluster or images may have changed); not invalid specs."""
-    phase = current.get("phase")
-    if phase == Phase.FAILED.value:
+    if experiment.phase == Phase.FAILED:
         return True
-    return phase == Phase.INVALID.value and str(current.get("invalidReason", "")).startswith(GPU_OOM)
+    return experiment.phase == Phase.INVALID and experiment.invalid_reason.startswith(GPU_OOM)
 
 
 async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch) -> None:
     async with ctx.fresh(body) as fresh:
         if fresh is None:
             return
-        namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
         patch.metadata.annotations[RETRY_ANNOTATION] = None
-        current = fresh.get("status") or {}
-        if not retryable(current):
+        if not retryable(fresh):
+            phase = None if fresh.phase is None else fresh.phase.value
             event(
                 fresh,
                 "RetryIgnored",
-                f"retry only re-runs Failed or GPU-OOM experiments; phase is {current.get('phase')}",
+                f"retry only re-runs Failed or GPU-OOM experiments; phase is {phase}",
                 warning=True,
             )
             return
-        attempt = int(current.get("attempt") or 0) + 1
-        builder = status.Builder(current, fresh["metadata"].get("generation"), status.utcnow())
-        await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, builder.retrying(attempt)))
-        await children.delete_owned(ctx.kube, fresh, children.attempt_selector(name, other_than=attempt))
+        attempt = fresh.attempt + 1
+        builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
+        await ctx.kube.patch_experiment_status(
+            fresh.namespace, fresh.name, status.diff(fresh.status, builder.retrying(attempt))
+        )
+        await children.delete_owned(ctx.kube, fresh.body, children.attempt_selector(fresh.name, other_than=attempt))
         event(fresh, "Retrying", f"attempt {attempt} replaces attempt {attempt - 1}")
-        refreshed = await ctx.kube.get_experiment(namespace, name)
+        refreshed = await ctx.kube.get_experiment(fresh.namespace, fresh.name)
         if refreshed is not None:
-            await start_attempt(ctx, refreshed, attempt)
+            await start_attempt(ctx, ExperimentView.parse(refreshed), attempt)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ftbench_operator import children, status
+from ftbench_operator import status
 from ftbench_operator.context import OperatorContext, event
 
 
@@ -15,13 +15,11 @@ async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     async with ctx.fresh(body) as fresh:
         if fresh is None:
             return
-        namespace, name = fresh["metadata"]["namespace"], fresh["metadata"]["name"]
-        _, accepted_generation = children.accepted_spec(fresh)
-        current = fresh.get("status") or {}
-        builder = status.Builder(current, fresh["metadata"].get("generation"), status.utcnow())
+        _, accepted_generation = fresh.accepted_spec()
+        builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
         desired = builder.spec_change_ignored(accepted_generation)
-        patch = status.diff(current, desired)
+        patch = status.diff(fresh.status, desired)
         if patch:
-            await ctx.kube.patch_experiment_status(namespace, name, patch)
+            await ctx.kube.patch_experiment_status(fresh.namespace, fresh.name, patch)
             ignored = status.condition(desired, status.SPEC_CHANGE_IGNORED) or {}
             event(fresh, "SpecChangeIgnored", str(ignored.get("message", "")), warning=True)

@@ -18,6 +18,7 @@ from ftbench.profile import catalog_for
 from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
+from ftbench_operator.body import ExperimentView
 from ftbench_operator.classify import (
     CHILD_CONFLICT,
     CHILD_REJECTED,
@@ -33,64 +34,61 @@ from ftbench_operator.kube import KubeError
 
 async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     async with ctx.fresh(body) as fresh:
-        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+        if fresh is None or fresh.deleting or fresh.finished:
             return
-        current = fresh.get("status") or {}
-        if current.get("phase") in status.TERMINAL:
+        if fresh.job is not None:
+            await sync_once(ctx, fresh.namespace, fresh.name, fresh)
             return
-        if current.get("job"):
-            await sync_once(ctx, fresh["metadata"]["namespace"], fresh["metadata"]["name"], fresh)
-            return
-        await start_attempt(ctx, fresh, int(current.get("attempt") or 0))
+        await start_attempt(ctx, fresh, fresh.attempt)
 
 
-async def start_attempt(ctx: OperatorContext, body: Mapping[str, Any], attempt: int) -> None:
+async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attempt: int) -> None:
     """Validate, render and create attempt `attempt`; record the accepted spec in status on start."""
-    meta = body["metadata"]
-    namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
-    current = body.get("status") or {}
-    spec_dict, accepted_generation = children.accepted_spec(body)
-    builder = status.Builder(current, generation, status.utcnow())
+    spec_dict, accepted_generation = experiment.accepted_spec()
+    builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
     profile = ctx.profiles.current()
     report = validate_spec_dict(spec_dict, catalog_for(profile))
     if not report.ok or report.spec is None:
-        await _invalid(ctx, body, builder, INVALID_SPEC, report.summary())
+        await _invalid(ctx, experiment, builder, INVALID_SPEC, report.summary())
         return
     try:
-        rendered = children.render(body, report.spec, profile, attempt)
+        rendered = children.render(experiment.body, report.spec, profile, attempt)
     except PlanError as err:
-        await _invalid(ctx, body, builder, NOT_RUNNABLE, str(err))
+        await _invalid(ctx, experiment, builder, NOT_RUNNABLE, str(err))
         return
+    owner, name = experiment.body, experiment.name
     if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
-        await children.delete_owned(ctx.kube, body, children.attempt_selector(name, other_than=attempt))
-    missing = await children.missing_dependencies(ctx.kube, children.initial_objects(rendered), namespace)
+        await children.delete_owned(ctx.kube, owner, children.attempt_selector(name, other_than=attempt))
+    missing = await children.missing_dependencies(ctx.kube, children.initial_objects(rendered), experiment.namespace)
     if missing:  # Failed, not Invalid: once the object exists, ftbench.io/retry runs the same spec
-        await _failed(ctx, body, builder, MISSING_DEPENDENCY, "; ".join(missing))
+        await _failed(ctx, experiment, builder, MISSING_DEPENDENCY, "; ".join(missing))
         return
     try:
-        created = await children.create_all(ctx.kube, children.initial_objects(rendered), body)
+        created = await children.create_all(ctx.kube, children.initial_objects(rendered), owner)
     except (KubeError, children.ChildConflict) as err:
         if isinstance(err, KubeError) and err.temporary:
             raise
         # Retrying cannot help; remove what this attempt did create, so nothing is left behind.
-        await children.delete_owned(ctx.kube, body, children.attempt_selector(name, attempt))
-        await _not_created(ctx, body, builder, rendered, err)
+        await children.delete_owned(ctx.kube, owner, children.attempt_selector(name, attempt))
+        await _not_created(ctx, experiment, builder, rendered, err)
         return
     desired = builder.started(
         attempt,
         children.workload_ref(rendered),
-        report.spec.to_wire(),
+        report.spec,
         accepted_generation,
         runtime=children.runtime_ref(rendered),
     )
-    await ctx.kube.patch_experiment_status(namespace, name, status.diff(current, desired))
+    await ctx.kube.patch_experiment_status(experiment.namespace, name, status.diff(experiment.status, desired))
     if created:
-        event(body, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}")
+        event(
+            experiment, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}"
+        )
 
 
 async def _not_created(
     ctx: OperatorContext,
-    body: Mapping[str, Any],
+    experiment: ExperimentView,
     builder: status.Builder,
     rendered: Rendered,
     err: KubeError | children.ChildConflict,
@@ -99,34 +97,46 @@ async def _not_created(
     rejects (422) make the spec not runnable here (Invalid); a name taken by someone else's object,
     admission or quota refusals are a Failed run with the server's reason."""
     if isinstance(err, children.ChildConflict):
-        await _failed(ctx, body, builder, CHILD_CONFLICT, str(err))
+        await _failed(ctx, experiment, builder, CHILD_CONFLICT, str(err))
     elif err.status == 404 and rendered.runtime == Runtime.PYTORCH_JOB:
         message = (
             "runtime PyTorchJob needs the Kubeflow training operator, but this cluster does not serve "
             "pytorchjobs.kubeflow.org; set spec.run.runtime to auto or IndexedJob, or install the training operator"
         )
-        await _invalid(ctx, body, builder, NOT_RUNNABLE, message)
+        await _invalid(ctx, experiment, builder, NOT_RUNNABLE, message)
     elif err.status in (404, 422):
         await _invalid(
-            ctx, body, builder, NOT_RUNNABLE, f"the API server refused the run's objects: {err.server_message}"
+            ctx, experiment, builder, NOT_RUNNABLE, f"the API server refused the run's objects: {err.server_message}"
         )
     else:
-        await _failed(ctx, body, builder, CHILD_REJECTED, f"creating the run's objects failed: {err.server_message}")
+        await _failed(
+            ctx, experiment, builder, CHILD_REJECTED, f"creating the run's objects failed: {err.server_message}"
+        )
 
 
 async def _failed(
-    ctx: OperatorContext, body: Mapping[str, Any], builder: status.Builder, reason: str, message: str
+    ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, reason: str, message: str
 ) -> None:
-    meta = body["metadata"]
     desired = builder.observed(Observation(Phase.FAILED, reason, message), trials=1)
-    await ctx.kube.patch_experiment_status(meta["namespace"], meta["name"], status.diff(builder.current, desired))
-    event(body, reason, message, warning=True)
+    await _write(ctx, experiment, builder, desired, reason, message)
 
 
 async def _invalid(
-    ctx: OperatorContext, body: Mapping[str, Any], builder: status.Builder, reason: str, message: str
+    ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, reason: str, message: str
 ) -> None:
-    meta = body["metadata"]
     desired = builder.invalid_spec(reason, message)
-    await ctx.kube.patch_experiment_status(meta["namespace"], meta["name"], status.diff(builder.current, desired))
-    event(body, reason, message, warning=True)
+    await _write(ctx, experiment, builder, desired, reason, message)
+
+
+async def _write(
+    ctx: OperatorContext,
+    experiment: ExperimentView,
+    builder: status.Builder,
+    desired: status.Status,
+    reason: str,
+    message: str,
+) -> None:
+    """A run that ends before it starts: its status, and a Warning Event saying why."""
+    patch = status.diff(builder.current, desired)
+    await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch)
+    event(experiment, reason, message, warning=True)
