@@ -39,11 +39,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from ftbench.api.crd import crd  # noqa: E402
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
 from ftbench.contracts.env import operator_setting  # noqa: E402
 from ftbench.contracts.labels import EXPERIMENT_LABEL, MANAGED_SELECTOR  # noqa: E402
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment, TrainerResult  # noqa: E402
-from ftbench.crd import crd  # noqa: E402
 from ftbench.devcluster import ControlPlane  # noqa: E402
 from ftbench.devcluster.crds import install_crd  # noqa: E402
 

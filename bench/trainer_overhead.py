@@ -36,11 +36,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ftbench.api.enums import Runtime
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
+from ftbench.contracts.enums import Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
-from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
 from ftbench_trainer.engines import EngineRun
 from ftbench_trainer.engines.fms import installed_release

@@ -6,9 +6,9 @@ asks these functions instead of repeating the defaulting logic.
 
 from __future__ import annotations
 
-from ftbench.api.enums import DistributedBackend, TorchDtype
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ExperimentEntry, ModelEntry
+from ftbench.contracts.enums import DistributedBackend, TorchDtype
 
 DEFAULT_LORA_R = 4
 DEFAULT_LORA_ALPHA = 16

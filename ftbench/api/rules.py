@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ftbench.api import effective
-from ftbench.api.enums import DistributedBackend, Engine, experiment_spellings
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ExperimentEntry
+from ftbench.contracts.enums import DistributedBackend, Engine, experiment_spellings
 
 Check = Callable[[FineTuneExperimentSpec, Catalog], str | None]
 

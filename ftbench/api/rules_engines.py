@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ftbench.api.enums import Engine, Experiment, experiment_spellings
 from ftbench.api.rules import Rule
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
+from ftbench.contracts.enums import Engine, Experiment, experiment_spellings
 from ftbench.engines.flags import releases_knowing
 from ftbench.engines.releases import load_releases, version_tuple
 

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from ftbench.api.enums import (
+from ftbench.contracts.enums import (
     DEFAULT_FMS_HF_TUNING_VERSION,
     EXPERIMENT_ALIASES,
     FMS_HF_TUNING_VERSIONS,

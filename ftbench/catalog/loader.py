@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ftbench.api.enums import DistributedBackend, Engine, Experiment, TorchDtype
+from ftbench.contracts.enums import DistributedBackend, Engine, Experiment, TorchDtype
 from ftbench.contracts.wire import WireModel
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ftbench.crd import CRD_FILENAME, crd_yaml
+from ftbench.api.crd import CRD_FILENAME, crd_yaml
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ftbench.docs_gen import generate_all
 from ftbench.generated import sync_generated
+from ftbench.generated.docs import generate_all
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,14 +11,14 @@ import sys
 
 import yaml
 
-from ftbench.api.enums import Engine, Runtime
+from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.api.validation import validate_document
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
+from ftbench.contracts.enums import Engine, Runtime
 from ftbench.contracts.fms_args import equivalent_command, sft_trainer_args
 from ftbench.contracts.plan import LaunchPlan
-from ftbench.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.render.manifests import manifests_yaml, render_experiment
 from ftbench.render.plan import PlanError
 

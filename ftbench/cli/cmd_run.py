@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ftbench.api.profile import catalog_for
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
@@ -20,7 +21,6 @@ from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
-from ftbench.profile import catalog_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:

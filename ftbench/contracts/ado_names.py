@@ -71,7 +71,7 @@ def ado_rows(experiment: str, spec: dict[str, Any], results: list[dict[str, Any]
     measured properties (absent, None, where the run produced no metrics, as ado omits them) and
     ftbench's extras.
     `experiment` is written with ado's registered id (its `gptq` spelling)."""
-    from ftbench.api.enums import EXPERIMENT_ALIASES
+    from ftbench.contracts.enums import EXPERIMENT_ALIASES
 
     ado_id = next((alias for alias, canonical in EXPERIMENT_ALIASES.items() if canonical == experiment), experiment)
     params = {ado: spec.get(field) for ado, field in ADO_PARAMETERS.items()}

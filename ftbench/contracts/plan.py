@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field
 
-from ftbench.api.enums import DistributedBackend, Engine, Experiment, TorchDtype
+from ftbench.contracts.enums import DistributedBackend, Engine, Experiment, TorchDtype
 from ftbench.contracts.wire import WireModel
 
 PLAN_SCHEMA_VERSION: Final = "ftbench.io/plan/v1"

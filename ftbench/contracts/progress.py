@@ -10,7 +10,7 @@ Three processes read progress, so its shapes are defined here once:
 
   `ftbench run` (ftbench.local.runner) parses these lines; users grep pod logs for them.
 - **`status.progress`** (`Progress`): the same measurement as the trainer's
-  `ftbench.progress_reporter` patches it into the FineTuneExperiment (bounded, with the trial and
+  `ftbench_trainer.progress_reporter` patches it into the FineTuneExperiment (bounded, with the trial and
   the time), and as the CRD declares it (`ftbench.api.status` uses this model).
 
 The result line that ends a run (`FTBENCH_RESULT`) belongs to the result: ftbench.contracts.results.

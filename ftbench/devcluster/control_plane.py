@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from ftbench.contracts.env import cache_root
-from ftbench.procs import stop_process_group
+from ftbench.host.procs import stop_process_group
 
 K8S_VERSION = "1.20.2"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ftbench.devcluster.kubelet import kill_all_pods
-from ftbench.procs import pid_alive, signal_group, stop_process_group
+from ftbench.host.procs import pid_alive, signal_group, stop_process_group
 
 DEFAULT_STATE_DIR = Path.home() / ".ftbench" / "dev"
 NODE_NAME = "ftbench-dev"
@@ -95,7 +95,7 @@ def seed_models(pvc_dir: Path) -> Path | None:
     cannot build the tiny model there itself: ``dev up`` builds it once into the claim's stand-in
     directory. Skipped (None) without the trainer extra.
     """
-    from ftbench.profile import ClusterProfile
+    from ftbench.api.profile import ClusterProfile
 
     if importlib.util.find_spec("ftbench_trainer") is None or importlib.util.find_spec("torch") is None:
         return None
@@ -138,7 +138,7 @@ def serve(args: argparse.Namespace) -> int:
     """Run the cluster until SIGTERM/SIGINT; ``state.json`` says ``ready`` once it is usable."""
     from kubernetes import config
 
-    from ftbench.crd import crd
+    from ftbench.api.crd import crd
     from ftbench.devcluster import ControlPlane
     from ftbench.devcluster.crds import install_crd
 

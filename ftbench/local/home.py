@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ftbench.api.profile import ClusterProfile, Storage
 from ftbench.contracts import env as E
-from ftbench.profile import ClusterProfile, Storage
 
 
 def ftbench_home() -> Path:

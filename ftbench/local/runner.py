@@ -20,16 +20,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ftbench.api.enums import Engine, Runtime
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
+from ftbench.contracts.enums import Engine, Runtime
 from ftbench.contracts.outcomes import OUTCOMES, Phase
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.progress import parse_progress_line
 from ftbench.contracts.results import TrainerResult
-from ftbench.gpus import local_gpu_count
-from ftbench.procs import stop_process_group
-from ftbench.profile import ClusterProfile
+from ftbench.host.gpus import local_gpu_count
+from ftbench.host.procs import stop_process_group
 from ftbench.render.plan import build_plan
 
 TRAINER_MODULE = "ftbench_trainer.main"

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.resource import GROUP, PLURAL
-from ftbench.profile import ClusterProfile
 from ftbench.render.names import trainer_account_name
 
 Obj = dict[str, Any]
 RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
 ACCESS_KINDS = ("ServiceAccount", "Role", "RoleBinding")
-# What the progress reporter does (ftbench.progress_reporter): a merge patch of status.progress.
+# What the progress reporter does (ftbench_trainer.progress_reporter): a merge patch of status.progress.
 PROGRESS_RULE: Obj = {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]}
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import yaml
 
 from ftbench.api import effective
-from ftbench.api.enums import Runtime
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
+from ftbench.contracts.enums import Runtime
 from ftbench.contracts.labels import (
     APP_NAME,
     ATTEMPT_LABEL,
@@ -31,7 +32,6 @@ from ftbench.contracts.labels import (
     RUNTIME_ANNOTATION,
 )
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
-from ftbench.profile import ClusterProfile
 from ftbench.render.access import pod_account, trainer_access
 from ftbench.render.names import ChildNames, child_names, label_value
 from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, choose_runtime_for

@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from ftbench.api.enums import Runtime
+from ftbench.contracts.enums import Runtime
 
 DNS_LABEL_MAX = 63
 # Room for the longest suffix: "-worker-1023" (PyTorchJob pods, numberNodes <= 1024).

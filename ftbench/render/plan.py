@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ftbench.api import effective
-from ftbench.api.enums import DistributedBackend, Engine, Runtime
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ModelWeights
+from ftbench.contracts.enums import DistributedBackend, Engine, Runtime
 from ftbench.contracts.plan import (
     DatasetRef,
     ExperimentRef,
@@ -29,7 +30,6 @@ from ftbench.contracts.plan import (
     Topology,
     TrainingSettings,
 )
-from ftbench.profile import ClusterProfile
 
 
 class PlanError(ValueError):

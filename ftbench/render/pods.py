@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftbench.api import effective
+from ftbench.api.profile import ClusterProfile, Volume
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts import env as E
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
-from ftbench.profile import ClusterProfile, Volume
 
 TRAINER_COMMAND = ("ftbench-trainer", "--plan", posixpath.join(PLAN_MOUNT_DIR, PLAN_FILENAME))
 TOPOLOGY_MOUNT_DIR = "/var/run/nvidia-topologyd"

@@ -18,10 +18,10 @@ from typing import Any
 
 import kopf
 
+from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.labels import attempt_selector as attempt_selector  # the handlers' `children.attempt_selector`
-from ftbench.profile import ClusterProfile, catalog_for
 from ftbench.render.manifests import Rendered, render_experiment
 from ftbench_operator.kube import Kube, KubeError, collection_path
 

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ftbench.profile import ClusterProfile, Features
+from ftbench.api.profile import ClusterProfile, Features
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ftbench.procs import pid_alive
+from ftbench.host.procs import pid_alive
 
 pytestmark = pytest.mark.k8s
 

@@ -44,7 +44,7 @@ TRAINER_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_
 PROFILE: dict[str, Any] = {
     "features": {"indexedJobs": False, "podFailurePolicy": False, "trainingOperator": True},
 }
-# What the Helm chart grants the trainer (ftbench.progress_reporter), bound here to the
+# What the Helm chart grants the trainer (ftbench_trainer.progress_reporter), bound here to the
 # namespace's default ServiceAccount, which the training pods use when the profile names none.
 TRAINER_RULES = [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]}]
 TERMINAL = ("Succeeded", "Failed", "Invalid")

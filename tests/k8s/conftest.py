@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ftbench.crd import crd
+from ftbench.api.crd import crd
 from ftbench.devcluster.crds import install_crd
 
 

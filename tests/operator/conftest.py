@@ -22,8 +22,8 @@ import pytest
 import yaml
 from operator_testkit import TEST_PROFILE, Kubelet
 
+from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from ftbench.crd import crd
 from ftbench.devcluster.crds import install_crd
 
 REPO = Path(__file__).resolve().parents[2]

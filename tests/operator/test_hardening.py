@@ -16,9 +16,9 @@ import yaml
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 from operator_testkit import SELECTOR, TEST_PROFILE, Kubelet, failed_result, lora_spec, success_result, wait_for
 
+from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench.contracts.plan import PLAN_FILENAME
-from ftbench.crd import crd
 from ftbench.devcluster import ControlPlane
 from ftbench.devcluster.crds import install_crd
 

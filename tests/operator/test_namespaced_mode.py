@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from operator_testkit import lora_spec, wait_for
 
+from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from ftbench.crd import crd
 from ftbench.devcluster import ControlPlane
 from ftbench.devcluster.crds import install_crd
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ftbench.progress_reporter import ApiEndpoint, ProgressReporter, progress_body
+from ftbench_trainer.progress_reporter import ApiEndpoint, ProgressReporter, progress_body
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -128,8 +128,6 @@ def test_from_plan_needs_cluster_and_flag(tmp_path: Path):
 def test_import_is_light():
     import subprocess
 
-    code = (
-        "import sys, ftbench.progress_reporter; print(any(m in sys.modules for m in ('kopf', 'torch', 'kubernetes')))"
-    )
+    code = "import sys, ftbench_trainer.progress_reporter; print(any(m in sys.modules for m in ('kopf', 'torch', 'kubernetes')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -13,11 +13,11 @@ from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi, RbacAutho
 from operator_testkit import lora_spec, success_result, wait_for
 
 from ftbench.devcluster.crds import install_crd
-from ftbench.progress_reporter import ApiEndpoint, ProgressReporter
+from ftbench_trainer.progress_reporter import ApiEndpoint, ProgressReporter
 
 pytestmark = pytest.mark.k8s
 
-# The Role the Helm chart grants the trainer's service account (see ftbench.progress_reporter).
+# The Role the Helm chart grants the trainer's service account (see ftbench_trainer.progress_reporter).
 TRAINER_RULES = [{"apiGroups": ["ftbench.io"], "resources": ["finetuneexperiments/status"], "verbs": ["patch"]}]
 
 

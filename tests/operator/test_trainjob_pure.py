@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pytest
 from operator_testkit import success_result
 
-from ftbench.api.enums import Runtime
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.catalog import load_catalog
-from ftbench.profile import ClusterProfile
+from ftbench.contracts.enums import Runtime
 from ftbench.render.manifests import render_experiment
 from ftbench_operator import children
 from ftbench_operator import status as st

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from operator_testkit import Kubelet, lora_spec, success_result, wait_for
 
+from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from ftbench.crd import crd
 from ftbench.devcluster import ControlPlane
 from ftbench.devcluster.crds import install_crd, without_empty_string_defaults
 from ftbench.render.trainjob import JOBSET_NAME_LABEL

@@ -22,13 +22,13 @@ from types import ModuleType
 import pytest
 import yaml
 
-from ftbench.api.enums import Experiment, Runtime
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.cli import main
+from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.plan import ExperimentRef
 from ftbench.contracts.results import Outcome, TrainerResult
-from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
 
 pytestmark = pytest.mark.peer

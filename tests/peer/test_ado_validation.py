@@ -25,17 +25,17 @@ import yaml
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from ftbench.api.enums import (
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.validation import ValidationReport, validate_spec_dict
+from ftbench.catalog import Catalog, load_catalog
+from ftbench.contracts.ado_names import ADO_PARAMETERS
+from ftbench.contracts.enums import (
     DEFAULT_FMS_HF_TUNING_VERSION,
     EXPERIMENT_ALIASES,
     FMS_HF_TUNING_VERSIONS,
     Experiment,
     canonical_experiment,
 )
-from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.validation import ValidationReport, validate_spec_dict
-from ftbench.catalog import Catalog, load_catalog
-from ftbench.contracts.ado_names import ADO_PARAMETERS
 from ftbench.engines.flags import releases_knowing
 from ftbench.engines.releases import load_releases
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ftbench.crd import CRD_FILENAME, crd_yaml
-from ftbench.profile import ClusterProfile
+from ftbench.api.crd import CRD_FILENAME, crd_yaml
+from ftbench.api.profile import ClusterProfile
 from tests.ship.chart import (
     CHART,
     NAMESPACED_VALUES,

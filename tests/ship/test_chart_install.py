@@ -182,7 +182,7 @@ def impersonating(kube_api, namespace: str, account: str):
 
 def trainer_identity(namespace: str, experiment: str) -> list[dict]:
     """What the operator creates for `experiment` with the default profile."""
-    from ftbench.profile import ClusterProfile
+    from ftbench.api.profile import ClusterProfile
     from ftbench.render.access import trainer_access
 
     return trainer_access(ClusterProfile(), experiment, namespace, {"ftbench.io/experiment": experiment}, roce=False)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.cli.main import main
 from ftbench.contracts.results import Metrics
-from ftbench.docs_gen import generate_all
-from ftbench.profile import ClusterProfile
+from ftbench.generated.docs import generate_all
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"

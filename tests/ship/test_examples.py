@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftbench.api.enums import Experiment, Runtime
+from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.api.validation import validate_document
 from ftbench.catalog import load_catalog
-from ftbench.profile import ClusterProfile, catalog_for, load_profile
+from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.render.manifests import render_experiment
 
 REPO = Path(__file__).resolve().parents[2]

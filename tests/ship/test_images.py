@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ftbench.api.enums import DEFAULT_FMS_HF_TUNING_VERSION, Engine
-from ftbench.profile import Images
+from ftbench.api.profile import Images
+from ftbench.contracts.enums import DEFAULT_FMS_HF_TUNING_VERSION, Engine
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from ftbench.api.enums import Experiment, Runtime
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
+from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.results import TrainerResult
 from ftbench.engines.envs import package_path
-from ftbench.profile import ClusterProfile
 from ftbench.render.plan import build_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

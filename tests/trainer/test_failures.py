@@ -133,7 +133,7 @@ def test_missing_model_fails_in_a_real_run(tmp_path: Path, tiny_model_dir: Path)
 
 def test_launch_failure_is_reported(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A PyTorchJob pod without the operator's env cannot find its place: Failed, with the reason."""
-    from ftbench.api.enums import Runtime
+    from ftbench.contracts.enums import Runtime
 
     for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
@@ -156,7 +156,7 @@ def test_stability_trials_each_report_their_outcome(
 ) -> None:
     """Without FTBENCH_TRIAL_INDEX, all of the plan's trials run in sequence, each with its own
     result file; an OOM or error in one trial is that trial's measurement (exit 0)."""
-    from ftbench.api.enums import Experiment
+    from ftbench.contracts.enums import Experiment
 
     def trial_fails(plan: object, *, trial: int | None, started: object) -> TrainerResult:
         raise (torch.OutOfMemoryError("CUDA out of memory.") if trial == 1 else RuntimeError("NCCL error"))

@@ -22,7 +22,7 @@ from helpers import (
     write_plan,
 )
 
-from ftbench.api.enums import Experiment
+from ftbench.contracts.enums import Experiment
 from ftbench.contracts.results import EXIT_OK, Outcome
 from ftbench.engines.releases import load_releases, version_tuple
 

@@ -28,8 +28,8 @@ from helpers import (
     write_plan,
 )
 
-from ftbench.api.enums import Experiment
 from ftbench.api.validation import validate_spec_dict
+from ftbench.contracts.enums import Experiment
 from ftbench.contracts.results import EXIT_FAILED, EXIT_OK, REASON_ENGINE_MISMATCH, Outcome, TrainerResult
 from ftbench.engines.releases import load_releases
 

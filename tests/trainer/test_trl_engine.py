@@ -19,7 +19,7 @@ from helpers import (
     write_plan,
 )
 
-from ftbench.api.enums import Experiment, Runtime
+from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.progress import parse_progress_line
 from ftbench.contracts.results import EXIT_OK, Outcome, TrainerResult
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
-from ftbench.profile import ClusterProfile
 from ftbench.render.manifests import Rendered, render_experiment
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from ftbench.api.enums import (
+from ftbench.catalog import load_catalog
+from ftbench.contracts.enums import (
     FMS_HF_TUNING_VERSIONS,
     DistributedBackend,
     Engine,
@@ -12,7 +13,6 @@ from ftbench.api.enums import (
     FsdpShardingStrategy,
     TorchDtype,
 )
-from ftbench.catalog import load_catalog
 
 CATALOG = load_catalog()
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from ftbench.api import effective
-from ftbench.api.enums import Experiment, Runtime
+from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.validation import validate_spec_dict
 from ftbench.catalog import load_catalog
+from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.plan import ExperimentRef
-from ftbench.profile import ClusterProfile, catalog_for
 from ftbench.render.plan import build_plan
 
 ADO_GPTQ = "finetune_gptq-lora_benchmark-v1.0.0"

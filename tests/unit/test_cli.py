@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from ftbench.api.crd import crd_yaml
 from ftbench.cli import main
-from ftbench.crd import crd_yaml
 
 GOOD = """apiVersion: ftbench.io/v1alpha1
 kind: FineTuneExperiment

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from ftbench.crd import CRD_FILENAME, crd, crd_yaml
+from ftbench.api.crd import CRD_FILENAME, crd, crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 

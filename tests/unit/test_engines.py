@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ftbench.api.enums import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS
 from ftbench.cli import main
+from ftbench.contracts.enums import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS
 from ftbench.engines import flags, locks
 from ftbench.engines.envs import MARKER, list_envs, prune
 from ftbench.engines.releases import load_releases, parse_lock, version_tuple

@@ -21,7 +21,7 @@ from ftbench.devcluster.kubelet import KubeError, Rest, kill_all_pods, schedulin
 from ftbench.devcluster.kubelet import pod_status as S
 from ftbench.devcluster.kubelet.node import lease_spec, node_conditions, node_labels, node_status
 from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun, pid_runs
-from ftbench.procs import pid_alive
+from ftbench.host.procs import pid_alive
 
 Obj = dict[str, Any]
 T0, T1 = "2024-01-01T00:00:00Z", "2024-01-01T00:01:00Z"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.validation import validate_spec_dict
 from ftbench.cli import main
-from ftbench.profile import ClusterProfile, catalog_for
 
 PROFILE = "modelMap:\n  my-llama:\n    Vanilla: /weights/my-llama\n"
 SPEC = {"model": "my-llama", "modelMaxLength": 512, "numberGpus": 1, "batchSize": 1, "gpuModel": "G",

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from ftbench.api.enums import Runtime
+from ftbench.api.profile import ClusterProfile, Features
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
+from ftbench.contracts.enums import Runtime
 from ftbench.contracts.labels import attempt_selector
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 from ftbench.contracts.results import EXIT_GPU_OOM
-from ftbench.profile import ClusterProfile, Features
 from ftbench.render.access import ACCESS_KINDS
 from ftbench.render.manifests import (
     RenderError,

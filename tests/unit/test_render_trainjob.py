@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from ftbench.api.enums import Runtime
+from ftbench.api.profile import ClusterProfile, Features
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
-from ftbench.profile import ClusterProfile, Features
+from ftbench.contracts.enums import Runtime
 from ftbench.render.manifests import RenderError, render_experiment
 from ftbench.render.names import DNS_LABEL_MAX
 from ftbench.render.trainjob import NODE_CONTAINER, PATCH_MANAGER

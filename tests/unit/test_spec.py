@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from ftbench.api import effective
-from ftbench.api.enums import DistributedBackend, Experiment, TorchDtype
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
+from ftbench.contracts.enums import DistributedBackend, Experiment, TorchDtype
 
 CATALOG = load_catalog()
 BASE = {"model": "llama3.1-8b", "modelMaxLength": 2048, "numberGpus": 8, "batchSize": 16, "gpuModel": "G"}

@@ -6,7 +6,7 @@ their formats are defined in ftbench.contracts.progress and ftbench.contracts.re
 
 `ProgressSink` is the hook for destinations: `StdoutProgressSink` writes the lines above, and
 `TeeProgressSink` (what the worker uses) adds `status.progress` patches through
-`ftbench.progress_reporter.ProgressReporter` when plan.output.reportProgressToKubernetes is set.
+`ftbench_trainer.progress_reporter.ProgressReporter` when plan.output.reportProgressToKubernetes is set.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ftbench.contracts.progress import ProgressUpdate, progress_line
 from ftbench.contracts.results import TrainerResult
 
 if TYPE_CHECKING:
-    from ftbench.progress_reporter import ProgressReporter
+    from ftbench_trainer.progress_reporter import ProgressReporter
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class StdoutProgressSink:
 class TeeProgressSink:
     """The log line for every update, and ``status.progress`` patches when the plan asks for them.
 
-    ``reporter`` is ``ftbench.progress_reporter.ProgressReporter.from_plan(plan)`` (None when the
+    ``reporter`` is ``ftbench_trainer.progress_reporter.ProgressReporter.from_plan(plan)`` (None when the
     plan does not report or the pod cannot reach the API). The callback already throttles to the
     plan's interval and always reports the last step, so that one is sent as ``final`` (never
     throttled by the reporter). ``close`` waits, bounded, for the last patch to go out.

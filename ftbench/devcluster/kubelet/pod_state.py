@@ -19,7 +19,7 @@ from typing import Any
 
 from ftbench.devcluster import hosts as H
 from ftbench.devcluster.podrun import EXIT_FILE
-from ftbench.procs import pid_alive, signal_group
+from ftbench.host.procs import pid_alive, signal_group
 
 Obj = dict[str, Any]
 MAX_MESSAGE_BYTES = 4096  # what a kubelet keeps of a termination message

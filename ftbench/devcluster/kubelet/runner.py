@@ -30,8 +30,8 @@ from ftbench.devcluster.kubelet.client import ApiObjects, Rest
 from ftbench.devcluster.kubelet.node import Node
 from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun
 from ftbench.devcluster.podrun import now
-from ftbench.gpus import machine_gpu_count
-from ftbench.procs import signal_group
+from ftbench.host.gpus import machine_gpu_count
+from ftbench.host.procs import signal_group
 
 Obj = dict[str, Any]
 log = logging.getLogger("ftbench.kubelet")

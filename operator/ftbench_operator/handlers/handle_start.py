@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ftbench.api.enums import Runtime
+from ftbench.api.profile import catalog_for
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
-from ftbench.profile import catalog_for
+from ftbench.contracts.enums import Runtime
 from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status

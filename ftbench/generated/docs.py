@@ -1,11 +1,11 @@
 """Reference docs generated from the code that defines the behaviour, so they cannot drift from it.
 
 Each page comes from one source of truth:
-- the CRD reference from the CRD's own OpenAPI schema (`ftbench.crd.crd`), i.e. exactly what the
+- the CRD reference from the CRD's own OpenAPI schema (`ftbench.api.crd.crd`), i.e. exactly what the
   API server checks and what `kubectl explain fte.spec` prints, plus the cross-field rules;
 - the experiments, models and datasets reference from the catalogs;
 - the measured properties from `ftbench.contracts.results` (the trainer's result schema);
-- the cluster profile reference from `ftbench.profile.ClusterProfile`.
+- the cluster profile reference from `ftbench.api.profile.ClusterProfile`.
 
 Pure functions returning markdown; `ftbench docs -o docs` writes them and
 tests/ship/test_docs.py fails when the committed copies are stale.
@@ -20,13 +20,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from ftbench.api.crd import crd, model_schema
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules import all_rules
 from ftbench.api.status import Stability
 from ftbench.catalog import Catalog, load_catalog
 from ftbench.contracts.ado_names import ADO_PARAMETERS, ADO_PROPERTIES, FTBENCH_EXTRAS
 from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics, RunEnvironment
-from ftbench.crd import crd, model_schema
-from ftbench.profile import ClusterProfile
 
 REFERENCE_DIR = "reference"
 HEADER = (
@@ -153,7 +153,7 @@ def crd_reference(catalog: Catalog | None = None) -> str:
         for c in version["additionalPrinterColumns"]
     ]
     parts = [
-        HEADER.format(source="ftbench/api (spec.py, status.py, rules.py) via ftbench/crd.py"),
+        HEADER.format(source="ftbench/api (spec.py, status.py, rules.py) via ftbench/api/crd.py"),
         f"# {names['kind']} reference\n\n",
         f"`apiVersion: {definition['spec']['group']}/{version['name']}`, `kind: {names['kind']}`, "
         f"namespaced; short name {', '.join(_code(s) for s in names['shortNames'])}, category "
@@ -340,7 +340,7 @@ def cluster_profile_reference() -> str:
     schema = model_schema(ClusterProfile, keep_defaults=True)
     default = yaml.safe_dump(ClusterProfile().to_wire(), sort_keys=False, width=120)
     parts = [
-        HEADER.format(source="ftbench/profile.py (ClusterProfile)"),
+        HEADER.format(source="ftbench/api/profile.py (ClusterProfile)"),
         "# Cluster profile reference\n\n",
         "Everything cluster-specific (images, GPU resource and labels, storage, RoCE, which Kubernetes "
         "features exist) lives in one cluster profile, never in experiments. The operator reads it from "
@@ -357,9 +357,9 @@ def cluster_profile_reference() -> str:
 
 def fms_releases_reference() -> str:
     """Every offered fms-hf-tuning release: stack, API class, image, what CI runs for it, what it cannot do."""
+    from ftbench.api.profile import Images
     from ftbench.engines.flags import RENDERED_FLAGS, known_flags
     from ftbench.engines.releases import load_releases
-    from ftbench.profile import Images
 
     releases = load_releases()
     matrix = releases.matrix()

@@ -13,9 +13,9 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, field_validator
 
-from ftbench.api.enums import Runtime
 from ftbench.api.spec import DNS_LABEL, QUANTITY, ApiModel
 from ftbench.catalog import Catalog, load_catalog
+from ftbench.contracts.enums import Runtime
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
 # A Kubernetes object name (RFC 1123 subdomain), e.g. a ClusterTrainingRuntime.
