@@ -196,7 +196,7 @@ class FineTuneExperimentSpec(ApiModel):
         default=1,
         description="Number of machines; each uses numberGpus/numberNodes GPUs and one process per GPU.",
     )
-    fms_hf_tuning_version: FmsHfTuningVersion = Field(  # type: ignore[valid-type]
+    fms_hf_tuning_version: FmsHfTuningVersion = Field(
         default=DEFAULT_FMS_HF_TUNING_VERSION,
         description="fms-hf-tuning release to run (engine fms-hf-tuning); selects the trainer image tag.",
     )
@@ -232,9 +232,7 @@ class FineTuneExperimentSpec(ApiModel):
         "list (seed 001's table). Module names: a letter or '_', then letters, digits, '_', '.', '-'. An ftbench "
         "extension.",
     )
-    optim: Optimizer = Field(  # type: ignore[valid-type]
-        default="adamw_torch", description="The optimizer (transformers TrainingArguments.optim)."
-    )
+    optim: Optimizer = Field(default="adamw_torch", description="The optimizer (transformers TrainingArguments.optim).")
     bf16: bool = Field(default=False, description="Use bf16 mixed precision instead of 32-bit.")
     gradient_checkpointing_use_reentrant: bool = Field(
         default=False,

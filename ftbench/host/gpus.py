@@ -19,7 +19,7 @@ def machine_gpu_count() -> int:
     process may use.
     """
     with contextlib.suppress(Exception):
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         try:

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="arg-type"
+# kopf types each handler as a Protocol naming every keyword with its widest type; these handlers
+# take the few they use (and **_), which mypy cannot match against those Protocols.
 """Every event the operator reacts to, in one place; the bodies live in `handlers/`.
 
 Run: `kopf run --standalone -A -m ftbench_operator.app` (cluster-wide) or with

@@ -143,7 +143,7 @@ async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any
     uid = owner["metadata"]["uid"]
     for obj in objects:
         child = copy.deepcopy(obj)
-        kopf.adopt(child, owner=dict(owner))
+        kopf.adopt(child, owner=dict(owner))  # type: ignore[arg-type]  # kopf takes any mapping
         if await kube.create(child):
             created += 1
             if child["kind"] == "ServiceAccount":

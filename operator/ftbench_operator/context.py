@@ -74,7 +74,10 @@ def event(experiment: ExperimentView, reason: str, message: str, *, warning: boo
     """A Kubernetes Event on the experiment (kopf posts it in the background, never raising here)."""
     try:
         kopf.event(
-            dict(experiment.body), type="Warning" if warning else "Normal", reason=reason, message=message[:1024]
+            dict(experiment.body),  # type: ignore[arg-type]  # kopf takes any mapping as the body
+            type="Warning" if warning else "Normal",
+            reason=reason,
+            message=message[:1024],
         )
     except Exception:  # posting is best effort; a missing event must not fail a reconcile
         log.exception("could not queue event %s", reason)

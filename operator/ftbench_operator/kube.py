@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 Obj = dict[str, Any]
+Objs = list[Obj]  # an alias: inside Kube, `list` names its method
 
 # apiVersion/kind -> plural of every kind the operator creates, lists or deletes.
 PLURALS: dict[tuple[str, str], str] = {
@@ -191,7 +192,7 @@ class Kube:
                 return None
             raise
 
-    async def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[Obj]:
+    async def list(self, api_version: str, kind: str, namespace: str, selector: str) -> Objs:
         try:
             found = await self.request(
                 "GET", collection_path(api_version, kind, namespace), query={"labelSelector": selector}
@@ -202,7 +203,7 @@ class Kube:
             raise
         return list(found.get("items") or [])
 
-    async def events(self, namespace: str, involved: str, reason: str) -> list[Obj]:
+    async def events(self, namespace: str, involved: str, reason: str) -> Objs:
         """Events about object `involved` with `reason`; [] when the operator may not list them."""
         selector = f"involvedObject.name={involved},reason={reason}"
         try:

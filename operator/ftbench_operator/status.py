@@ -65,13 +65,15 @@ def set_condition(
     by_type = {c.get("type"): dict(c) for c in conditions or [] if c.get("type")}
     old = by_type.get(type_)
     since = timestamp(now) if old is None or old.get("status") != status else old["lastTransitionTime"]
-    new = Condition(
-        type=type_,
-        status=status,
-        reason=reason,
-        message=bounded(message),
-        last_transition_time=since,
-        observed_generation=generation,
+    new = Condition.model_validate(  # validated: the status and the stored transition time are strings here
+        {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": bounded(message),
+            "lastTransitionTime": since,
+            "observedGeneration": generation,
+        }
     ).to_wire()
     by_type[type_] = new
     order = {t: i for i, t in enumerate(CONDITION_ORDER)}

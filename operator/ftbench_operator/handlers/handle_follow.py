@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ftbench.api import effective
@@ -122,10 +122,10 @@ class Syncer:
 def observe(
     ctx: OperatorContext,
     experiment: ExperimentView,
-    workload_bodies: list[Mapping[str, Any]],
+    workload_bodies: Sequence[Mapping[str, Any]],
     pods: list[PodSummary],
     trials: int,
-    failed_create: list[Mapping[str, Any]] | None = None,
+    failed_create: Sequence[Mapping[str, Any]] | None = None,
 ) -> Observation:
     """Classify one attempt from its workloads, pods and the workloads' FailedCreate Events
     (pure apart from the clock)."""
@@ -178,7 +178,7 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
     trials = trials_of(spec)
     selector = children.attempt_selector(name, attempt)
     workloads = await ctx.kube.list(job.api_version, job.kind, namespace, selector)
-    index = ctx.pods or {}
+    index: Mapping[Any, Any] = ctx.pods or {}
     pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
     failed_create = await _failed_create(ctx, experiment, workloads) if not pods else []
     obs = observe(ctx, experiment, workloads, pods, trials, failed_create)
