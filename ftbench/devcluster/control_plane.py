@@ -36,6 +36,8 @@ from typing import IO, Any
 
 from ftbench.contracts.env import cache_root
 from ftbench.host.procs import stop_process_group
+from ftbench.kubeapi import ApiEndpoint, http
+from ftbench.kubeapi.wire import JSON
 
 K8S_VERSION = "1.20.2"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
@@ -212,23 +214,19 @@ class ControlPlane:
         if self._own_workdir and not self.keep_workdir and not self._start_failed:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def request(
-        self, method: str, path: str, body: Any = None, timeout: float = 10.0, accept: str = "application/json"
-    ) -> Any:
-        """Minimal authenticated JSON call to the API server (no client library needed).
+    @property
+    def endpoint(self) -> ApiEndpoint:
+        """The API server as the stdlib request path (`ftbench.kubeapi.http`) reaches it."""
+        return ApiEndpoint(self.server, token=self.token, ca_file=self.ca_file)
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0, accept: str = JSON) -> Any:
+        """Minimal authenticated JSON call to the API server (no client library needed): the
+        decoded JSON, or the text of an answer that is not JSON; a failure raises `KubeError`.
 
         `accept` selects other representations, e.g. the Table kubectl prints
         (application/json;as=Table;v=v1;g=meta.k8s.io).
         """
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.token}")
-        req.add_header("Accept", accept)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
-            raw = resp.read()
+        raw = http.request(self.endpoint, method, path, body, accept=accept, timeout=timeout)
         try:
             return json.loads(raw)
         except ValueError:

@@ -16,8 +16,9 @@ experiment it measures.
 Reporting must never fail or slow training: `report()` only stores the latest values and wakes
 a daemon thread that sends them; at most one report per `min_interval_seconds` (10 s) is
 accepted, except a `final` one; errors (no permission, API server away, timeouts) are logged,
-counted and otherwise ignored. Imports only the standard library and ftbench's pydantic models
-(no kopf, no torch, no kubernetes client), so the trainer image and tests can use it anywhere.
+counted and otherwise ignored. Imports only the standard library (the request goes through
+`ftbench.kubeapi.http`) and ftbench's pydantic models (no kopf, no torch, no kubernetes client),
+so the trainer image and tests can use it anywhere.
 The body is `ftbench.contracts.progress.Progress`, the model the CRD declares.
 
 Usage (what `ftbench_trainer` calls)::
@@ -33,62 +34,27 @@ Usage (what `ftbench_trainer` calls)::
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from ftbench.api.resource import GROUP, PLURAL, VERSION
 from ftbench.contracts import env as E
 from ftbench.contracts.progress import Progress, ProgressUpdate
+from ftbench.kubeapi import http
+from ftbench.kubeapi.endpoint import SERVICE_ACCOUNT_DIR, ApiEndpoint
+from ftbench.kubeapi.wire import MERGE_PATCH
+
+__all__ = ["SERVICE_ACCOUNT_DIR", "ApiEndpoint", "ProgressReporter", "progress_body"]
 
 log = logging.getLogger(__name__)
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_MIN_INTERVAL_SECONDS = 10.0
 DEFAULT_TIMEOUT_SECONDS = 5.0
-
-
-@dataclass(frozen=True)
-class ApiEndpoint:
-    """Where and how to reach the API server. The token file is re-read on every request
-    because projected service-account tokens rotate (about hourly)."""
-
-    server: str
-    token: str | None = None
-    token_file: Path | None = None
-    ca_file: Path | None = None
-
-    @classmethod
-    def in_cluster(
-        cls, environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
-    ) -> ApiEndpoint | None:
-        environ = os.environ if environ is None else environ
-        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
-        token_file = sa_dir / "token"
-        if not host or not token_file.exists():
-            return None
-        if ":" in host:  # IPv6
-            host = f"[{host}]"
-        ca = sa_dir / "ca.crt"
-        return cls(server=f"https://{host}:{port}", token_file=token_file, ca_file=ca if ca.exists() else None)
-
-    def bearer(self) -> str:
-        if self.token_file is not None:
-            return self.token_file.read_text().strip()
-        return self.token or ""
-
-    def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
 
 
 def progress_body(
@@ -146,11 +112,12 @@ class ProgressReporter:
             return None
 
     @property
+    def path(self) -> str:
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}/{self.name}/status"
+
+    @property
     def url(self) -> str:
-        return (
-            f"{self.endpoint.server.rstrip('/')}/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/"
-            f"{PLURAL}/{self.name}/status"
-        )
+        return self.endpoint.url(self.path)
 
     def report(
         self, step: int, total: int, tokens_per_second: float, eta: float | None = None, *, final: bool = False
@@ -218,25 +185,12 @@ class ProgressReporter:
                     self._cond.notify_all()
 
     def _send(self, progress: dict[str, Any]) -> None:
-        data = json.dumps({"status": {"progress": progress}}).encode()
-        request = urllib.request.Request(
-            self.url,
-            data=data,
-            method="PATCH",
-            headers={
-                "Content-Type": "application/merge-patch+json",
-                "Accept": "application/json",
-                "Authorization": f"Bearer {self.endpoint.bearer()}",
-            },
-        )
-        context = self.endpoint.ssl_context() if self.url.startswith("https") else None
-        with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
-            response.read()
+        body = {"status": {"progress": progress}}
+        http.request(self.endpoint, "PATCH", self.path, body, content_type=MERGE_PATCH, timeout=self.timeout)
 
     def _record_failure(self, err: BaseException) -> None:
         self.failures += 1
-        detail = err.read().decode(errors="replace")[:300] if isinstance(err, urllib.error.HTTPError) else ""
-        self.last_error = f"{type(err).__name__}: {err} {detail}".strip()
+        self.last_error = f"{type(err).__name__}: {err}"  # a KubeError carries the server's answer
         # Log the first failure and then every 10th: a broken channel must not flood the training log.
         if self.failures == 1 or self.failures % 10 == 0:
             log.warning("progress report %d failed (training continues): %s", self.failures, self.last_error)

@@ -34,14 +34,15 @@ an in-memory emptyDir is a tmpfs per container (not shared between containers of
 
 Run: ``python -m ftbench.devcluster.kubelet --kubeconfig K --node-name N --state-dir D``.
 
-Modules: ``client`` (REST calls, `KubeError`), ``pod_state`` (what is kept on disk, process
-identity), ``node`` (Node, heartbeat, Lease), ``scheduling`` (fit and Binding), ``pod_status``
-(pure status builders), ``containers`` (spec and start of one container), ``runner`` (the sync
-loop, `LocalKubelet`), ``cli`` (arguments, ``main``).
+Modules: ``client`` (REST calls over ``ftbench.kubeapi``), ``pod_state`` (what is kept on disk,
+process identity), ``node`` (Node, heartbeat, Lease), ``scheduling`` (fit and Binding),
+``pod_status`` (pure status builders), ``containers`` (spec and start of one container),
+``runner`` (the sync loop, `LocalKubelet`), ``cli`` (arguments, ``main``).
 """
 
-from ftbench.devcluster.kubelet.client import KubeError, Rest
+from ftbench.devcluster.kubelet.client import Rest
 from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun, kill_all_pods
 from ftbench.devcluster.kubelet.runner import LocalKubelet
+from ftbench.kubeapi import KubeError
 
 __all__ = ["ContainerRun", "KubeError", "LocalKubelet", "PodRun", "Rest", "kill_all_pods"]

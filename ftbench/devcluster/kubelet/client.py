@@ -2,33 +2,27 @@
 
 The kubelet handles pods as plain dicts with the field names of the Kubernetes docs and sends
 merge patches as such, so it talks to the API server through the `kubernetes` client's
-configured connection (any kubeconfig auth) without the typed API methods. Every failure of a
-call (an HTTP error status, an unreachable server, an unreadable body) is a `KubeError`, so the
-kubelet's loops have one thing to catch and log.
-
-``ftbench.devcluster.ControlPlane.request`` is a second, stdlib-only request helper (for tests
-and ``ftbench dev``, which must work without the `kubernetes` package); it is not this client.
+configured connection (any kubeconfig auth) with `ftbench.kubeapi.client.call`, the path the
+operator uses too. Every failure of a call (an HTTP error status, an unreachable server, an
+unreadable body) is a `ftbench.kubeapi.KubeError`, so the kubelet's loops have one thing to catch
+and log; it is re-exported here for the kubelet's callers.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ftbench.kubeapi import ABSENT, CONFLICT, KubeError
+from ftbench.kubeapi import client as kubeapi
+from ftbench.kubeapi.wire import JSON, MERGE_PATCH, Obj
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-Obj = dict[str, Any]
+__all__ = ["ApiObjects", "KubeError", "Rest"]
+
 REQUEST_TIMEOUT = 30  # seconds
-
-
-class KubeError(RuntimeError):
-    """A call to the API server failed; ``status`` is its HTTP status, 0 when there was no answer."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail[:500]}" if status else detail)
-        self.status = status
 
 
 class Rest:
@@ -48,27 +42,15 @@ class Rest:
         self, method: str, path: str, body: Obj | None = None, *, patch: bool = False, missing_ok: bool = False
     ) -> Obj | None:
         """The JSON answer (``{}`` for an empty one); None for 404/409 when ``missing_ok``."""
-        content_type = "application/merge-patch+json" if patch else "application/json"
-        params = self.api.param_serialize(
+        return kubeapi.call(
+            self.api,
             method,
             path,
-            header_params={"Accept": "application/json", "Content-Type": content_type},
             body=body,
-            auth_settings=["BearerToken"],
+            content_type=MERGE_PATCH if patch else JSON,
+            timeout=REQUEST_TIMEOUT,
+            tolerate=(ABSENT, CONFLICT) if missing_ok else (),
         )
-        try:
-            resp = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
-            data = resp.read()
-        except Exception as err:  # urllib3 transport errors, the client's ApiException (TLS)
-            raise KubeError(0, f"{method} {path}: {type(err).__name__}: {err}") from err
-        if missing_ok and resp.status in (404, 409):
-            return None
-        if resp.status >= 300:
-            raise KubeError(resp.status, data.decode(errors="replace"))
-        try:
-            return json.loads(data) if data else {}
-        except ValueError as err:
-            raise KubeError(resp.status, f"{method} {path}: not JSON: {err}") from err
 
 
 class ApiObjects:
