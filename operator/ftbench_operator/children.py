@@ -22,8 +22,9 @@ from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.labels import attempt_selector as attempt_selector  # the handlers' `children.attempt_selector`
+from ftbench.kubeapi import KubeError
 from ftbench.render.manifests import Rendered, render_experiment
-from ftbench_operator.kube import Kube, KubeError, collection_path
+from ftbench_operator.kube import Kube, collection_path
 
 Obj = dict[str, Any]
 # Kinds an attempt may own, deleted on retry (pods go with their workload).

@@ -16,8 +16,9 @@ from typing import Any
 
 import kopf
 
+from ftbench.kubeapi import KubeError
 from ftbench_operator.body import ExperimentView
-from ftbench_operator.kube import Kube, KubeError
+from ftbench_operator.kube import Kube
 from ftbench_operator.metrics import OperatorMetrics
 from ftbench_operator.profile_source import ProfileSource
 from ftbench_operator.settings import OperatorSettings

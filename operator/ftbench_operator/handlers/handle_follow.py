@@ -17,6 +17,7 @@ from ftbench.api import effective
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.catalog import load_catalog
+from ftbench.kubeapi import KubeError
 from ftbench.render.names import label_value
 from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator import children, status
@@ -36,7 +37,6 @@ from ftbench_operator.classify import (
     summarize_workload,
 )
 from ftbench_operator.context import OperatorContext, event
-from ftbench_operator.kube import KubeError
 
 # The workloads `status.job` may name; anything else was not written by this operator.
 WORKLOAD_KINDS = frozenset({("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob"), (TRAINER_API_VERSION, "TrainJob")})

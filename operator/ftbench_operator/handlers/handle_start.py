@@ -15,6 +15,7 @@ from ftbench.api.profile import catalog_for
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
 from ftbench.contracts.enums import Runtime
+from ftbench.kubeapi import KubeError
 from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
@@ -29,7 +30,6 @@ from ftbench_operator.classify import (
 )
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_follow import sync_once
-from ftbench_operator.kube import KubeError
 
 
 async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
