@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import IO, Any
 
 from ftbench.contracts.env import cache_root
 from ftbench.host.procs import stop_process_group
-from ftbench.kubeapi import ApiEndpoint, http
+from ftbench.kubeapi import ApiEndpoint, KubeError, http
 from ftbench.kubeapi.wire import JSON
 
 K8S_VERSION = "1.20.2"
@@ -404,7 +403,7 @@ class ControlPlane:
             try:
                 if check():
                     return
-            except (OSError, ValueError, ssl.SSLError) as exc:
+            except (OSError, ValueError, ssl.SSLError, KubeError) as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
             time.sleep(0.25)
         raise ControlPlaneError(self._failure(name, f"not ready after {timeout:.0f}s ({last_error})"))
@@ -419,17 +418,19 @@ class ControlPlane:
             return bool(json.loads(resp.read()).get("health") == "true")
 
     def _apiserver_ready(self) -> bool:
-        try:
-            return bool(self.request("GET", "/readyz", timeout=2) == "ok")
-        except urllib.error.HTTPError:  # 500 while post-start hooks are still running
-            return False
+        return bool(self._get_or_none("/readyz") == "ok")  # 500 while post-start hooks are still running
 
     def _default_sa_exists(self) -> bool:
+        return self._get_or_none("/api/v1/namespaces/default/serviceaccounts/default") is not None
+
+    def _get_or_none(self, path: str) -> Any:
+        """The answer to a GET, None for an error status; no answer at all raises (`_wait` logs it)."""
         try:
-            self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default", timeout=2)
-        except urllib.error.HTTPError:
-            return False
-        return True
+            return self.request("GET", path, timeout=2)
+        except KubeError as err:
+            if not err.status:
+                raise
+            return None
 
     @staticmethod
     def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
