@@ -135,6 +135,6 @@ def test_stdlib_modules_import_without_the_kubernetes_client() -> None:
     """The trainer image has no `kubernetes` package: everything but `client` must import without it."""
     code = (
         "import sys; sys.modules['kubernetes'] = None; sys.modules['urllib3'] = None\n"
-        "import ftbench.kubeapi.http, ftbench.kubeapi.client, ftbench.progress_reporter"
+        "import ftbench.kubeapi.http, ftbench.kubeapi.client, ftbench_trainer.progress_reporter"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
