@@ -6,6 +6,7 @@ See e2e_kit for why the components are started once and how the kubelet is kept 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,10 @@ from e2e_kit import PYTORCHJOB_CRD_FILE, SERVE_LABEL, TRAINER_RULES, Cluster
 from ftbench.api.crd import crd
 from ftbench.devcluster.crds import install_crd
 from ftbench.devcluster.devup import seed_models
+
+HERE = Path(__file__).resolve().parent
+# The cluster that is up, closed after the folder's last test (see pytest_runtest_teardown).
+_UP: list[Cluster] = []
 
 
 @pytest.fixture(scope="package")
@@ -33,9 +38,22 @@ def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPath
     try:
         cluster.kubelet.start()
         cluster.operator.start()
+        _UP.append(cluster)
         yield cluster
     finally:
-        cluster.close()
+        if cluster in _UP:
+            _UP.remove(cluster)
+            cluster.close()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Close the cluster as soon as the next test is not an e2e test.
+
+    In a folder without ``__init__.py`` pytest keeps a ``package`` fixture until the session ends:
+    this cluster's operator, which watches every namespace, then raced the operator tests' own
+    operator (it re-created a Job that a test had just deleted by hand)."""
+    if _UP and (nextitem is None or Path(nextitem.path).resolve().parent != HERE):
+        _UP.pop().close()
 
 
 @pytest.fixture
