@@ -4,43 +4,25 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from api_stub import ApiStub, serving
 
 from ftbench_trainer.progress_reporter import ApiEndpoint, ProgressReporter, progress_body
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    requests: list[dict[str, Any]] = []
-    status = 200
-
-    def do_PATCH(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
-        self.send_response(type(self).status)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def server() -> Iterator[tuple[str, type[_Recorder]]]:
-    handler = type("Recorder", (_Recorder,), {"requests": [], "status": 200})
-    httpd = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}", handler
-    finally:
-        httpd.shutdown()
+def server() -> Iterator[tuple[str, type[ApiStub]]]:
+    with serving() as (url, handler):
+        yield url, handler
+
+
+def sent(handler: type[ApiStub]) -> list[dict[str, Any]]:
+    """The PATCH bodies the stub received, parsed."""
+    return [{**r, "body": json.loads(r["body"])} for r in handler.seen]
 
 
 class FakeClock:
@@ -56,7 +38,7 @@ def test_report_patches_only_status_progress(server):
     reporter = ProgressReporter("ns", "exp", ApiEndpoint(url, token="tok"), trial=2)
     assert reporter.report(5, 20, 1234.5, 30.0)
     assert reporter.flush(5)
-    (req,) = handler.requests
+    (req,) = sent(handler)
     assert req["path"] == "/apis/ftbench.io/v1alpha1/namespaces/ns/finetuneexperiments/exp/status"
     assert req["headers"]["Content-Type"] == "application/merge-patch+json"
     assert req["headers"]["Authorization"] == "Bearer tok"
@@ -77,7 +59,7 @@ def test_throttled_to_one_report_per_interval_except_final(server):
     assert reporter.report(3, 10, 1.0)
     assert reporter.report(10, 10, 1.0, 0.0, final=True)
     reporter.close(5)
-    steps = [r["body"]["status"]["progress"]["step"] for r in handler.requests]
+    steps = [r["body"]["status"]["progress"]["step"] for r in sent(handler)]
     assert steps[-1] == 10 and 2 not in steps
 
 

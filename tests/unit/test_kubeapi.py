@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from api_stub import ApiStub, serving
 
 from ftbench.kubeapi import ABSENT, CONFLICT, ApiEndpoint, KubeError, client, http
 from ftbench.kubeapi.wire import MERGE_PATCH, json_answer
@@ -85,38 +84,13 @@ def test_client_call_over_a_kubernetes_connection() -> None:
     assert err.value.status == 0
 
 
-class _Server(BaseHTTPRequestHandler):
-    status = 200
-    seen: list[dict[str, Any]] = []
-
-    def do_GET(self) -> None:
-        self._answer(b"")
-
-    def do_PATCH(self) -> None:
-        self._answer(self.rfile.read(int(self.headers["Content-Length"])))
-
-    def _answer(self, body: bytes) -> None:
-        type(self).seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body})
-        self.send_response(type(self).status)
-        self.end_headers()
-        self.wfile.write(b'{"message": "said so"}')
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def server() -> Iterator[tuple[ApiEndpoint, type[_Server]]]:
-    handler = type("Server", (_Server,), {"status": 200, "seen": []})
-    httpd = HTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield ApiEndpoint(f"http://127.0.0.1:{httpd.server_port}/", token="tok"), handler
-    finally:
-        httpd.shutdown()
+def server() -> Iterator[tuple[ApiEndpoint, type[ApiStub]]]:
+    with serving(answer=b'{"message": "said so"}') as (url, handler):
+        yield ApiEndpoint(f"{url}/", token="tok"), handler
 
 
-def test_http_request_with_the_standard_library(server: tuple[ApiEndpoint, type[_Server]]) -> None:
+def test_http_request_with_the_standard_library(server: tuple[ApiEndpoint, type[ApiStub]]) -> None:
     endpoint, handler = server
     assert http.request(endpoint, "PATCH", "/x", {"a": 1}, content_type=MERGE_PATCH) == b'{"message": "said so"}'
     (seen,) = handler.seen
