@@ -108,8 +108,8 @@ def test_a_forged_status_job_fails_the_run_once(operator, kubelet, create_experi
     forged = {"apiVersion": "v1", "kind": "Secret", "name": "x"}
 
     def forge_and_look() -> dict | None:
-        """A sync already under way when the forgery lands writes the Job it read back over it, so
-        the forgery is repeated until it holds; touching the pod makes the operator look again."""
+        """Forge (again, if a status write from before it landed put the real Job back) and touch
+        the pod, which makes the operator look again; done once the run is Failed."""
         fte = kubelet.experiment(name)
         if fte["status"].get("phase") == "Failed":
             return fte
