@@ -10,17 +10,32 @@ conversion inlines `$ref`s, turns `Optional[X]` into `nullable`, drops titles an
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import yaml
 
-from ftbench.api.resource import CATEGORIES, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from ftbench.api.resource import (
+    CATEGORIES,
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    SWEEP_KIND,
+    SWEEP_PLURAL,
+    SWEEP_SHORT_NAMES,
+    SWEEP_SINGULAR,
+    VERSION,
+)
 from ftbench.api.rules import all_rules
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import FineTuneExperimentStatus
+from ftbench.api.sweep import FineTuneSweepSpec, FineTuneSweepStatus, spec_fields
 from ftbench.catalog import Catalog, load_catalog
 
 CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
+SWEEP_CRD_FILENAME = f"{GROUP}_{SWEEP_PLURAL}.yaml"
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
@@ -37,6 +52,16 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "SeqLen", "type": "integer", "jsonPath": ".spec.modelMaxLength", "priority": 1},
     {"name": "Progress%", "type": "number", "jsonPath": ".status.progress.percent", "priority": 1},
     {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt", "priority": 1},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+]
+
+SWEEP_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Done", "type": "string", "jsonPath": ".status.progress", "description": "finished/total points"},
+    {"name": "Best Tokens/s", "type": "number", "jsonPath": ".status.bestTrainTokensPerSecond"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Running", "type": "integer", "jsonPath": ".status.counts.running", "priority": 1},
+    {"name": "Skipped", "type": "integer", "jsonPath": ".status.counts.skipped", "priority": 1},
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 
@@ -74,8 +99,9 @@ def _structural(node: Any, *, keep_defaults: bool) -> Any:
         if len(non_null) != 1:
             raise ValueError(f"cannot express union {any_of} structurally")
         node = {**non_null[0], **node, "nullable": True}
-    for drop in ("title", "additionalProperties"):
-        node.pop(drop, None)
+    node.pop("title", None)
+    if not isinstance(node.get("additionalProperties"), dict):  # a map's value schema stays
+        node.pop("additionalProperties", None)
     if "const" in node:
         node["enum"] = [node.pop("const")]
     if "exclusiveMinimum" in node:
@@ -92,7 +118,12 @@ def _structural(node: Any, *, keep_defaults: bool) -> Any:
     for key, value in node.items():
         if key == "properties":
             out[key] = {k: _structural(v, keep_defaults=keep_defaults) for k, v in value.items()}
-        elif key in ("items",):
+        elif key == "additionalProperties":
+            try:
+                out[key] = _structural(value, keep_defaults=keep_defaults)
+            except ValueError:  # a map of unions (the profile's model map): documented, not typed
+                continue
+        elif key == "items":
             out[key] = _structural(value, keep_defaults=keep_defaults)
         else:
             out[key] = value
@@ -123,23 +154,24 @@ def spec_schema(catalog: Catalog) -> dict[str, Any]:
     return schema
 
 
-def crd(catalog: Catalog | None = None) -> dict[str, Any]:
-    catalog = catalog or load_catalog()
-    status = model_schema(FineTuneExperimentStatus, keep_defaults=False)
+def _crd(
+    kind: str, plural: str, singular: str, short_names: tuple[str, ...], columns: list[dict[str, Any]],
+    description: str, spec: dict[str, Any], status: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
     status["properties"]["conditions"].update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/name": "ftbench"}},
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/name": "ftbench"}},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": list(short_names),
                 "categories": list(CATEGORIES),
             },
             "versions": [
@@ -148,18 +180,17 @@ def crd(catalog: Catalog | None = None) -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "additionalPrinterColumns": columns,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "A fine-tuning benchmark: spec says what to measure (the parameters of "
-                            "seed 001's SFTTrainer experiments), status what was measured.",
+                            "description": description,
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {"type": "string", "description": "ftbench.io/v1alpha1"},
-                                "kind": {"type": "string", "description": "FineTuneExperiment"},
+                                "apiVersion": {"type": "string", "description": f"{GROUP}/{VERSION}"},
+                                "kind": {"type": "string", "description": kind},
                                 "metadata": {"type": "object"},
-                                "spec": spec_schema(catalog),
+                                "spec": spec,
                                 "status": status,
                             },
                         }
@@ -170,6 +201,60 @@ def crd(catalog: Catalog | None = None) -> dict[str, Any]:
     }
 
 
-def crd_yaml(catalog: Catalog | None = None) -> str:
+def crd(catalog: Catalog | None = None) -> dict[str, Any]:
+    catalog = catalog or load_catalog()
+    return _crd(
+        KIND, PLURAL, SINGULAR, SHORT_NAMES, PRINTER_COLUMNS,
+        "A fine-tuning benchmark: spec says what to measure (the parameters of seed 001's SFTTrainer experiments), "
+        "status what was measured.",
+        spec_schema(catalog),
+        model_schema(FineTuneExperimentStatus, keep_defaults=False),
+    )  # fmt: skip
+
+
+def template_schema(catalog: Catalog) -> dict[str, Any]:
+    """fte.spec's fields with their types and bounds, none required (the matrix may set them) and no
+    defaults or cross-field rules (each point is checked whole, as the experiment it becomes)."""
+    schema = model_schema(FineTuneExperimentSpec, keep_defaults=False)
+    schema.pop("required", None)
+    schema["properties"]["datasetId"]["enum"] = sorted(catalog.datasets)
+    schema["description"] = (
+        "A FineTuneExperiment spec (`kubectl explain fte.spec`); fields the matrix sets may be left out."
+    )
+    return schema
+
+
+def sweep_spec_schema(catalog: Catalog) -> dict[str, Any]:
+    schema = model_schema(FineTuneSweepSpec, keep_defaults=True)
+    schema["properties"]["template"] = template_schema(catalog)
+    fields = sorted(spec_fields())
+    schema["x-kubernetes-validations"] = [
+        {**IMMUTABLE_SPEC_RULE, "message": "spec is immutable: it is the record of what was measured; create a new "
+         "FineTuneSweep (with spec.reuse: true, points already measured are not run again)"},
+        {"rule": f"self.matrix.all(k, k in {json.dumps(fields)})",
+         "message": "matrix keys are FineTuneExperiment spec fields (kubectl explain fte.spec; run.<field> for run "
+         "settings) [sweep.field]", "fieldPath": ".matrix", "reason": "FieldValueInvalid"},
+    ]  # fmt: skip
+    return schema
+
+
+def sweep_crd(catalog: Catalog | None = None) -> dict[str, Any]:
+    catalog = catalog or load_catalog()
+    return _crd(
+        SWEEP_KIND, SWEEP_PLURAL, SWEEP_SINGULAR, SWEEP_SHORT_NAMES, SWEEP_PRINTER_COLUMNS,
+        "A benchmark sweep: spec says which configurations to measure (a FineTuneExperiment template and a "
+        "matrix), status what each one measured and which was best.",
+        sweep_spec_schema(catalog),
+        model_schema(FineTuneSweepStatus, keep_defaults=False),
+    )  # fmt: skip
+
+
+def all_crds(catalog: Catalog | None = None) -> dict[str, dict[str, Any]]:
+    """File name -> CRD, for every resource ftbench defines."""
+    catalog = catalog or load_catalog()
+    return {CRD_FILENAME: crd(catalog), SWEEP_CRD_FILENAME: sweep_crd(catalog)}
+
+
+def crd_yaml(catalog: Catalog | None = None, document: dict[str, Any] | None = None) -> str:
     header = "# Generated by `ftbench crd` from ftbench/api (pydantic models). Do not edit by hand.\n"
-    return header + yaml.safe_dump(crd(catalog), sort_keys=False, width=120)
+    return header + yaml.safe_dump(document or crd(catalog), sort_keys=False, width=120)

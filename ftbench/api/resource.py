@@ -20,6 +20,12 @@ SHORT_NAMES = ("fte",)
 CATEGORIES = ("ftbench",)
 ANNOTATION_PREFIX = "ftbench.io"
 
+# FineTuneSweep (ftbench.api.sweep): many experiments over a space of configurations.
+SWEEP_KIND: Final = "FineTuneSweep"
+SWEEP_PLURAL = "finetunesweeps"
+SWEEP_SINGULAR = "finetunesweep"
+SWEEP_SHORT_NAMES = ("fts",)
+
 
 class FineTuneExperiment(ApiModel):
     """A fine-tuning benchmark: the spec says what to measure, the status what was measured."""

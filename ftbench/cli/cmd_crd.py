@@ -1,26 +1,29 @@
-"""`ftbench crd`: print (or write) the CRD generated from the API models."""
+"""`ftbench crd`: print (or write) the CRDs generated from the API models."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ftbench.api.crd import CRD_FILENAME, crd_yaml
+from ftbench.api.crd import all_crds, crd_yaml
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("crd", help="print the FineTuneExperiment CRD (generated from the API models)")
-    p.add_argument("-o", "--output-dir", metavar="DIR", help=f"write DIR/{CRD_FILENAME} instead of printing")
+    p = sub.add_parser(
+        "crd", help="print the FineTuneExperiment and FineTuneSweep CRDs (generated from the API models)"
+    )
+    p.add_argument("-o", "--output-dir", metavar="DIR", help="write one file per CRD into DIR instead of printing")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    text = crd_yaml()
-    if args.output_dir:
-        path = Path(args.output_dir) / CRD_FILENAME
+    documents = all_crds()
+    if not args.output_dir:
+        print("---\n".join(crd_yaml(document=doc) for doc in documents.values()), end="")
+        return 0
+    for filename, document in documents.items():
+        path = Path(args.output_dir) / filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_text(crd_yaml(document=document))
         print(f"wrote {path}")
-    else:
-        print(text, end="")
     return 0

@@ -23,6 +23,11 @@ EXPERIMENT_LABEL = "ftbench.io/experiment"
 ATTEMPT_LABEL = "ftbench.io/attempt"
 #: The stability trial a pod or workload runs, where each trial has its own.
 TRIAL_LABEL = "ftbench.io/trial"
+#: The FineTuneSweep (its name cut to a label value) a child FineTuneExperiment belongs to.
+SWEEP_LABEL = "ftbench.io/sweep"
+#: The sweep point (its number) and the repeat (0-based) a child FineTuneExperiment runs.
+SWEEP_POINT_LABEL = "ftbench.io/sweep-point"
+SWEEP_REPEAT_LABEL = "ftbench.io/sweep-repeat"
 #: `"true"` on the ConfigMap that holds the cluster profile (the chart creates it).
 PROFILE_LABEL = "ftbench.io/profile"
 #: `"true"` on the Node a local kubelet (`ftbench dev`) registers.

@@ -105,3 +105,9 @@ def trainer_account_name(experiment: str) -> str:
     """The experiment's own trainer ServiceAccount (and its Role and RoleBinding): one per
     experiment, not per attempt, so a retry reuses it; a DNS label like every other child."""
     return fit(f"{experiment_label(experiment)}-trainer", DNS_LABEL_MAX)
+
+
+def sweep_child_name(sweep: str, point: int, repeat: int) -> str:
+    """The FineTuneExperiment that runs `repeat` of `point` of a sweep: deterministic, so an operator
+    restarted mid-sweep finds (and does not duplicate) what it created; a DNS label like the rest."""
+    return fit(f"{experiment_label(sweep)}-p{point}-r{repeat}", DNS_LABEL_MAX)

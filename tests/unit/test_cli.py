@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from ftbench.api.crd import crd_yaml
+from ftbench.api.crd import crd_yaml, sweep_crd
 from ftbench.cli import main
 
 GOOD = """apiVersion: ftbench.io/v1alpha1
@@ -51,6 +52,8 @@ def test_catalog_tables(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_crd_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["crd"]) == 0
-    assert capsys.readouterr().out == crd_yaml()
+    printed = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["spec"]["names"]["kind"] for d in printed] == ["FineTuneExperiment", "FineTuneSweep"]
     assert main(["crd", "-o", str(tmp_path)]) == 0
     assert (tmp_path / "ftbench.io_finetuneexperiments.yaml").read_text() == crd_yaml()
+    assert (tmp_path / "ftbench.io_finetunesweeps.yaml").read_text() == crd_yaml(document=sweep_crd())

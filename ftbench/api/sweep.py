@@ -1,0 +1,243 @@
+"""`FineTuneSweep`: many FineTuneExperiments over a space of configurations, and what they measured.
+
+A sweep is a template (a FineTuneExperiment spec, possibly partial) plus a matrix (spec field ->
+values) whose Cartesian product, with `include` points added and `exclude` points dropped as in
+the CI matrices users know, is the set of points. Each point runs `repeats` times as child
+FineTuneExperiments. The expansion, ordering, OOM pruning and status table are pure functions in
+`ftbench.sweep`; the operator and `ftbench sweep` both call them, so a sweep runs the same way on a
+cluster and on this machine.
+
+Field descriptions are the user documentation (`kubectl explain fts.spec`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, WithJsonSchema
+
+from ftbench.api.spec import ApiModel, FineTuneExperimentSpec, RunSettings
+from ftbench.api.status import Condition
+from ftbench.contracts.results import Metrics
+
+# Bounds: the status table holds one row per point, and a Kubernetes object must stay well under
+# etcd's 1.5 MiB; a row is at most ~1 KiB with its values, so 500 points x 10 repeats fit.
+MAX_POINTS = 500
+MAX_REPEATS = 10
+MAX_PARALLELISM = 256
+MAX_MATRIX_VALUES = 100
+MAX_LIST_ENTRIES = 100
+
+RUN_PREFIX = "run."
+
+
+def spec_fields() -> frozenset[str]:
+    """The keys a matrix, an include/exclude entry or the template may set (wire names)."""
+    top = {f.alias or n for n, f in FineTuneExperimentSpec.model_fields.items()}
+    nested = {RUN_PREFIX + (f.alias or n) for n, f in RunSettings.model_fields.items()}
+    return frozenset((top - {"run"}) | nested)
+
+
+# The numeric metrics an objective may name: Metrics' float fields (the results' own names).
+OBJECTIVE_METRICS: tuple[str, ...] = tuple(
+    field.alias or name
+    for name, field in Metrics.model_fields.items()
+    if field.annotation is not None and "float" in str(field.annotation) and field.alias
+)
+ObjectiveMetric = Literal[OBJECTIVE_METRICS]  # type: ignore[valid-type]
+
+# Any JSON value: a matrix value is whatever the spec field takes (a number, a string, a list...).
+_ANY_VALUE = {"x-kubernetes-preserve-unknown-fields": True}
+_POINT_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+class Direction(StrEnum):
+    MAX = "max"
+    MIN = "min"
+
+
+class Objective(ApiModel):
+    """What "best" means: one measured property, maximised or minimised."""
+
+    metric: ObjectiveMetric = Field(  # type: ignore[valid-type]
+        "trainTokensPerSecond", description="A numeric status.results field of the children, e.g. trainTokensPerSecond."
+    )
+    direction: Direction = Field(Direction.MAX, description="max or min.")
+
+
+class FineTuneSweepSpec(ApiModel):
+    """What to measure: every point of the matrix, `repeats` times. Immutable once created."""
+
+    template: Annotated[dict[str, Any], WithJsonSchema({"type": "object"})] = Field(
+        default_factory=dict,
+        description="A FineTuneExperiment spec (the fields of `kubectl explain fte.spec`); fields the matrix "
+        "sets may be left out. Each point is this template with the point's values set.",
+    )
+    matrix: Annotated[
+        dict[str, list[Any]],
+        WithJsonSchema(
+            {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_MATRIX_VALUES,
+                    "items": _ANY_VALUE,
+                },
+            }
+        ),
+    ] = Field(
+        default_factory=dict,
+        description="Spec field (as in fte.spec, e.g. batchSize, or run.<field>) -> the values it takes. "
+        "The points are the Cartesian product of the lists.",
+    )
+    include: Annotated[
+        list[dict[str, Any]],
+        WithJsonSchema({"type": "array", "maxItems": MAX_LIST_ENTRIES, "items": _POINT_OBJECT}),
+    ] = Field(
+        default_factory=list,
+        description="Extra points: each entry sets spec fields on top of the template (its fields need not be "
+        "in the matrix). An entry equal to a point of the product adds nothing.",
+    )
+    exclude: Annotated[
+        list[dict[str, Any]],
+        WithJsonSchema({"type": "array", "maxItems": MAX_LIST_ENTRIES, "items": _POINT_OBJECT}),
+    ] = Field(
+        default_factory=list,
+        description="Points to drop from the product: a point is dropped when it has every value of an entry "
+        "(an entry may name only some matrix fields). Applied before include.",
+    )
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = Field(
+        1, description="Runs per point (for the spread across repeats); each run is its own FineTuneExperiment."
+    )
+    parallelism: Annotated[int, Field(ge=1, le=MAX_PARALLELISM)] = Field(
+        1, description="At most this many child experiments unfinished at once."
+    )
+    objective: Objective = Field(default_factory=Objective, description="What the best point is best at.")
+    oom_pruning: bool = Field(
+        True,
+        description="Run points from the smallest memory demand up; when a point runs out of GPU memory, skip "
+        "every point that needs at least as much memory per GPU with everything else equal (a per-device batch "
+        "and a sequence length at least as large). Such a point waits until those below it end.",
+    )
+    reuse: bool = Field(
+        False,
+        description="A point whose effective spec (defaults filled in) and trainer image equal those of a "
+        "finished FineTuneExperiment in the namespace takes that experiment's result instead of running again.",
+    )
+
+
+class PointPhase(StrEnum):
+    """Where a point stands. GpuOom, Invalid and Skipped are measurements too (isValid false)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    GPU_OOM = "GpuOom"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+    SKIPPED = "Skipped"
+    REUSED = "Reused"
+
+
+FINISHED_POINT_PHASES = frozenset(
+    {PointPhase.SUCCEEDED, PointPhase.GPU_OOM, PointPhase.FAILED, PointPhase.INVALID, PointPhase.SKIPPED,
+     PointPhase.REUSED}
+)  # fmt: skip
+
+
+class SweepPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+
+
+class PointRow(ApiModel):
+    """One point of the table: the values it varies, how it ended and the headline numbers."""
+
+    point: Annotated[int, Field(ge=0)] = Field(description="Point number, in matrix order (then include order).")
+    values: Annotated[dict[str, Any], WithJsonSchema(_POINT_OBJECT)] = Field(
+        default_factory=dict, description="The point's values of the varied fields."
+    )
+    phase: PointPhase = Field(description="Pending, Running, Succeeded, GpuOom, Failed, Invalid, Skipped or Reused.")
+    is_valid: bool | None = Field(None, description="Seed is_valid: false for GpuOom, Invalid and Skipped points.")
+    message: Annotated[str, Field(max_length=1024)] = Field("", description="Why (invalid, skipped, failed).")
+    repeats_done: Annotated[int, Field(ge=0)] = Field(0, description="Runs of this point that have ended.")
+    train_tokens_per_second: float | None = Field(None, description="Mean over repeats of trainTokensPerSecond.")
+    dataset_tokens_per_second: float | None = Field(None, description="Mean over repeats of datasetTokensPerSecond.")
+    gpu_memory_peak_percent: float | None = Field(
+        None, description="Largest gpuMemoryUtilizationPeakPercent over repeats."
+    )
+    mfu_percent: float | None = Field(None, description="Mean over repeats of mfuPercent.")
+    step_time_cv_across_repeats: float | None = Field(
+        None,
+        description="Coefficient of variation (stdev / mean) of the repeats' median step times "
+        "(stepTimeP50Seconds); unset with fewer than 2 successful repeats.",
+    )
+    objective: float | None = Field(None, description="Mean over repeats of the objective's metric.")
+    experiments: Annotated[list[str], Field(max_length=MAX_REPEATS)] = Field(
+        default_factory=list, description="The child FineTuneExperiments (or the reused one)."
+    )
+
+
+class PointCounts(ApiModel):
+    """Points per phase."""
+
+    total: Annotated[int, Field(ge=0)] = Field(0, description="Points in the sweep.")
+    finished: Annotated[int, Field(ge=0)] = Field(0, description="Points that ended (any final phase).")
+    pending: Annotated[int, Field(ge=0)] = Field(0, description="Points not started.")
+    running: Annotated[int, Field(ge=0)] = Field(0, description="Points with an unfinished run.")
+    succeeded: Annotated[int, Field(ge=0)] = Field(0, description="Points whose runs all succeeded.")
+    gpu_oom: Annotated[int, Field(ge=0)] = Field(0, description="Points that ran out of GPU memory.")
+    failed: Annotated[int, Field(ge=0)] = Field(0, description="Points with a failed run.")
+    invalid: Annotated[int, Field(ge=0)] = Field(0, description="Points refused by validation (no child).")
+    skipped: Annotated[int, Field(ge=0)] = Field(0, description="Points not run: predicted OOM.")
+    reused: Annotated[int, Field(ge=0)] = Field(0, description="Points that took an earlier experiment's result.")
+
+
+class BestPoint(ApiModel):
+    """The best point by the objective among succeeded and reused points."""
+
+    point: Annotated[int, Field(ge=0)] = Field(description="Point number.")
+    values: Annotated[dict[str, Any], WithJsonSchema(_POINT_OBJECT)] = Field(
+        default_factory=dict, description="Its values of the varied fields."
+    )
+    metric: str = Field(description="The objective's metric.")
+    value: float = Field(description="Its mean over repeats.")
+    train_tokens_per_second: float | None = Field(None, description="Its mean trainTokensPerSecond.")
+    experiments: list[str] = Field(default_factory=list, description="Its child experiments.")
+
+
+class FineTuneSweepStatus(ApiModel):
+    phase: SweepPhase | None = Field(None, description="Pending, Running, Succeeded, Failed or Invalid.")
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="metadata.generation the operator last acted on."
+    )
+    conditions: list[Condition] = Field(default_factory=list, description="Valid, Complete.")
+    message: str | None = Field(None, description="Summary of the current state.")
+    progress: str | None = Field(None, description="finished/total points, e.g. 3/4.")
+    counts: PointCounts | None = Field(None, description="Points per phase.")
+    best: BestPoint | None = Field(None, description="The best point so far by spec.objective.")
+    best_train_tokens_per_second: float | None = Field(
+        None, description="trainTokensPerSecond of the best point (for the printer column)."
+    )
+    points: list[PointRow] = Field(default_factory=list, description="One row per point, in point order.")
+    start_time: datetime | None = Field(None, description="When the first child was created.")
+    completion_time: datetime | None = Field(None, description="When the last point ended.")
+
+
+SWEEP_API_VERSION: Literal["ftbench.io/v1alpha1"] = "ftbench.io/v1alpha1"
+
+
+class FineTuneSweep(ApiModel):
+    """A benchmark sweep: the spec says which points to measure, the status what they measured."""
+
+    api_version: Literal["ftbench.io/v1alpha1"] = Field(SWEEP_API_VERSION, description="ftbench.io/v1alpha1")
+    kind: Literal["FineTuneSweep"] = Field("FineTuneSweep", description="FineTuneSweep")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: FineTuneSweepSpec
+    status: FineTuneSweepStatus | None = None

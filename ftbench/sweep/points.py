@@ -1,0 +1,149 @@
+"""Expanding a sweep's matrix into points, and the sweep-level (structural) checks.
+
+A point is the template with the point's values set. Points are numbered in matrix order
+(`itertools.product` over the matrix fields in the order written), then `include` entries in
+order; `exclude` drops product points before `include` adds its own (GitHub Actions' order).
+Each point is validated as the FineTuneExperiment it becomes: an invalid point is a measurement
+(isValid false, with the reason) and gets no child. A structurally bad sweep (unknown fields,
+no points, too many) gets no point at all.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
+from ftbench.api.validation import Issue, validate_spec_dict
+from ftbench.catalog import Catalog
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One configuration of the sweep."""
+
+    index: int
+    values: Mapping[str, Any]  # the varied fields' values, for the table and plots
+    wire: Mapping[str, Any]  # the FineTuneExperiment spec this point runs (wire form)
+    spec: FineTuneExperimentSpec | None  # None when invalid
+    issues: tuple[Issue, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return self.spec is not None and not self.issues
+
+    def describe(self) -> str:
+        """`batchSize=4, modelMaxLength=512`: how messages name a point."""
+        return ", ".join(f"{k}={json.dumps(v)}" for k, v in self.values.items()) or f"point {self.index}"
+
+
+@dataclass(frozen=True)
+class Expansion:
+    points: tuple[SweepPoint, ...] = ()
+    issues: tuple[Issue, ...] = field(default_factory=tuple)  # structural: the sweep is Invalid
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+
+def _set(wire: dict[str, Any], key: str, value: Any) -> None:
+    if key.startswith(RUN_PREFIX):
+        run = wire.setdefault("run", {})
+        if isinstance(run, dict):
+            run[key.removeprefix(RUN_PREFIX)] = copy.deepcopy(value)
+    else:
+        wire[key] = copy.deepcopy(value)
+
+
+def _get(wire: Mapping[str, Any], key: str) -> Any:
+    if key.startswith(RUN_PREFIX):
+        run = wire.get("run")
+        return run.get(key.removeprefix(RUN_PREFIX)) if isinstance(run, dict) else None
+    return wire.get(key)
+
+
+def _key_issues(where: str, keys: Any, allowed: frozenset[str]) -> list[Issue]:
+    return [
+        Issue(f"{where}.{key}", key, "sweep.field", "is not a FineTuneExperiment spec field (use the names of "
+              "`kubectl explain fte.spec`, and run.<field> for run settings)")
+        for key in keys
+        if key not in allowed
+    ]  # fmt: skip
+
+
+def structural_issues(spec: FineTuneSweepSpec) -> list[Issue]:
+    """What makes the whole sweep unusable, before any point is built."""
+    allowed = spec_fields()
+    issues: list[Issue] = []
+    template_keys = [k for k in spec.template if k != "run"]
+    issues += _key_issues("spec.template", template_keys, allowed)
+    if "run" in spec.template and not isinstance(spec.template["run"], dict):
+        issues.append(Issue("spec.template.run", spec.template["run"], "sweep.field", "must be a mapping"))
+    issues += _key_issues("spec.matrix", spec.matrix, allowed)
+    for i, entry in enumerate(spec.include):
+        issues += _key_issues(f"spec.include[{i}]", entry, allowed)
+        if not entry:
+            issues.append(Issue(f"spec.include[{i}]", entry, "sweep.include", "an include entry sets no field"))
+    for i, entry in enumerate(spec.exclude):
+        unknown = [k for k in entry if k not in spec.matrix]
+        issues += [
+            Issue(f"spec.exclude[{i}].{k}", entry[k], "sweep.exclude", "names a field the matrix does not vary")
+            for k in unknown
+        ]
+        if not entry:
+            issues.append(Issue(f"spec.exclude[{i}]", entry, "sweep.exclude", "an exclude entry matches every point"))
+    for key, values in spec.matrix.items():
+        if not values:
+            issues.append(Issue(f"spec.matrix.{key}", values, "sweep.matrix", "needs at least one value"))
+    product = math.prod(len(v) for v in spec.matrix.values()) if spec.matrix else (0 if spec.include else 1)
+    if product + len(spec.include) > MAX_POINTS:
+        issues.append(
+            Issue("spec.matrix", f"{product} + {len(spec.include)} points", "sweep.size",
+                  f"a sweep has at most {MAX_POINTS} points: split it into several sweeps")
+        )  # fmt: skip
+    return issues
+
+
+def _matches(values: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
+    return all(k in values and values[k] == v for k, v in entry.items())
+
+
+def expand(spec: FineTuneSweepSpec, catalog: Catalog) -> Expansion:
+    """Every point of the sweep, validated; or the structural issues and no point."""
+    issues = structural_issues(spec)
+    if issues:
+        return Expansion(issues=tuple(issues))
+    keys = list(spec.matrix)
+    combos: list[dict[str, Any]] = []
+    if keys:
+        for combo in itertools.product(*(spec.matrix[k] for k in keys)):
+            values = dict(zip(keys, combo, strict=True))
+            if not any(_matches(values, entry) for entry in spec.exclude):
+                combos.append(values)
+    elif not spec.include:
+        combos.append({})  # no matrix: the template alone is the one point
+    varied = keys + [k for entry in spec.include for k in entry if k not in keys]
+    varied = list(dict.fromkeys(varied))
+    wires: list[dict[str, Any]] = []
+    for values in [*combos, *spec.include]:
+        wire = copy.deepcopy(spec.template)
+        for key, value in values.items():
+            _set(wire, key, value)
+        if wire not in wires:  # an include entry equal to a product point adds nothing
+            wires.append(wire)
+    if not wires:
+        return Expansion(issues=(Issue("spec.exclude", None, "sweep.empty", "excludes every point: nothing to run"),))
+    points = []
+    for index, wire in enumerate(wires):
+        report = validate_spec_dict(wire, catalog)
+        full = report.spec.to_wire() if report.spec is not None else wire
+        values = {k: _get(full, k) for k in varied}
+        points.append(SweepPoint(index, values, wire, report.spec if report.ok else None, tuple(report.issues)))
+    return Expansion(points=tuple(points))

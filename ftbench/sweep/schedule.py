@@ -1,0 +1,269 @@
+"""Deciding what a sweep does next and what its table says, from what was observed.
+
+`plan_sweep` is given the points and every run that exists (a child FineTuneExperiment on a
+cluster, a row of the results store locally) and returns the runs to start now and the table.
+It keeps no state of its own: after an operator restart the same observations give the same
+decisions, so nothing is created twice and no count is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.sweep import (
+    FINISHED_POINT_PHASES,
+    BestPoint,
+    Direction,
+    FineTuneSweepSpec,
+    PointCounts,
+    PointPhase,
+    PointRow,
+    SweepPhase,
+)
+from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
+from ftbench.contracts.results import Metrics, Outcome
+from ftbench.sweep.frontier import memory_order, needs_at_least
+from ftbench.sweep.points import SweepPoint
+
+OOM_REASON = OUTCOMES[Outcome.GPU_OOM].status_reason
+MESSAGE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One run of a point as observed: a child experiment's phase, reason and results."""
+
+    name: str
+    point: int
+    repeat: int
+    phase: Phase | None = None  # None: created, not yet picked up
+    reason: str = ""
+    message: str = ""
+    metrics: Metrics | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED
+
+    @property
+    def gpu_oom(self) -> bool:
+        return self.phase == Phase.INVALID and self.reason == OOM_REASON
+
+
+@dataclass(frozen=True)
+class ReuseCandidate:
+    """A finished experiment whose effective spec and image equal a point's."""
+
+    name: str
+    metrics: Metrics
+
+
+def reuse_key(spec: FineTuneExperimentSpec, image: str) -> str:
+    """What must match for a result to be reused: the spec with every default filled in (so
+    `batchSize: 4` written or defaulted compare equal) and the trainer image that ran it."""
+    canonical = json.dumps({"spec": FineTuneExperimentSpec.model_validate(spec.to_wire()).to_wire(), "image": image},
+                           sort_keys=True)  # fmt: skip
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class NewRun:
+    point: SweepPoint
+    repeat: int
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    to_create: tuple[NewRun, ...]
+    rows: tuple[PointRow, ...]
+    counts: PointCounts
+    best: BestPoint | None
+    phase: SweepPhase
+    message: str
+
+    @property
+    def progress(self) -> str:
+        return f"{self.counts.finished}/{self.counts.total}"
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _cv(values: Sequence[float]) -> float | None:
+    if len(values) < 2 or statistics.fmean(values) == 0:
+        return None
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+def _point_phase(runs: Sequence[RunState], repeats: int) -> tuple[PointPhase, str]:
+    if any(not r.finished for r in runs):
+        return PointPhase.RUNNING, ""
+    if oom := next((r for r in runs if r.gpu_oom), None):
+        return PointPhase.GPU_OOM, oom.message or OUTCOMES[Outcome.GPU_OOM].default_message
+    if len(runs) < repeats:
+        return PointPhase.RUNNING, ""
+    if failed := next((r for r in runs if r.phase == Phase.FAILED), None):
+        return PointPhase.FAILED, f"{failed.name}: {failed.reason}: {failed.message}".strip(": ")
+    if invalid := next((r for r in runs if r.phase == Phase.INVALID), None):
+        return PointPhase.INVALID, f"{invalid.name}: {invalid.message}"
+    return PointPhase.SUCCEEDED, ""
+
+
+_IS_VALID = {
+    PointPhase.SUCCEEDED: True,
+    PointPhase.REUSED: True,
+    PointPhase.GPU_OOM: False,
+    PointPhase.INVALID: False,
+    PointPhase.SKIPPED: False,
+}
+
+
+def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunState], metrics: Sequence[Metrics],
+         objective: str, names: Sequence[str]) -> PointRow:  # fmt: skip
+    def mean_of(name: str) -> float | None:
+        return _mean([float(getattr(m, name)) for m in metrics])
+
+    dumped = [m.model_dump(by_alias=True) for m in metrics]
+    return PointRow(
+        point=point.index,
+        values=dict(point.values),
+        phase=phase,
+        is_valid=_IS_VALID.get(phase),
+        message=message[:MESSAGE_LIMIT],
+        repeats_done=sum(1 for r in runs if r.finished),
+        train_tokens_per_second=mean_of("train_tokens_per_second"),
+        dataset_tokens_per_second=mean_of("dataset_tokens_per_second"),
+        gpu_memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in metrics), default=None),
+        mfu_percent=mean_of("mfu_percent"),
+        step_time_cv_across_repeats=_cv([m.step_time_p50_seconds for m in metrics]),
+        objective=_mean([float(d[objective]) for d in dumped]),
+        experiments=list(names),
+    )
+
+
+def plan_sweep(
+    spec: FineTuneSweepSpec,
+    points: Sequence[SweepPoint],
+    runs: Sequence[RunState],
+    reuse: Mapping[int, ReuseCandidate] | None = None,
+) -> SweepPlan:
+    """The runs to start now (at most `parallelism` unfinished in all) and the table."""
+    reuse = reuse or {}
+    by_point: dict[int, list[RunState]] = {}
+    for run in sorted(runs, key=lambda r: (r.point, r.repeat)):
+        by_point.setdefault(run.point, []).append(run)
+    phases: dict[int, tuple[PointPhase, str]] = {}
+    for point in points:
+        mine = by_point.get(point.index, [])
+        if not point.valid:
+            phases[point.index] = (PointPhase.INVALID, "; ".join(str(i) for i in point.issues))
+        elif mine:
+            phases[point.index] = _point_phase(mine, spec.repeats)
+        elif point.index in reuse:
+            phases[point.index] = (PointPhase.REUSED, f"result of {reuse[point.index].name}")
+        else:
+            phases[point.index] = (PointPhase.PENDING, "")
+    order = memory_order(points)
+    if spec.oom_pruning:
+        for point in order:
+            if phases[point.index][0] != PointPhase.PENDING:
+                continue
+            cause = next(
+                (q for q in order if phases[q.index][0] == PointPhase.GPU_OOM and needs_at_least(point, q)), None
+            )
+            if cause is not None:
+                phases[point.index] = (
+                    PointPhase.SKIPPED,
+                    f"predicted OOM from point {cause.index} ({cause.describe()})",
+                )
+    slots = spec.parallelism - sum(1 for r in runs if not r.finished)
+    to_create: list[NewRun] = []
+    for point in order:
+        if slots <= 0:
+            break
+        phase = phases[point.index][0]
+        mine = by_point.get(point.index, [])
+        if phase not in (PointPhase.PENDING, PointPhase.RUNNING) or len(mine) >= spec.repeats:
+            continue
+        if spec.oom_pruning and any(
+            phases[q.index][0] not in FINISHED_POINT_PHASES and needs_at_least(point, q) for q in order
+        ):
+            continue  # a point below it may still run out of memory
+        have = {r.repeat for r in mine}
+        for repeat in range(spec.repeats):
+            if repeat not in have and slots > 0:
+                to_create.append(NewRun(point, repeat))
+                slots -= 1
+    rows = []
+    for point in points:
+        phase, message = phases[point.index]
+        mine = by_point.get(point.index, [])
+        if phase == PointPhase.REUSED:
+            metrics, names = [reuse[point.index].metrics], [reuse[point.index].name]
+        else:
+            metrics = [r.metrics for r in mine if r.phase == Phase.SUCCEEDED and r.metrics is not None]
+            names = [r.name for r in mine]
+        rows.append(_row(point, phase, message, mine, metrics, spec.objective.metric, names))
+    counts = _counts(rows)
+    best = _best(rows, spec)
+    phase = _sweep_phase(counts, runs)
+    return SweepPlan(tuple(to_create), tuple(rows), counts, best, phase, _message(counts, best, phase))
+
+
+_COUNTED = {
+    PointPhase.PENDING: "pending",
+    PointPhase.RUNNING: "running",
+    PointPhase.SUCCEEDED: "succeeded",
+    PointPhase.GPU_OOM: "gpu_oom",
+    PointPhase.FAILED: "failed",
+    PointPhase.INVALID: "invalid",
+    PointPhase.SKIPPED: "skipped",
+    PointPhase.REUSED: "reused",
+}
+
+
+def _counts(rows: Sequence[PointRow]) -> PointCounts:
+    values = {name: 0 for name in _COUNTED.values()}
+    for row in rows:
+        values[_COUNTED[row.phase]] += 1
+    finished = sum(1 for row in rows if row.phase in FINISHED_POINT_PHASES)
+    return PointCounts(total=len(rows), finished=finished, **values)
+
+
+def _best(rows: Sequence[PointRow], spec: FineTuneSweepSpec) -> BestPoint | None:
+    scored = [r for r in rows if r.phase in (PointPhase.SUCCEEDED, PointPhase.REUSED) and r.objective is not None]
+    if not scored:
+        return None
+    sign = 1 if spec.objective.direction == Direction.MAX else -1
+    top = max(scored, key=lambda r: (sign * (r.objective or 0.0), -r.point))
+    assert top.objective is not None
+    return BestPoint(
+        point=top.point,
+        values=top.values,
+        metric=spec.objective.metric,
+        value=top.objective,
+        train_tokens_per_second=top.train_tokens_per_second,
+        experiments=top.experiments,
+    )
+
+
+def _sweep_phase(counts: PointCounts, runs: Sequence[RunState]) -> SweepPhase:
+    if counts.finished == counts.total:
+        return SweepPhase.FAILED if counts.failed else SweepPhase.SUCCEEDED
+    return SweepPhase.RUNNING if runs or counts.finished else SweepPhase.PENDING
+
+
+def _message(counts: PointCounts, best: BestPoint | None, phase: SweepPhase) -> str:
+    parts = [f"{getattr(counts, name)} {name.replace('_', ' ')}" for name in _COUNTED.values() if getattr(counts, name)]
+    text = f"{counts.finished}/{counts.total} points finished ({', '.join(parts)})"
+    if best is not None:
+        text += f"; best {best.metric} {best.value:.4g} at point {best.point}"
+    if phase == SweepPhase.FAILED:
+        text += "; some points failed: see status.points"
+    return text
