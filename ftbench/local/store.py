@@ -39,7 +39,19 @@ CREATE TABLE IF NOT EXISTS runs (
     train_tokens_per_second REAL,
     run_dir TEXT NOT NULL,
     spec_json TEXT NOT NULL,
-    results_json TEXT NOT NULL
+    results_json TEXT NOT NULL,
+    sweep TEXT,
+    point INTEGER,
+    repeat INTEGER
+)
+"""
+# Stores written before sweeps existed lack the last three columns: added in place on open.
+SWEEP_COLUMNS = (("sweep", "TEXT"), ("point", "INTEGER"), ("repeat", "INTEGER"))
+SWEEPS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sweeps (
+    name TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    spec_json TEXT NOT NULL
 )
 """
 
@@ -79,9 +91,31 @@ class RunRecord:
     run_dir: str
     spec: dict[str, Any]
     results: list[dict[str, Any]]
+    sweep: str | None = None  # the `ftbench sweep` this run belongs to, with its point and repeat
+    point: int | None = None
+    repeat: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**{c: getattr(self, c) for c in EXPORT_COLUMNS}, "spec": self.spec, "results": self.results}
+        extra = {"sweep": self.sweep, "point": self.point, "repeat": self.repeat} if self.sweep else {}
+        return {**{c: getattr(self, c) for c in EXPORT_COLUMNS}, **extra, "spec": self.spec, "results": self.results}
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """A sweep `ftbench sweep` ran here: its spec is the record of what it measures."""
+
+    name: str
+    created_at: str
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SweepSlot:
+    """Which sweep point and repeat a run measures."""
+
+    sweep: str
+    point: int
+    repeat: int
 
 
 class ResultsStore:
@@ -90,6 +124,11 @@ class ResultsStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute(SCHEMA)
+            db.execute(SWEEPS_SCHEMA)
+            have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+            for column, kind in SWEEP_COLUMNS:
+                if column not in have:
+                    db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -106,6 +145,7 @@ class ResultsStore:
         status: str,
         results: list[TrainerResult],
         run_dir: Path,
+        slot: SweepSlot | None = None,
     ) -> None:
         """Insert or update a run (called at start with no results, and again at the end)."""
         headline = next((r for r in results if r.metrics is not None), None)
@@ -128,14 +168,35 @@ class ResultsStore:
             str(run_dir),
             json.dumps(spec.to_wire()),
             json.dumps([json.loads(r.to_json()) for r in results]),
+            slot.sweep if slot else None,
+            slot.point if slot else None,
+            slot.repeat if slot else None,
         )
         with self._connect() as db:
             db.execute(f"INSERT OR REPLACE INTO runs VALUES ({','.join('?' * len(row))})", row)
 
-    def runs(self) -> list[RunRecord]:
+    def runs(self, sweep: str | None = None) -> list[RunRecord]:
+        """Every run, or one sweep's runs, oldest first."""
+        query, args = "SELECT * FROM runs ORDER BY started_at", ()
+        if sweep is not None:
+            query, args = "SELECT * FROM runs WHERE sweep = ? ORDER BY started_at", (sweep,)
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM runs ORDER BY started_at").fetchall()
+            rows = db.execute(query, args).fetchall()
         return [_record(row) for row in rows]
+
+    def save_sweep(self, name: str, spec: dict[str, Any]) -> None:
+        """Record a sweep's spec once (a resumed sweep keeps its first record)."""
+        with self._connect() as db:
+            db.execute("INSERT OR IGNORE INTO sweeps VALUES (?, ?, ?)",
+                       (name, datetime.now(UTC).isoformat(), json.dumps(spec)))  # fmt: skip
+
+    def sweep(self, name: str) -> SweepRecord | None:
+        return next((s for s in self.sweeps() if s.name == name), None)
+
+    def sweeps(self) -> list[SweepRecord]:
+        with self._connect() as db:
+            rows = db.execute("SELECT name, created_at, spec_json FROM sweeps ORDER BY created_at").fetchall()
+        return [SweepRecord(name, created, json.loads(spec)) for name, created, spec in rows]
 
     def export(self, fmt: str, names: str = "ftbench") -> str:
         """All runs as CSV or JSON; names "ado" writes one row per trial with ado's property and
@@ -180,4 +241,7 @@ def _record(row: tuple) -> RunRecord:
         run_dir=run_dir,
         spec=json.loads(row[14]),
         results=json.loads(row[15]),
+        sweep=row[16],
+        point=row[17],
+        repeat=row[18],
     )
