@@ -54,7 +54,7 @@ def validate_spec_dict(raw: Any, catalog: Catalog | None = None, *, prefix: str 
     try:
         spec = FineTuneExperimentSpec.model_validate(raw)
     except ValidationError as err:
-        return ValidationReport(None, [_issue_from_pydantic(e, raw, prefix) for e in err.errors()])
+        return ValidationReport(None, [issue_from_pydantic(e, raw, prefix) for e in err.errors()])
     return ValidationReport(spec, check_rules(spec, catalog, prefix=prefix))
 
 
@@ -86,7 +86,7 @@ def validate_document(doc: Any, catalog: Catalog | None = None) -> ValidationRep
     return ValidationReport(report.spec, [*issues, *report.issues])
 
 
-def _issue_from_pydantic(error: Any, raw: dict, prefix: str) -> Issue:
+def issue_from_pydantic(error: Any, raw: dict, prefix: str) -> Issue:
     loc: tuple[str, ...] = tuple(str(p) for p in error["loc"])
     value = _lookup(raw, loc)
     rule = _SEED_RANGE_RULES.get(loc, "schema")

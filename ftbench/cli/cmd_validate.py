@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from ftbench.api.validation import validate_document
+from ftbench.api.resource import SWEEP_KIND
+from ftbench.api.validation import Issue, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
+from ftbench.sweep.points import expand, parse_sweep_document
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("validate", help="check FineTuneExperiment files; exit 1 if any is invalid")
+    p = sub.add_parser("validate", help="check FineTuneExperiment and FineTuneSweep files; exit 1 if any is invalid")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML files (multi-document allowed, - for stdin)")
     p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
     p.add_argument("-q", "--quiet", action="store_true", help="print only problems")
@@ -37,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as err:
         raise UsageError(str(err)) from err
     for doc in documents:
+        if isinstance(doc.body, dict) and doc.body.get("kind") == SWEEP_KIND:
+            failed += _validate_sweep(doc.source, doc.body, catalog, quiet=args.quiet)
+            continue
         report = validate_document(doc.body, catalog)
         name = (doc.body.get("metadata") or {}).get("name", "?") if isinstance(doc.body, dict) else "?"
         if report.ok:
@@ -50,3 +55,24 @@ def run(args: argparse.Namespace) -> int:
     if not documents:
         raise UsageError("no YAML documents found")
     return 1 if failed else 0
+
+
+def _validate_sweep(source: str, body: dict, catalog: Catalog, *, quiet: bool) -> int:
+    """1 when the sweep cannot run at all; its invalid points are listed but are measurements
+    (isValid false with the reason), as the operator records them."""
+    parsed = parse_sweep_document(body)
+    issues: tuple[Issue, ...] = parsed.issues
+    expansion = expand(parsed.spec, catalog) if parsed.spec is not None and not issues else None
+    if expansion is not None:
+        issues = expansion.issues
+    if issues or expansion is None:
+        print(f"{source}: {parsed.name or '?'}: invalid")
+        for issue in issues:
+            print(f"  - {issue}")
+        return 1
+    bad = [p for p in expansion.points if not p.valid]
+    if not quiet or bad:
+        print(f"{source}: {parsed.name}: valid sweep, {len(expansion.points)} points, {len(bad)} invalid")
+    for point in bad:
+        print(f"  - point {point.index} ({point.describe()}): " + "; ".join(str(i) for i in point.issues))
+    return 0

@@ -18,9 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from ftbench.api.resource import API_VERSION, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
-from ftbench.api.validation import Issue, validate_spec_dict
+from ftbench.api.validation import Issue, issue_from_pydantic, validate_spec_dict
 from ftbench.catalog import Catalog
 
 
@@ -147,3 +150,35 @@ def expand(spec: FineTuneSweepSpec, catalog: Catalog) -> Expansion:
         values = {k: _get(full, k) for k in varied}
         points.append(SweepPoint(index, values, wire, report.spec if report.ok else None, tuple(report.issues)))
     return Expansion(points=tuple(points))
+
+
+@dataclass(frozen=True)
+class SweepDocument:
+    """A FineTuneSweep read from YAML: its name and spec, or why it cannot be one."""
+
+    name: str | None
+    spec: FineTuneSweepSpec | None
+    issues: tuple[Issue, ...] = ()
+
+
+def parse_sweep_document(doc: Any) -> SweepDocument:
+    """The document's header and spec types checked; the points are checked by `expand`."""
+    if not isinstance(doc, dict):
+        return SweepDocument(None, None, (Issue("<document>", doc, "schema", "expected a FineTuneSweep mapping"),))
+    issues = []
+    if doc.get("apiVersion") != API_VERSION:
+        issues.append(Issue("apiVersion", doc.get("apiVersion"), "schema", f"must be {API_VERSION}"))
+    if doc.get("kind") != SWEEP_KIND:
+        issues.append(Issue("kind", doc.get("kind"), "schema", f"must be {SWEEP_KIND}"))
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not name:
+        issues.append(Issue("metadata.name", None, "schema", "every sweep needs a name"))
+    raw = doc.get("spec")
+    if not isinstance(raw, dict):
+        return SweepDocument(name, None, (*issues, Issue("spec", raw, "schema", "spec is required (a mapping)")))
+    try:
+        spec = FineTuneSweepSpec.model_validate(raw)
+    except ValidationError as err:
+        return SweepDocument(name, None, (*issues, *(issue_from_pydantic(e, raw, "spec") for e in err.errors())))
+    return SweepDocument(name, spec if not issues else None, tuple(issues))

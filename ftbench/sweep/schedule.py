@@ -263,7 +263,7 @@ def _message(counts: PointCounts, best: BestPoint | None, phase: SweepPhase) -> 
     parts = [f"{getattr(counts, name)} {name.replace('_', ' ')}" for name in _COUNTED.values() if getattr(counts, name)]
     text = f"{counts.finished}/{counts.total} points finished ({', '.join(parts)})"
     if best is not None:
-        text += f"; best {best.metric} {best.value:.4g} at point {best.point}"
+        text += f"; best {best.metric} {best.value:.6g} at point {best.point}"
     if phase == SweepPhase.FAILED:
         text += "; some points failed: see status.points"
     return text

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ftbench.api.crd import CRD_FILENAME, crd_yaml
+from ftbench.api.crd import all_crds, crd_yaml
 from ftbench.api.profile import ClusterProfile
 from tests.ship.chart import (
     CHART,
@@ -31,10 +31,11 @@ KUBERNETES_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
 CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor"}
 
 
-def test_chart_crds_are_the_generated_crd() -> None:
-    committed = (CHART / "crds" / CRD_FILENAME).read_text()
-    assert committed == crd_yaml(), "helm/ftbench/crds is stale: run `ftbench crd -o helm/ftbench/crds`"
-    assert committed == (REPO / "crds" / CRD_FILENAME).read_text()
+@pytest.mark.parametrize("filename", sorted(all_crds()))
+def test_chart_crds_are_the_generated_crds(filename: str) -> None:
+    committed = (CHART / "crds" / filename).read_text()
+    assert committed == crd_yaml(document=all_crds()[filename]), "stale: run `ftbench crd -o helm/ftbench/crds`"
+    assert committed == (REPO / "crds" / filename).read_text()
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))

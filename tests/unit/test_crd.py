@@ -5,16 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from ftbench.api.crd import CRD_FILENAME, crd, crd_yaml
+from ftbench.api.crd import CRD_FILENAME, SWEEP_CRD_FILENAME, all_crds, crd, crd_yaml, sweep_crd
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_committed_crd_is_fresh() -> None:
-    committed = (REPO / "crds" / CRD_FILENAME).read_text()
-    assert committed == crd_yaml(), "crds/ is stale: run `ftbench crd -o crds`"
+@pytest.mark.parametrize("filename", sorted(all_crds()))
+def test_committed_crds_are_fresh(filename: str) -> None:
+    committed = (REPO / "crds" / filename).read_text()
+    assert committed == crd_yaml(document=all_crds()[filename]), "crds/ is stale: run `ftbench crd -o crds`"
+    assert filename in (CRD_FILENAME, SWEEP_CRD_FILENAME)
 
 
 def _walk(node: Any, path: str = ""):
@@ -26,21 +29,33 @@ def _walk(node: Any, path: str = ""):
             yield from _walk(node["items"], f"{path}[]")
 
 
-def _root() -> dict:
-    return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def _root(document: dict | None = None) -> dict:
+    return (document or crd())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def test_schema_is_structural() -> None:
-    text = yaml.safe_dump(_root())
-    for forbidden in ("$ref", "anyOf", "allOf", "oneOf", "$defs", "additionalProperties", "title:"):
+@pytest.mark.parametrize("filename", sorted(all_crds()))
+def test_schema_is_structural(filename: str) -> None:
+    root = _root(all_crds()[filename])
+    text = yaml.safe_dump(root)
+    for forbidden in ("$ref", "anyOf", "allOf", "oneOf", "$defs", "title:"):
         assert forbidden not in text
-    for path, node in _walk(_root()):
-        assert "type" in node, f"{path} has no type"
+    for path, node in _walk(root):
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), f"{path} has no type"
 
 
-def test_every_spec_and_status_field_is_documented() -> None:
+def test_only_the_sweep_matrix_is_a_map() -> None:
+    """additionalProperties only where a map is meant: the matrix (field -> values)."""
+    assert "additionalProperties" not in yaml.safe_dump(_root())
+    sweep_spec = _root(sweep_crd())["properties"]["spec"]
+    assert sweep_spec["properties"]["matrix"]["additionalProperties"]["type"] == "array"
+    assert "additionalProperties" not in yaml.safe_dump({k: v for k, v in sweep_spec["properties"].items()
+                                                         if k != "matrix"})  # fmt: skip
+
+
+@pytest.mark.parametrize("filename", sorted(all_crds()))
+def test_every_spec_and_status_field_is_documented(filename: str) -> None:
     """`kubectl explain` prints these descriptions."""
-    root = _root()
+    root = _root(all_crds()[filename])
     for top in ("spec", "status"):
         for path, node in _walk(root["properties"][top], top):
             if path.endswith("[]") or path in ("status", "spec"):
@@ -91,3 +106,18 @@ def test_names_and_printer_columns() -> None:
     for name in ("Phase", "Experiment", "Model", "GPUs", "Batch", "Tokens/s", "PeakMem%", "Valid", "Age"):
         assert name in columns and "priority" not in columns[name]
     assert doc["spec"]["versions"][0]["subresources"] == {"status": {}}
+
+
+def test_sweep_names_columns_and_template() -> None:
+    doc = sweep_crd()
+    names = doc["spec"]["names"]
+    assert (names["kind"], names["plural"], names["shortNames"], names["categories"]) == (
+        "FineTuneSweep", "finetunesweeps", ["fts"], ["ftbench"])  # fmt: skip
+    columns = [c["name"] for c in doc["spec"]["versions"][0]["additionalPrinterColumns"] if "priority" not in c]
+    assert columns == ["Phase", "Done", "Best Tokens/s", "Age"]
+    spec = _root(doc)["properties"]["spec"]
+    template = spec["properties"]["template"]
+    assert "required" not in template and "batchSize" in template["properties"]
+    assert not [path for path, node in _walk(template) if "default" in node]  # the matrix fills template gaps
+    rules = [v["rule"] for v in spec["x-kubernetes-validations"]]
+    assert rules[0] == "self == oldSelf" and "self.matrix.all(k" in rules[1]
