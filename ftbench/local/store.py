@@ -177,7 +177,7 @@ class ResultsStore:
 
     def runs(self, sweep: str | None = None) -> list[RunRecord]:
         """Every run, or one sweep's runs, oldest first."""
-        query, args = "SELECT * FROM runs ORDER BY started_at", ()
+        query, args = "SELECT * FROM runs ORDER BY started_at", tuple[str, ...]()
         if sweep is not None:
             query, args = "SELECT * FROM runs WHERE sweep = ? ORDER BY started_at", (sweep,)
         with self._connect() as db:
