@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from ftbench.api.crd import crd, model_schema
+from ftbench.api.crd import crd, model_schema, sweep_crd
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules import all_rules
 from ftbench.api.status import Stability
@@ -193,6 +193,41 @@ def crd_reference(catalog: Catalog | None = None) -> str:
                 for a, f in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()
             ],
         ),
+    ]
+    return "".join(parts)
+
+
+def sweep_reference(catalog: Catalog | None = None) -> str:
+    """Every field of FineTuneSweep spec and status, from the generated CRD."""
+    definition = sweep_crd(catalog or load_catalog())
+    version = definition["spec"]["versions"][0]
+    names = definition["spec"]["names"]
+    root = version["schema"]["openAPIV3Schema"]
+    spec = {**root["properties"]["spec"]}
+    spec["properties"] = {k: v for k, v in spec["properties"].items() if k != "template"}
+    columns = [
+        (_cell(c["name"]), _code(c["jsonPath"]), "wide" if c.get("priority") else "default")
+        for c in version["additionalPrinterColumns"]
+    ]
+    parts = [
+        HEADER.format(source="ftbench/api/sweep.py via ftbench/api/crd.py"),
+        f"# {names['kind']} reference\n\n",
+        f"`apiVersion: {definition['spec']['group']}/{version['name']}`, `kind: {names['kind']}`, "
+        f"namespaced; short name {', '.join(_code(s) for s in names['shortNames'])}, category "
+        f"{', '.join(_code(c) for c in names['categories'])}. {_cell(root['description'])}\n\n",
+        "How points are ordered, pruned, reused and counted: [sweeps](../sweeps.md). "
+        "`kubectl explain fts.spec` prints the same descriptions.\n\n",
+        "## Spec\n\n",
+        "`spec.template` is a FineTuneExperiment spec: every field of [the experiment's spec](crd.md#spec), "
+        "none required (the matrix may set them) and without defaults; each point is validated whole, as "
+        "the experiment it becomes.\n\n",
+        *(s + "\n" for s in schema_sections(spec, "spec")),
+        "## Status\n\n",
+        "Written by the operator (and computed the same way by `ftbench sweep`).\n\n",
+        *(s + "\n" for s in schema_sections(root["properties"]["status"], "status")),
+        "## Printer columns\n\n",
+        "`kubectl get fts` shows the default columns, `kubectl get fts -o wide` all of them.\n\n",
+        _table(("Column", "JSONPath", "Shown"), columns),
     ]
     return "".join(parts)
 
@@ -402,6 +437,7 @@ def generate_all(catalog: Catalog | None = None) -> dict[str, str]:
     catalog = catalog or load_catalog()
     return {
         f"{REFERENCE_DIR}/crd.md": crd_reference(catalog),
+        f"{REFERENCE_DIR}/sweep-crd.md": sweep_reference(catalog),
         f"{REFERENCE_DIR}/experiments.md": experiments_reference(catalog),
         f"{REFERENCE_DIR}/measured-properties.md": measured_properties_reference(),
         f"{REFERENCE_DIR}/cluster-profile.md": cluster_profile_reference(),
