@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from ftbench.api.crd import CRD_FILENAME, SWEEP_CRD_FILENAME, all_crds, crd, crd_yaml, sweep_crd
+from ftbench.api.sweep import FineTuneSweepSpec
+from ftbench.sweep.points import structural_issues
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,3 +123,17 @@ def test_sweep_names_columns_and_template() -> None:
     assert not [path for path, node in _walk(template) if "default" in node]  # the matrix fills template gaps
     rules = [v["rule"] for v in spec["x-kubernetes-validations"]]
     assert rules[0] == "self == oldSelf" and "self.matrix.all(k" in rules[1]
+
+
+@pytest.mark.parametrize(
+    ("matrix", "ok"), [({"batchSize": [1], "run.queueName": ["q"]}, True), ({"bogus": [1]}, False)]
+)
+def test_sweep_matrix_cel_agrees_with_the_operator(matrix: dict, ok: bool) -> None:
+    """The API server's check (Kubernetes >= 1.25) refuses what `expand` calls a structural issue."""
+    celpy = pytest.importorskip("celpy")
+    env = celpy.Environment()
+    rule = _root(sweep_crd())["properties"]["spec"]["x-kubernetes-validations"][1]["rule"]
+    program = env.program(env.compile(rule))
+    assert bool(program.evaluate({"self": celpy.json_to_cel({"matrix": matrix})})) is ok
+    spec = FineTuneSweepSpec.model_validate({"template": {}, "matrix": matrix})
+    assert (not [i for i in structural_issues(spec) if i.rule == "sweep.field"]) is ok
