@@ -61,7 +61,7 @@ class Direction(StrEnum):
 class Objective(ApiModel):
     """What "best" means: one measured property, maximised or minimised."""
 
-    metric: ObjectiveMetric = Field(  # type: ignore[valid-type]
+    metric: ObjectiveMetric = Field(
         "trainTokensPerSecond", description="A numeric status.results field of the children, e.g. trainTokensPerSecond."
     )
     direction: Direction = Field(Direction.MAX, description="max or min.")

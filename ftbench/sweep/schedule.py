@@ -212,8 +212,8 @@ def plan_sweep(
         rows.append(_row(point, phase, message, mine, metrics, spec.objective.metric, names))
     counts = _counts(rows)
     best = _best(rows, spec)
-    phase = _sweep_phase(counts, runs)
-    return SweepPlan(tuple(to_create), tuple(rows), counts, best, phase, _message(counts, best, phase))
+    sweep_phase = _sweep_phase(counts, runs)
+    return SweepPlan(tuple(to_create), tuple(rows), counts, best, sweep_phase, _message(counts, best, sweep_phase))
 
 
 _COUNTED = {

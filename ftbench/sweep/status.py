@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
 from ftbench.api.status import Condition
 from ftbench.api.sweep import FineTuneSweepStatus, SweepPhase
@@ -23,7 +24,7 @@ def _condition(
     generation: int,
     now: datetime,
 ) -> Condition:
-    status = "True" if ok else "False"
+    status: Literal["True", "False"] = "True" if ok else "False"
     old = next((c for c in (previous.conditions if previous else []) if c.type == type_), None)
     since = old.last_transition_time if old is not None and old.status == status else now
     return Condition(type=type_, status=status, reason=reason, message=message[:STATUS_MESSAGE_LIMIT],
