@@ -268,7 +268,7 @@ async def _spec_changed(
 async def _write(ctx: OperatorContext, sweep: Mapping[str, Any], desired: FineTuneSweepStatus) -> None:
     """Merge-patch the status when it differs from the stored one (absent fields set to null)."""
     meta, current = sweep["metadata"], sweep.get("status") or {}
-    wire = desired.to_wire()
+    wire = status.strip_empty(desired.to_wire())  # 1.20's merge patch would make "" a null the schema refuses
     if wire == current:
         return
     patch: Obj = {**dict.fromkeys(current), **wire}
