@@ -13,7 +13,7 @@ import pytest
 import yaml
 from e2e_kit import PYTORCHJOB_CRD_FILE, SERVE_LABEL, TRAINER_RULES, Cluster
 
-from ftbench.api.crd import crd
+from ftbench.api.crd import crd, sweep_crd
 from ftbench.devcluster.crds import install_crd
 from ftbench.devcluster.devup import seed_models
 

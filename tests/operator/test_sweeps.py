@@ -60,7 +60,9 @@ class Sweeps:
 
     def children(self, name: str) -> list[dict[str, Any]]:
         selector = f"{SWEEP_LABEL}={label_value(name)}"
-        found = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, label_selector=selector)
+        found = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, label_selector=selector
+        )
         return found["items"]
 
     def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> dict[str, Any]:
