@@ -255,3 +255,27 @@ def test_reuse_takes_earlier_results_and_runs_nothing(operator, sweeps):
     assert [r["trainTokensPerSecond"] for r in rows] == [100.0, 101.0]
     assert done["status"]["counts"]["reused"] == 2 and done["status"]["best"]["point"] == 1
     assert sweeps.children("second") == []
+
+
+def test_a_spec_edit_on_1_20_starts_nothing_more(operator, sweeps, namespace):
+    """1.20 stores spec edits (no CEL): the sweep says it ignores them and starts nothing more,
+    rather than mixing two sweeps in one table."""
+    body = grid("edited", parallelism=1, oomPruning=False)
+    body["spec"]["matrix"] = {"batchSize": [4, 8], "modelMaxLength": [1024]}
+    sweeps.create(body)
+    wait_for(lambda: sweeps.children("edited"), what="the first child")
+    patch = {"spec": {"parallelism": 2}}
+    sweeps.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL, "edited", patch)
+
+    def ignored() -> dict[str, Any] | None:
+        conditions = {c["type"]: c for c in sweeps.get("edited").get("status", {}).get("conditions", [])}
+        return conditions.get("SpecChangeIgnored")
+
+    condition = wait_for(ignored, 30, what="SpecChangeIgnored")
+    assert condition["status"] == "True" and "generation 2" in condition["message"]
+    (child,) = sweeps.children("edited")
+    pod = sweeps.kubelet.wait_pods(1, f"job-name={child['metadata']['name']}-a0")[0]
+    sweeps.kubelet.finish(pod, tokens(0, pod))
+    sweeps.kubelet.wait_phase(child["metadata"]["name"], "Succeeded")
+    time.sleep(2)  # the child's events reached the sweep: still nothing more
+    assert [c["metadata"]["name"] for c in sweeps.children("edited")] == ["edited-p0-r0"]
