@@ -237,6 +237,38 @@ class Bench:
         return to_child, to_results
 
 
+def start_operator(cp: ControlPlane, tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """The real operator against `cp` (profile file and log in `tmp`), once it answers its
+    liveness probe; returns the process and its environment (the metrics port is in it)."""
+    profile = tmp / "profile.yaml"
+    profile.write_text(yaml.safe_dump(PROFILE))
+    health = free_port()
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cp.kubeconfig),
+        operator_setting("metrics_port"): str(free_port()),
+        operator_setting("profile_file"): str(profile),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")]),
+    }
+    log = (tmp / "operator.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ftbench_operator", "--quiet", f"--liveness=http://127.0.0.1:{health}/healthz"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1)
+            return proc, env
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit((tmp / "operator.log").read_text()) from None
+            time.sleep(0.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=int, default=200, help="burst whose latencies are measured")
@@ -251,34 +283,9 @@ def main() -> None:
         from kubernetes import config
 
         install_crd(config.new_client_from_config(str(cp.kubeconfig)), crd())
-        profile = Path(tmp) / "profile.yaml"
-        profile.write_text(yaml.safe_dump(PROFILE))
-        health = free_port()
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(cp.kubeconfig),
-            operator_setting("metrics_port"): str(free_port()),
-            operator_setting("profile_file"): str(profile),
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")]),
-        }
-        log = (Path(tmp) / "operator.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ftbench_operator", "--quiet", f"--liveness=http://127.0.0.1:{health}/healthz"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        proc, env = start_operator(cp, Path(tmp))
         bench: Bench | None = None
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise SystemExit((Path(tmp) / "operator.log").read_text()) from None
-                    time.sleep(0.2)
             bench = Bench(cp, "bench")
             CoreV1Api(bench.api).create_namespace({"metadata": {"name": "bench"}})
             time.sleep(2)  # default ServiceAccount (pods are rejected without it)

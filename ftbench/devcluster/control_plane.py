@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -161,7 +161,10 @@ class ControlPlane:
         binaries: Mapping[str, str | os.PathLike[str]] | None = None,
         ready_timeout: float = 60.0,
         keep_workdir: bool = False,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
+        """`apiserver_args`: extra kube-apiserver flags (a benchmark's audit log, say)."""
+        self.apiserver_args = tuple(apiserver_args)
         self._binaries = {k: Path(v) for k, v in binaries.items()} if binaries is not None else None
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ftbench-cp-"))
@@ -288,6 +291,7 @@ class ControlPlane:
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--allow-privileged=true",
                 *(["--insecure-port=0"] if self._minor("kube-apiserver") < 24 else []),
+                *self.apiserver_args,
             ],
         )
         self._wait("kube-apiserver", self._apiserver_ready, self.ready_timeout)

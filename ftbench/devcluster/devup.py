@@ -138,7 +138,7 @@ def serve(args: argparse.Namespace) -> int:
     """Run the cluster until SIGTERM/SIGINT; ``state.json`` says ``ready`` once it is usable."""
     from kubernetes import config
 
-    from ftbench.api.crd import crd
+    from ftbench.api.crd import crd, sweep_crd
     from ftbench.devcluster import ControlPlane
     from ftbench.devcluster.crds import install_crd
 
@@ -156,6 +156,7 @@ def serve(args: argparse.Namespace) -> int:
         layout.kubeconfig.chmod(0o600)
         api = config.new_client_from_config(config_file=str(layout.kubeconfig))
         install_crd(api, crd())
+        install_crd(api, sweep_crd())
         api.close()
         if not args.no_seed_models:
             print(f"tiny model: {seed_models(layout.kubelet / 'pvc')}", flush=True)

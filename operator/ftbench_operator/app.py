@@ -13,6 +13,10 @@ endpoint. Reactions:
 - Pods, Jobs, PyTorchJobs and TrainJobs labelled `app.kubernetes.io/managed-by: ftbench` -> a sync of
   their experiment (`handle_follow`). Pods are also indexed, so a sync reads them from memory.
 - ConfigMaps labelled `ftbench.io/profile: "true"` -> the cluster profile (`profile_source`).
+- FineTuneSweep events, and events of the experiments a sweep controls (owner reference) -> a
+  reconcile of the sweep (`handle_sweep`, through its own Syncer); every sweep event -> metrics.
+  Event handlers only: kopf keeps no progress annotations on sweeps, so the operator needs no
+  write access to a sweep beyond its status.
 
 No timers or daemons (they would add finalizers), no on.delete handlers: deletion is left to
 owner references and the garbage collector, so a delete never hangs when the operator is gone.
@@ -26,7 +30,7 @@ from typing import Any
 
 import kopf
 
-from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.api.resource import GROUP, PLURAL, SWEEP_PLURAL, VERSION
 from ftbench.contracts.labels import ATTEMPT_LABEL, EXPERIMENT_LABEL, MANAGED_BY, PROFILE_LABEL, RETRY_ANNOTATION
 from ftbench.render.names import label_value
 from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
@@ -37,12 +41,14 @@ from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
 from ftbench_operator.handlers.handle_retry import retry
 from ftbench_operator.handlers.handle_spec_change import spec_changed
 from ftbench_operator.handlers.handle_start import start_or_resume
+from ftbench_operator.handlers.handle_sweep import reconcile_sweep, sweep_owner
 from ftbench_operator.kube import Kube, connect
 from ftbench_operator.metrics import OperatorMetrics
 from ftbench_operator.profile_source import ProfileSource
 from ftbench_operator.settings import OperatorSettings
 
 FTE = (GROUP, VERSION, PLURAL)
+SWEEP = (GROUP, VERSION, SWEEP_PLURAL)
 KOPF_PREFIX = f"kopf.{GROUP}"  # kopf's own bookkeeping annotations, apart from user-facing ones
 LAST_HANDLED = "last-handled-configuration"
 FINALIZER = f"{GROUP}/finalizer"  # declared for kopf; nothing here requires one, so none is added
@@ -60,6 +66,10 @@ def _api_errors(memo: kopf.Memo) -> AbstractContextManager[None]:
 
 def _syncer(memo: kopf.Memo) -> Syncer:
     return memo["syncer"]
+
+
+def _sweeps(memo: kopf.Memo) -> Syncer:
+    return memo["sweeps"]
 
 
 @kopf.on.startup()
@@ -90,7 +100,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     metrics.start(opts.metrics_port)
     ctx = OperatorContext(settings=opts, kube=kube, profiles=profiles, metrics=metrics)
     memo["ctx"] = ctx
-    memo["syncer"] = Syncer(ctx)
+    memo["syncer"] = syncer = Syncer(ctx)
+    ctx.request_sync_later = syncer.request_later
+    memo["sweeps"] = Syncer(ctx, reconcile_sweep, "sweep")
     logger.info("ftbench operator ready: Kubernetes 1.%s, profile from %s", minor, profiles.origin)
 
 
@@ -105,6 +117,8 @@ async def trainer_v2_runtimes(kube: Kube) -> frozenset[str] | None:
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if "syncer" in memo:
         await _syncer(memo).stop()
+    if "sweeps" in memo:
+        await _sweeps(memo).stop()
     if "ctx" in memo:
         _ctx(memo).kube.close()
 
@@ -173,6 +187,26 @@ async def experiment_event(type: str, body: kopf.Body, namespace: str, name: str
         _ctx(memo).forget(namespace, name)
     else:
         _ctx(memo).metrics.observe(body)
+    sweep = sweep_owner(body)
+    if sweep is not None:  # a sweep's child moved on (or is gone): the sweep may start the next run
+        _sweeps(memo).request(namespace, sweep)
+
+
+# Sweeps: every change (and each one found at start) requests a reconcile pass.
+
+
+@kopf.on.event(*SWEEP)
+async def sweep_event(type: str, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    if "ctx" not in memo:
+        return
+    ctx = _ctx(memo)
+    if type == "DELETED":
+        ctx.forget_sweep(namespace, name)
+        return
+    ctx.metrics.observe_sweep(body)
+    if ctx.own_writes.get((namespace, name)) == body.metadata.get("resourceVersion"):
+        return  # the status this operator just wrote: nothing new to act on
+    _sweeps(memo).request(namespace, name)
 
 
 # Children: every change requests a sync of the experiment they belong to.

@@ -38,6 +38,9 @@ class OperatorContext:
     pods: kopf.Index[Any, Any] | None = None
     # Set by the Syncer: look at an experiment again later (deadlines that no child event announces).
     request_sync_later: Callable[[str, str, float], None] | None = None
+    # resourceVersion of the last status written per sweep: the watch event of that write brings
+    # nothing new, so it needs no reconcile pass (half the passes of a busy sweep).
+    own_writes: dict[Key, str] = field(default_factory=dict)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
@@ -58,6 +61,10 @@ class OperatorContext:
             del self.locks[(namespace, name)]
         self.metrics.forget(namespace, name)
 
+    def forget_sweep(self, namespace: str, name: str) -> None:
+        self.own_writes.pop((namespace, name), None)
+        self.metrics.forget_sweep(namespace, name)
+
 
 @contextmanager
 def api_errors(delay: float) -> Iterator[None]:
@@ -71,11 +78,13 @@ def api_errors(delay: float) -> Iterator[None]:
         raise kopf.PermanentError(str(err)) from err
 
 
-def event(experiment: ExperimentView, reason: str, message: str, *, warning: bool = False) -> None:
-    """A Kubernetes Event on the experiment (kopf posts it in the background, never raising here)."""
+def event(experiment: ExperimentView | Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+    """A Kubernetes Event on the experiment, or on the object whose body is given (a sweep); kopf
+    posts it in the background, never raising here."""
+    body = experiment.body if isinstance(experiment, ExperimentView) else experiment
     try:
         kopf.event(
-            dict(experiment.body),  # type: ignore[arg-type]  # kopf takes any mapping as the body
+            dict(body),  # type: ignore[arg-type]  # kopf takes any mapping as the body
             type="Warning" if warning else "Normal",
             reason=reason,
             message=message[:1024],

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.api.resource import GROUP, PLURAL, SWEEP_KIND, SWEEP_PLURAL, VERSION
 from ftbench.kubeapi import ABSENT, CONFLICT, FORBIDDEN, KubeError
 from ftbench.kubeapi import client as kubeapi
 from ftbench.kubeapi.wire import JSON, MERGE_PATCH
@@ -45,6 +45,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("kubeflow.org/v1", "PyTorchJob"): "pytorchjobs",
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainjobs",
     (f"{GROUP}/{VERSION}", "FineTuneExperiment"): PLURAL,
+    (f"{GROUP}/{VERSION}", SWEEP_KIND): SWEEP_PLURAL,
 }
 EXPERIMENT_API_VERSION = f"{GROUP}/{VERSION}"
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
@@ -122,15 +123,18 @@ class Kube:
 
     # Experiments -----------------------------------------------------------------------
 
-    def experiment_path(self, namespace: str, name: str) -> str:
-        return f"{collection_path(EXPERIMENT_API_VERSION, 'FineTuneExperiment', namespace)}/{name}"
+    def experiment_path(self, namespace: str, name: str, kind: str = "FineTuneExperiment") -> str:
+        return f"{collection_path(EXPERIMENT_API_VERSION, kind, namespace)}/{name}"
 
-    async def get_experiment(self, namespace: str, name: str) -> Obj | None:
-        return await self.request_or_none("GET", self.experiment_path(namespace, name), (ABSENT,))
+    async def get_experiment(self, namespace: str, name: str, kind: str = "FineTuneExperiment") -> Obj | None:
+        """The experiment (or, with `kind`, another ftbench.io object such as a FineTuneSweep); None: gone."""
+        return await self.request_or_none("GET", self.experiment_path(namespace, name, kind), (ABSENT,))
 
-    async def patch_experiment_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> Obj | None:
+    async def patch_experiment_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], kind: str = "FineTuneExperiment"
+    ) -> Obj | None:
         """Merge-patch `status` (the status subresource, so spec and metadata cannot change)."""
-        path = self.experiment_path(namespace, name) + "/status"
+        path = self.experiment_path(namespace, name, kind) + "/status"
         return await self.request_or_none(
             "PATCH", path, (ABSENT,), body={"status": dict(status)}, content_type=MERGE_PATCH
         )

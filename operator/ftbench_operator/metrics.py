@@ -4,7 +4,10 @@
   restart too);
 - `ftbench_reconcile_duration_seconds{handler}` and `ftbench_reconcile_errors_total{handler,kind}`;
 - `ftbench_result_*{namespace,name,model,experiment,gpus}`: each succeeded experiment's headline
-  results, so results can be graphed and compared across experiments.
+  results, so results can be graphed and compared across experiments;
+- `ftbench_sweep_points{namespace,sweep,phase}` (points per phase, from status.counts) and
+  `ftbench_sweep_best{namespace,sweep,metric}` (the best point's objective value), per sweep, so
+  a dashboard follows a sweep without reading its table; dropped when the sweep is deleted.
 
 One registry per `OperatorMetrics` (tests build their own; the operator uses the default one).
 """
@@ -20,6 +23,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from ftbench.api.status import Phase
+from ftbench.api.sweep import PointPhase
 
 RESULT_LABELS = ("namespace", "name", "model", "experiment", "gpus")
 # status.results field -> metric name (units in the names, as the results schema has them).
@@ -33,6 +37,18 @@ HEADLINE_RESULTS = {
     "mfuPercent": "ftbench_result_mfu_percent",
 }
 Key = tuple[str, str]
+SWEEP_LABELS = ("namespace", "sweep")
+# status.counts field -> the point phase it counts (the label value of ftbench_sweep_points).
+SWEEP_COUNTS = {
+    "pending": PointPhase.PENDING,
+    "running": PointPhase.RUNNING,
+    "succeeded": PointPhase.SUCCEEDED,
+    "gpuOom": PointPhase.GPU_OOM,
+    "failed": PointPhase.FAILED,
+    "invalid": PointPhase.INVALID,
+    "skipped": PointPhase.SKIPPED,
+    "reused": PointPhase.REUSED,
+}
 
 
 class OperatorMetrics:
@@ -53,7 +69,17 @@ class OperatorMetrics:
             field: Gauge(name, f"status.results.{field} of succeeded experiments.", RESULT_LABELS, registry=registry)
             for field, name in HEADLINE_RESULTS.items()
         }
+        self.sweep_points = Gauge(
+            "ftbench_sweep_points", "Points of a sweep by phase.", [*SWEEP_LABELS, "phase"], registry=registry
+        )
+        self.sweep_best = Gauge(
+            "ftbench_sweep_best",
+            "The objective value of a sweep's best point (status.best).",
+            [*SWEEP_LABELS, "metric"],
+            registry=registry,
+        )
         self._phases: dict[Key, str] = {}
+        self._sweep_best: dict[Key, str] = {}  # the metric label each sweep's best gauge carries
         self._result_labels: dict[Key, tuple[str, ...]] = {}
 
     def start(self, port: int) -> None:
@@ -112,3 +138,33 @@ class OperatorMetrics:
         counts = Tally(self._phases.values())
         for phase in Phase:
             self.experiments.labels(phase.value).set(counts.get(phase.value, 0))
+
+    def observe_sweep(self, body: Mapping[str, Any]) -> None:
+        """Record one sweep's points per phase and its best value (from its status, as written)."""
+        meta, status = body.get("metadata") or {}, body.get("status") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        counts = status.get("counts")
+        counts = counts if isinstance(counts, Mapping) else {}
+        for field, phase in SWEEP_COUNTS.items():
+            value = counts.get(field, 0)
+            self.sweep_points.labels(*key, phase.value).set(value if isinstance(value, int | float) else 0)
+        best = status.get("best")
+        best = best if isinstance(best, Mapping) else {}
+        metric, value = best.get("metric"), best.get("value")
+        if self._sweep_best.get(key) not in (None, metric):
+            self._drop_sweep_best(key)
+        if isinstance(metric, str) and isinstance(value, int | float):
+            self._sweep_best[key] = metric
+            self.sweep_best.labels(*key, metric).set(value)
+
+    def forget_sweep(self, namespace: str, name: str) -> None:
+        for phase in SWEEP_COUNTS.values():
+            with suppress(KeyError):
+                self.sweep_points.remove(namespace, name, phase.value)
+        self._drop_sweep_best((namespace, name))
+
+    def _drop_sweep_best(self, key: Key) -> None:
+        metric = self._sweep_best.pop(key, None)
+        if metric is not None:
+            with suppress(KeyError):
+                self.sweep_best.remove(*key, metric)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from e2e_kit import PYTORCHJOB_CRD_FILE, SERVE_LABEL, TRAINER_RULES, Cluster
 
-from ftbench.api.crd import crd
+from ftbench.api.crd import crd, sweep_crd
 from ftbench.devcluster.crds import install_crd
 from ftbench.devcluster.devup import seed_models
 
@@ -30,6 +30,7 @@ def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPath
     the beginning; without the upstream fixture the 2-node test skips and the others still run.
     """
     install_crd(kube_api, crd())
+    install_crd(kube_api, sweep_crd())
     if PYTORCHJOB_CRD_FILE.exists():
         install_crd(kube_api, yaml.safe_load(PYTORCHJOB_CRD_FILE.read_text()))
     cluster = Cluster(control_plane, kube_api, tmp_path_factory.mktemp("e2e"))

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from operator_testkit import TEST_PROFILE, Kubelet
 
-from ftbench.api.crd import crd
+from ftbench.api.crd import crd, sweep_crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench.devcluster.crds import install_crd
 
@@ -121,7 +121,9 @@ class OperatorProcess:
 
 @pytest.fixture(scope="session")
 def experiment_crd(kube_api: Any) -> str:
-    """The FineTuneExperiment CRD (tests/k8s has its own fixture; conftests do not cross folders)."""
+    """The FineTuneExperiment CRD, and the FineTuneSweep CRD whose children are experiments
+    (tests/k8s has its own fixture; conftests do not cross folders)."""
+    install_crd(kube_api, sweep_crd())
     return install_crd(kube_api, crd())
 
 

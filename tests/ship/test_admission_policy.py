@@ -99,3 +99,29 @@ def test_the_policy_binding_denies() -> None:
     objects = render({"admissionPolicy": {"enabled": True}}, namespace=NAMESPACE)
     (binding,) = by_kind(objects, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"] == {"policyName": policy()["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+SWEEP = {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneSweep", "name": "sw", "uid": "u-2"}
+
+
+def sweep_child(owner: dict[str, Any]) -> dict[str, Any]:
+    """A child experiment as the sweep controller creates it (`handle_sweep.child_body`)."""
+    labels = {"app.kubernetes.io/managed-by": "ftbench", "ftbench.io/sweep": "sw", "ftbench.io/sweep-point": "0"}
+    return {
+        "apiVersion": "ftbench.io/v1alpha1",
+        "kind": "FineTuneExperiment",
+        "metadata": {"name": "sw-p0-r0", "labels": labels,
+                     "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {},
+    }  # fmt: skip
+
+
+def test_the_operator_creates_experiments_only_for_a_sweep() -> None:
+    """Issue 15: create on finetuneexperiments is granted for sweeps; the policy narrows it to
+    experiments labelled with their sweep and controlled by a FineTuneSweep."""
+    assert admitted("CREATE", "finetuneexperiments", sweep_child(SWEEP), None)
+    assert not admitted("CREATE", "finetuneexperiments", sweep_child(EXPERIMENT), None), "owned by an experiment"
+    unlabelled = sweep_child(SWEEP)
+    del unlabelled["metadata"]["labels"]["ftbench.io/sweep"]
+    assert not admitted("CREATE", "finetuneexperiments", unlabelled, None)
+    assert admitted("CREATE", "finetuneexperiments", unlabelled, None, user="system:admin"), "users are not matched"

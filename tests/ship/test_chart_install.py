@@ -104,6 +104,11 @@ TRAINER_IDENTITY = [("serviceaccounts", ""), ("roles", RBAC_GROUP), ("rolebindin
 # (verb, resource, group, subresource): what the operator's handlers do.
 OPERATOR_NEEDS = [
     *[(v, "finetuneexperiments", "ftbench.io", "") for v in ("get", "list", "watch", "patch")],
+    # Issue 15: the sweep controller reads sweeps, writes their status and creates their children.
+    ("create", "finetuneexperiments", "ftbench.io", ""),
+    *[(v, "finetunesweeps", "ftbench.io", "") for v in ("get", "list", "watch")],
+    *[(v, "finetunesweeps", "ftbench.io", "status") for v in ("get", "patch")],
+    ("update", "finetunesweeps", "ftbench.io", "finalizers"),
     *[(v, "finetuneexperiments", "ftbench.io", "status") for v in ("get", "patch")],
     *[(v, "jobs", "batch", "") for v in ("create", "get", "list", "watch", "delete")],
     *[(v, "pytorchjobs", "kubeflow.org", "") for v in ("create", "get", "list", "watch", "delete")],
@@ -126,8 +131,10 @@ OPERATOR_MUST_NOT = [
     ("create", "pods", "", "exec"),
     ("get", "pods", "", "log"),
     ("delete", "finetuneexperiments", "ftbench.io", ""),
-    ("create", "finetuneexperiments", "ftbench.io", ""),
     ("create", "serviceaccounts", "", "token"),
+    # Issue 15: a sweep is the user's record; the operator writes only its status.
+    *[(v, "finetunesweeps", "ftbench.io", "") for v in ("create", "update", "patch", "delete")],
+    ("update", "finetunesweeps", "ftbench.io", "status"),
     # The trainer identity is created once and garbage-collected: never changed or deleted by hand.
     *[(v, r, g, "") for v in ("update", "patch", "delete", "list") for r, g in TRAINER_IDENTITY],
     ("bind", "clusterroles", RBAC_GROUP, ""),

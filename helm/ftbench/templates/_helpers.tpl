@@ -76,16 +76,24 @@ itself (RBAC escalation check): it cannot grant anything it does not have. Creat
 the garbage collector deletes them with their experiment.
 */}}
 {{- define "ftbench.operatorRules" -}}
+# create: a FineTuneSweep's child experiments (the admission policy, when enabled, narrows it to those).
 - apiGroups: ["ftbench.io"]
   resources: ["finetuneexperiments"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "create"]
 - apiGroups: ["ftbench.io"]
   resources: ["finetuneexperiments/status"]
   verbs: ["get", "patch"]
 # Owner references with blockOwnerDeletion need this where OwnerReferencesPermissionEnforcement is on.
 - apiGroups: ["ftbench.io"]
-  resources: ["finetuneexperiments/finalizers"]
+  resources: ["finetuneexperiments/finalizers", "finetunesweeps/finalizers"]
   verbs: ["update"]
+# Sweeps are read (event handlers only: no kopf annotations on them) and only their status written.
+- apiGroups: ["ftbench.io"]
+  resources: ["finetunesweeps"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["ftbench.io"]
+  resources: ["finetunesweeps/status"]
+  verbs: ["get", "patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["create", "get", "list", "watch", "delete"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ftbench.api import effective
@@ -59,15 +59,28 @@ def trials_of(spec: Mapping[str, Any]) -> int:
         return 1
 
 
-class Syncer:
-    """Coalescing, retrying sync requests, one task per experiment at most."""
+SyncFn = Callable[[OperatorContext, str, str], Awaitable[None]]
 
-    def __init__(self, ctx: OperatorContext) -> None:
+
+async def sync_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """`sync_once` under the experiment's lock: change handlers write the same status."""
+    async with ctx.lock(namespace, name):
+        await sync_once(ctx, namespace, name)
+
+
+class Syncer:
+    """Coalescing, retrying sync requests, one task per object at most.
+
+    `sync` is what one pass does (default: follow an experiment; the sweep controller passes its
+    reconcile), `handler` names it in the metrics."""
+
+    def __init__(self, ctx: OperatorContext, sync: SyncFn = sync_locked, handler: str = "follow") -> None:
         self.ctx = ctx
+        self.sync = sync
+        self.handler = handler
         self.tasks: dict[Key, asyncio.Task[None]] = {}
         self.dirty: set[Key] = set()
         self.timers: dict[Key, asyncio.TimerHandle] = {}
-        ctx.request_sync_later = self.request_later
 
     def request_later(self, namespace: str, name: str, delay: float) -> None:
         """One more sync after `delay` seconds (the pending deadline: no child event may come)."""
@@ -85,7 +98,7 @@ class Syncer:
         if key in self.tasks:
             self.dirty.add(key)
             return
-        self.tasks[key] = asyncio.create_task(self._run(key), name=f"sync {namespace}/{name}")
+        self.tasks[key] = asyncio.create_task(self._run(key), name=f"{self.handler} {namespace}/{name}")
 
     async def _run(self, key: Key) -> None:
         delay = self.ctx.settings.api_retry_delay_seconds
@@ -93,9 +106,8 @@ class Syncer:
             while True:
                 self.dirty.discard(key)
                 try:
-                    async with self.ctx.lock(*key):
-                        with self.ctx.metrics.timed("follow"):
-                            await sync_once(self.ctx, *key)
+                    with self.ctx.metrics.timed(self.handler):
+                        await self.sync(self.ctx, *key)
                 except KubeError as err:
                     log.warning("sync %s/%s failed (%s); retrying in %.0fs", *key, err, delay)
                     await asyncio.sleep(delay)
