@@ -245,8 +245,15 @@ def sweep_crd(catalog: Catalog | None = None) -> dict[str, Any]:
         "A benchmark sweep: spec says which configurations to measure (a FineTuneExperiment template and a "
         "matrix), status what each one measured and which was best.",
         sweep_spec_schema(catalog),
-        model_schema(FineTuneSweepStatus, keep_defaults=False),
+        _sweep_status_schema(catalog),
     )  # fmt: skip
+
+
+def _sweep_status_schema(catalog: Catalog) -> dict[str, Any]:
+    """The status, whose acceptedSpec holds a template as the spec does (typed, not pruned)."""
+    schema = model_schema(FineTuneSweepStatus, keep_defaults=False)
+    schema["properties"]["acceptedSpec"]["properties"]["template"] = template_schema(catalog)
+    return schema
 
 
 def all_crds(catalog: Catalog | None = None) -> dict[str, dict[str, Any]]:

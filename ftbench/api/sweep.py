@@ -228,6 +228,14 @@ class FineTuneSweepStatus(ApiModel):
     points: list[PointRow] = Field(default_factory=list, description="One row per point, in point order.")
     start_time: datetime | None = Field(None, description="When the first child was created.")
     completion_time: datetime | None = Field(None, description="When the last point ended.")
+    accepted_spec: FineTuneSweepSpec | None = Field(
+        None,
+        description="The spec the operator accepted and runs, recorded on its first pass. Only the operator writes "
+        "status, so an edit stored by a server without the CRD's immutability rule changes nothing that is measured.",
+    )
+    accepted_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="metadata.generation of the accepted spec."
+    )
 
 
 SWEEP_API_VERSION: Literal["ftbench.io/v1alpha1"] = "ftbench.io/v1alpha1"

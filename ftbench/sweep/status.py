@@ -8,11 +8,12 @@ from datetime import datetime
 from typing import Literal
 
 from ftbench.api.status import Condition
-from ftbench.api.sweep import FineTuneSweepStatus, SweepPhase
+from ftbench.api.sweep import FineTuneSweepSpec, FineTuneSweepStatus, SweepPhase
 from ftbench.api.validation import Issue
 from ftbench.sweep.schedule import SweepPlan
 
 STATUS_MESSAGE_LIMIT = 4096
+SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 
 
 def _condition(
@@ -45,22 +46,38 @@ def invalid_status(
 
 
 def sweep_status(
-    plan: SweepPlan, *, generation: int, previous: FineTuneSweepStatus | None, now: datetime, started: bool
+    plan: SweepPlan,
+    *,
+    generation: int,
+    previous: FineTuneSweepStatus | None,
+    now: datetime,
+    started: bool,
+    accepted: tuple[FineTuneSweepSpec, int] | None = None,
 ) -> FineTuneSweepStatus:
-    """The status after this plan's runs were created (`started`: some run exists)."""
+    """The status after this plan's runs were created (`started`: some run exists). `accepted` is
+    the spec the sweep runs and its generation; a newer generation (an edit a server without the
+    CRD's immutability rule stored) adds the SpecChangeIgnored condition."""
     done = plan.phase in (SweepPhase.SUCCEEDED, SweepPhase.FAILED)
     start = previous.start_time if previous and previous.start_time else (now if started else None)
     completion = (previous.completion_time if previous and previous.completion_time else now) if done else None
     complete_reason = {SweepPhase.SUCCEEDED: "AllPointsFinished", SweepPhase.FAILED: "PointsFailed"}.get(
         plan.phase, "PointsRemaining"
     )
+    conditions = [
+        _condition(previous, "Valid", True, "PointsExpanded", f"{plan.counts.total} points", generation, now),
+        _condition(previous, "Complete", done, complete_reason, plan.message, generation, now),
+    ]
+    if accepted is not None and accepted[1] != generation:
+        message = (
+            f"the spec changed after the sweep started (generation {accepted[1]} -> {generation}); the sweep goes on "
+            f"with generation {accepted[1]}'s spec (status.acceptedSpec), the record of what it measures: create a "
+            "new sweep (with reuse: true to keep what was measured) to measure the changed one"
+        )
+        conditions.append(_condition(previous, SPEC_CHANGE_IGNORED, True, "SpecImmutable", message, generation, now))
     return FineTuneSweepStatus(
         phase=plan.phase,
         observed_generation=generation,
-        conditions=[
-            _condition(previous, "Valid", True, "PointsExpanded", f"{plan.counts.total} points", generation, now),
-            _condition(previous, "Complete", done, complete_reason, plan.message, generation, now),
-        ],
+        conditions=conditions,
         message=plan.message[:STATUS_MESSAGE_LIMIT],
         progress=plan.progress,
         counts=plan.counts,
@@ -69,4 +86,6 @@ def sweep_status(
         points=list(plan.rows),
         start_time=start,
         completion_time=completion,
+        accepted_spec=accepted[0] if accepted else None,
+        accepted_generation=accepted[1] if accepted else None,
     )

@@ -14,9 +14,9 @@ or two passes; retried with backoff on API errors). A pass keeps no state of its
 5. patch the status from `sweep_status`, only when it changed.
 
 Deletion is left to owner references and the garbage collector (no finalizer). The spec is
-immutable: current servers refuse edits (CEL on the CRD); an edit stored by an older server stops
-the sweep from starting anything more, with a condition that says so, because the table would
-otherwise mix two sweeps.
+immutable: current servers refuse edits (CEL on the CRD); the first pass records the spec it runs in
+`status.acceptedSpec` (as experiments do), and every later pass plans from that, so an edit stored by
+an older server changes nothing that is measured (condition SpecChangeIgnored says so).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from pydantic import ValidationError
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import API_VERSION, KIND, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.status import Condition
 from ftbench.api.sweep import FineTuneSweepSpec, FineTuneSweepStatus, SweepPhase
 from ftbench.api.validation import Issue
 from ftbench.contracts.labels import MANAGED_BY, SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
@@ -49,7 +48,6 @@ from ftbench_operator.kube import EXPERIMENT_API_VERSION
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 SUCCEEDED_CONDITION = "Succeeded"
-SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 CHILD_CONFLICT = "ChildConflict"
 FIRST_GENERATION = 1
 
@@ -191,15 +189,15 @@ async def reconcile_sweep(ctx: OperatorContext, namespace: str, name: str) -> No
     meta, current = sweep["metadata"], sweep.get("status") or {}
     generation = int(meta.get("generation") or FIRST_GENERATION)
     previous, now = _previous(current), status.utcnow()
-    if generation != FIRST_GENERATION:
-        await _spec_changed(ctx, sweep, previous, generation)
-        return
-    try:
-        spec = FineTuneSweepSpec.model_validate(sweep.get("spec") or {})
-    except ValidationError as err:
-        desired = invalid_status(_schema_issues(err), generation=generation, previous=previous, now=now)
-        await _write(ctx, sweep, desired)
-        return
+    if previous is not None and previous.accepted_spec is not None:
+        spec, accepted_generation = previous.accepted_spec, previous.accepted_generation or FIRST_GENERATION
+    else:
+        try:
+            spec, accepted_generation = FineTuneSweepSpec.model_validate(sweep.get("spec") or {}), generation
+        except ValidationError as err:
+            desired = invalid_status(_schema_issues(err), generation=generation, previous=previous, now=now)
+            await _write(ctx, sweep, desired)
+            return
     profile = ctx.profiles.current()
     expansion = expand(spec, catalog_for(profile))
     if not expansion.ok:
@@ -214,7 +212,8 @@ async def reconcile_sweep(ctx: OperatorContext, namespace: str, name: str) -> No
         others = await ctx.kube.list(EXPERIMENT_API_VERSION, KIND, namespace, "")
         reuse = reuse_candidates(expansion.points, others, profile, meta["uid"])
     plan = await _start_runs(ctx, sweep, spec, expansion.points, runs, reuse)
-    desired = sweep_status(plan, generation=generation, previous=previous, now=now, started=bool(runs))
+    desired = sweep_status(plan, generation=generation, previous=previous, now=now, started=bool(runs),
+                           accepted=(spec, accepted_generation))  # fmt: skip
     await _write(ctx, sweep, desired)
 
 
@@ -246,23 +245,6 @@ async def _start_runs(
                 event(sweep, "ChildCreated", f"point {run.point.index} repeat {run.repeat}: created {child}")
         plan = plan_sweep(spec, points, runs, reuse)
     return plan
-
-
-async def _spec_changed(
-    ctx: OperatorContext, sweep: Mapping[str, Any], previous: FineTuneSweepStatus | None, generation: int
-) -> None:
-    """An edit stored by a server without the CRD's CEL rule: nothing more starts; say why."""
-    message = (
-        f"the spec changed after creation (generation {generation}); a sweep is a record of what was measured, "
-        "so it starts nothing more: delete it and create a new sweep"
-    )
-    desired = previous or FineTuneSweepStatus()
-    kept = [c for c in desired.conditions if c.type != SPEC_CHANGE_IGNORED]
-    since = next((c.last_transition_time for c in desired.conditions if c.type == SPEC_CHANGE_IGNORED), None)
-    ignored = Condition(type=SPEC_CHANGE_IGNORED, status="True", reason="SpecImmutable", message=message,
-                        last_transition_time=since or status.utcnow(), observed_generation=generation)  # fmt: skip
-    desired = desired.model_copy(update={"conditions": [*kept, ignored], "observed_generation": generation})
-    await _write(ctx, sweep, desired)
 
 
 async def _write(ctx: OperatorContext, sweep: Mapping[str, Any], desired: FineTuneSweepStatus) -> None:
