@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "ftbench.cli.cmd_docs",
     "ftbench.cli.cmd_run",
     "ftbench.cli.cmd_results",
+    "ftbench.cli.cmd_report",
     "ftbench.cli.cmd_dataset",
     "ftbench.cli.cmd_engines",
 )
