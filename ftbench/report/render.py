@@ -185,7 +185,7 @@ def _html_figure(plot: Plot) -> str:
     else:
         body = f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(f.data).decode()}">'
     return (f'<figure class="plot" data-name="{html.escape(f.name)}" data-xlabel="{html.escape(f.xlabel)}" '
-            f'data-ylabel="{html.escape(f.ylabel)}">{body}<figcaption>{html.escape(f.title)}</figcaption></figure>')  # fmt: skip
+            f'data-ylabel="{html.escape(f.ylabel)}">{body}</figure>')  # fmt: skip
 
 
 def _inline(text: str) -> str:

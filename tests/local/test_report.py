@@ -8,8 +8,13 @@ reading and drawing them (a real CPU sweep is tested with `ftbench sweep`).
 
 from __future__ import annotations
 
+import html
 import json
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ from ftbench.cli import main
 from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.report.data import from_store
+from ftbench.report.plots import BATCH_LABEL, MEMORY_LABEL, MFU_LABEL, POINT_LABEL, STEP_LABEL, TOKENS_LABEL
 from ftbench.sweep.points import expand
 
 pytest.importorskip("matplotlib")
@@ -196,3 +202,108 @@ def test_store_loader_keeps_every_repeat(recorded: Recorder) -> None:
     assert [(r.point, r.repeat) for r in sweep.runs if r.point == 0] == [(0, 0), (0, 1)]
     assert {r.phase for r in sweep.runs if r.point in (3, 9)} == {"GpuOom"}
     assert json.dumps(sweep.runs[0].spec)  # wire form
+
+
+# --- In a real browser: Debian's chromium, headless -------------------------------------------------
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars")  # fmt: skip
+# Added to a copy of the page: what the browser made of each plot, written into the DOM for --dump-dom.
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const plots = [...document.querySelectorAll("figure.plot")].map((fig) => {
+    const img = fig.querySelector("img");
+    const labels = [fig.dataset.xlabel, fig.dataset.ylabel].map((label) => {
+      const text = [...fig.querySelectorAll("svg text")].find((t) => t.textContent.trim() === label);
+      const box = text ? text.getBBox() : null;
+      return {label, width: box ? box.width : 0, height: box ? box.height : 0};
+    });
+    return {name: fig.dataset.name, img: img ? [img.complete, img.naturalWidth, img.naturalHeight] : null,
+            svg: fig.querySelector("svg") ? fig.querySelector("svg").getBoundingClientRect().width : 0, labels};
+  });
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify(plots);
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("FTBENCH_REQUIRE_BROWSER") == "1":
+            pytest.fail("FTBENCH_REQUIRE_BROWSER=1 but no chromium on PATH (apt-get install chromium)", pytrace=False)
+        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    return found
+
+
+def browse(chromium: str, tmp_path: Path, *args: str) -> str:
+    """Run headless chromium on its own empty profile; its stdout."""
+    profile = Path(tempfile.mkdtemp(dir=tmp_path, prefix="chromium-"))
+    done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def probe(chromium: str, page: Path, tmp_path: Path) -> list[dict[str, Any]]:
+    """Each plot as the browser rendered it (image decoded size, SVG label boxes)."""
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    dom = browse(chromium, tmp_path, "--virtual-time-budget=5000", "--dump-dom", probed.as_uri())
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    return list(json.loads(html.unescape(found.group(1))))
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_html_report_renders_in_chromium(recorded: Recorder, tmp_path: Path, chromium: str) -> None:
+    from PIL import Image  # matplotlib's own dependency
+
+    out = tmp_path / "png"
+    assert main(["report", "-o", str(out)]) == 0
+    page = out / "report.html"
+    plots = probe(chromium, page, tmp_path)
+    assert len(plots) == 12
+    assert all(p["img"] == [True, 700, 420] for p in plots), plots  # every PNG decoded at its size
+
+    shot = tmp_path / "report.png"
+    browse(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1280,2000", page.as_uri())
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 2000)
+    colors = image.getcolors(maxcolors=1 << 20)
+    assert colors is not None and len(colors) > 50  # text, lines and markers, not an empty page
+    white = max(colors)[0] / (1280 * 2000)
+    assert white < 0.97
+    # the plots' own pixels: the first memory plot has the series colours and the OOM marker's red
+    assert {(31, 119, 180), (255, 127, 14), (214, 39, 40)} <= {c for _, c in colors}
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_svg_report_shows_axis_labels_in_chromium(recorded: Recorder, tmp_path: Path, chromium: str) -> None:
+    out = tmp_path / "svg"
+    assert main(["report", "--sweep", "gpu-sweep", "--format", "svg", "-o", str(out)]) == 0
+    plots = probe(chromium, out / "report.html", tmp_path)
+    assert [p["name"] for p in plots] == ["throughput", "memory", "mfu", "step-time-spread"]
+    for plot in plots:
+        assert plot["svg"] > 300, plot  # laid out at a readable width
+        # both axis labels are text the browser laid out with a size (not missing, not empty)
+        assert [label["label"] for label in plot["labels"]] == [
+            plot_labels(plot["name"])[0],
+            plot_labels(plot["name"])[1],
+        ]
+        assert all(label["width"] > 100 and label["height"] > 5 for label in plot["labels"]), plot
+
+
+def plot_labels(name: str) -> tuple[str, str]:
+    return {
+        "throughput": (BATCH_LABEL, TOKENS_LABEL),
+        "memory": (BATCH_LABEL, MEMORY_LABEL),
+        "mfu": (BATCH_LABEL, MFU_LABEL),
+        "step-time-spread": (POINT_LABEL, STEP_LABEL),
+    }[name]
