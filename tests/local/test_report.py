@@ -307,3 +307,33 @@ def plot_labels(name: str) -> tuple[str, str]:
         "mfu": (BATCH_LABEL, MFU_LABEL),
         "step-time-spread": (POINT_LABEL, STEP_LABEL),
     }[name]
+
+
+def test_results_compare_side_by_side(recorded: Recorder, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = {r.name: r.id for r in recorded.store.runs()}
+    a, b = runs["gpu-sweep-0-0"], runs["gpu-sweep-6-0"]  # 1 GPU batch 2 against 2 GPUs batch 4
+    assert main(["results", "compare", a, b]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["run"] == [a, b]
+    assert rows["spec.numberGpus"] == ["1", "2"] and rows["spec.batchSize"] == ["2", "4"]
+    assert "spec.model" not in rows  # only what differs
+    tokens_a, tokens_b = 1000 * 2**0.5, 1000 * 2 * 2**0.5
+    assert rows["trainTokensPerSecond"] == [f"{tokens_a:,.1f}", f"{tokens_b:,.1f}", "+100.0%"]
+    assert rows["gpuMemoryUtilizationPeakPercent"][2] == f"{46 / 42 - 1:+.1%}"
+    # a unique id prefix works; a name shared by two runs is refused with their ids
+    assert main(["results", "compare", a[:-3], "quickstart"]) == 2
+    err = capsys.readouterr().err
+    assert "2 runs named 'quickstart'" in err and runs["quickstart"] in err
+    assert main(["results", "compare", "nope", b]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+    # the oom run has no metrics: its column stays empty and there is no ratio
+    assert main(["results", "compare", a, runs["gpu-sweep-2-0"]]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["status"] == ["Succeeded", "Invalid"] and rows["trainTokensPerSecond"] == [f"{tokens_a:,.1f}"]
+
+
+def test_results_without_action_still_lists(recorded: Recorder, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["results"]) == 0
+    assert "quickstart" in capsys.readouterr().out
+    assert main(["results", "--export", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == len(recorded.store.runs())
