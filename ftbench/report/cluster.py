@@ -9,6 +9,7 @@ packaged catalog, the same pure expansion the operator ran.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,23 +94,25 @@ class NoCluster(RuntimeError):
 
 
 def connect() -> tuple[ApiClient, str]:
-    """The client and its namespace: in a pod the service account's, else KUBECONFIG's context
-    (kubectl's rules, "default" when the context names none)."""
+    """The client and its namespace, found as kubectl finds them: KUBECONFIG (read now, not when the
+    client was imported) or ~/.kube/config and its context's namespace ("default" when it names
+    none); without either, in a pod, the service account and its namespace."""
     try:
         from kubernetes import client, config
     except ImportError as err:
         raise NoCluster(f"{err}: install the operator extra, pip install 'ftbench[operator]'") from err
     configuration = client.Configuration()
+    kubeconfig = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
     try:
-        config.load_incluster_config(client_configuration=configuration)
-        namespace = IN_CLUSTER_NAMESPACE.read_text().strip()
-    except config.ConfigException:
-        try:
-            config.load_kube_config(client_configuration=configuration)
-            _, context = config.list_kube_config_contexts()
-        except (config.ConfigException, OSError) as err:
-            raise NoCluster(f"no kubeconfig and not in a pod: {err}") from err
-        namespace = (context or {}).get("context", {}).get("namespace") or "default"
+        if any(Path(p).is_file() for p in kubeconfig.split(os.pathsep)):
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            _, context = config.list_kube_config_contexts(config_file=kubeconfig)
+            namespace = (context or {}).get("context", {}).get("namespace") or "default"
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+            namespace = IN_CLUSTER_NAMESPACE.read_text().strip()
+    except (config.ConfigException, OSError) as err:
+        raise NoCluster(f"no kubeconfig ({kubeconfig}) and not in a pod: {err}") from err
     return client.ApiClient(configuration), namespace
 
 
