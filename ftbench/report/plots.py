@@ -11,6 +11,7 @@ why, so a report never fails on a quantity the runs could not measure.
 from __future__ import annotations
 
 import io
+import json
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ TOKENS_LABEL = "train tokens/s (all GPUs)"
 MEMORY_LABEL = "peak GPU memory (% of device memory)"
 MFU_LABEL = "model FLOPs utilization, MFU (%)"
 POINT_LABEL = "point (numbered as in the table)"
+RUN_LABEL = "first run of each spec (the runs of one spec are its repeats)"
 STEP_LABEL = "median step time per repeat (s)"
 
 
@@ -98,28 +100,38 @@ def sweep_points(sweep: SweepData) -> list[PlotPoint]:
 
 
 def run_points(runs: Iterable[RunMeasurement]) -> list[PlotPoint]:
-    """Runs of their own: a series per model, experiment, GPU count and sequence length."""
-    found = []
+    """Runs of their own: runs of one spec are the repeats of one point (named by its first run),
+    in a series per GPU count, model, experiment and sequence length."""
+    groups: dict[str, list[tuple[RunMeasurement, FineTuneExperimentSpec]]] = {}
     for run in runs:
         try:
             spec = FineTuneExperimentSpec.model_validate(run.spec)
         except ValueError:
             continue  # a row written by another ftbench version: listed in the table, not plotted
-        m = run.metrics
-        values = {"model": spec.model, "experiment": spec.experiment.value, "modelMaxLength": spec.model_max_length}
+        groups.setdefault(json.dumps(spec.to_wire(), sort_keys=True), []).append((run, spec))
+    found = []
+    for group in groups.values():
+        spec = group[0][1]
+        measured = [r.metrics for r, _ in group if r.metrics is not None and r.phase == "Succeeded"]
+        series = f"{_gpus(spec.number_gpus)}, {spec.model}, {spec.experiment.value.removeprefix('finetune_')}, " \
+                 f"seq {spec.model_max_length}"  # fmt: skip
         found.append(
             PlotPoint(
-                series=_series(spec, values),
-                label=run.name,
+                series=series,
+                label=group[0][0].name,
                 batch=per_device_batch_size(spec),
-                phase=run.phase,
-                tokens_per_second=m.train_tokens_per_second if m else None,
-                memory_peak_percent=m.gpu_memory_utilization_peak_percent if m else None,
-                mfu_percent=m.mfu_percent if m else None,
-                step_times=(m.step_time_p50_seconds,) if m else (),
+                phase="Succeeded" if measured else group[-1][0].phase,
+                tokens_per_second=_mean([m.train_tokens_per_second for m in measured]),
+                memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in measured), default=None),
+                mfu_percent=_mean([m.mfu_percent for m in measured]),
+                step_times=tuple(m.step_time_p50_seconds for m in measured),
             )
         )
     return found
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
 
 
 def _measured(points: Sequence[PlotPoint]) -> list[PlotPoint]:
@@ -203,7 +215,9 @@ def _spread(ax: Axes, points: Sequence[PlotPoint]) -> None:
             cv = statistics.stdev(p.step_times) / mean if mean else 0.0
             ax.annotate(f"CV {cv:.1%}", (i, max(p.step_times)), textcoords="offset points", xytext=(0, 6),
                         ha="center", fontsize=8)  # fmt: skip
-    ax.set_xticks(range(len(measured)), [p.label for p in measured], rotation=45 if len(measured) > 8 else 0)
+    crowded = len(measured) > 8 or any(len(p.label) > 6 for p in measured)
+    ax.set_xticks(range(len(measured)), [p.label for p in measured], rotation=30 if crowded else 0,
+                  ha="right" if crowded else "center")  # fmt: skip
     ax.set_xlim(-0.6, max(len(measured), 1) - 0.4)
     ax.margins(y=0.25)  # room for the CV labels under the title
     if not measured:
@@ -239,8 +253,8 @@ def _render(draw: Callable[[Axes], None], *, name: str, title: str, xlabel: str,
     return Figure(name, title, xlabel, ylabel, fmt, buffer.getvalue())
 
 
-def figures(points: Sequence[PlotPoint], fmt: str = "png") -> list[Figure]:
-    """The four plots of one sweep (or of the runs of their own), in report order."""
+def figures(points: Sequence[PlotPoint], fmt: str = "png", point_label: str = POINT_LABEL) -> list[Figure]:
+    """The four plots of one sweep (or of the runs of their own, whose points are named otherwise)."""
     import matplotlib
 
     palette = matplotlib.colormaps["tab10"]
@@ -268,5 +282,5 @@ def figures(points: Sequence[PlotPoint], fmt: str = "png") -> list[Figure]:
                 ylabel=MEMORY_LABEL, fmt=fmt),
         _render(mfu, name="mfu", title="Model FLOPs utilization", xlabel=BATCH_LABEL, ylabel=MFU_LABEL, fmt=fmt),
         _render(lambda ax: _spread(ax, points), name="step-time-spread", title="Step time across repeats",
-                xlabel=POINT_LABEL, ylabel=STEP_LABEL, fmt=fmt),
+                xlabel=point_label, ylabel=STEP_LABEL, fmt=fmt),
     ]  # fmt: skip

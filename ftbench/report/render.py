@@ -21,7 +21,7 @@ from ftbench.api.effective import per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
-from ftbench.report.plots import Figure, figures, run_points, sweep_points
+from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def document(data: ReportData, fmt: str = "png", now: datetime | None = None) ->
         blocks += _sweep_blocks(sweep, fmt)
     if data.runs:
         blocks += [Heading("Runs outside sweeps"), _runs_table(data.runs)]
-        blocks += _plots("runs", figures(run_points(data.runs), fmt))
+        blocks += _plots("runs", figures(run_points(data.runs), fmt, RUN_LABEL))
     return blocks
 
 

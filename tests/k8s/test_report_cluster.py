@@ -89,7 +89,7 @@ def test_report_from_cluster(crds: None, kube_api: Any, control_plane: Any, name
     plan = plan_sweep(spec, expand(spec, load_catalog()).points, states)
     status = sweep_status(plan, generation=1, previous=None, now=datetime.now(UTC), started=True)
     body = {"status": status.model_dump(by_alias=True, exclude_none=True, mode="json")}
-    for row in body["status"]["points"]:  # kube-apiserver 1.20 reads an empty string in a merge patch as null
+    for row in body["status"]["points"]:  # kube-apiserver 1.20 refuses "" here ("Invalid value: null"), PATCH or PUT
         if not row["message"]:
             del row["message"]
     call(kube_api, "PATCH", f"/apis/{API_VERSION}/namespaces/{namespace}/{SWEEP_PLURAL}/gpu-sweep/status",
