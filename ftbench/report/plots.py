@@ -169,17 +169,22 @@ def _note(ax: Axes, text: str) -> None:
 
 
 def _line_plot(ax: Axes, points: Sequence[PlotPoint], value: Callable[[PlotPoint], float | None],
-               colors: dict[str, Any], empty: str) -> bool:  # fmt: skip
-    """One line per series over the points with a positive value; False when there is none."""
-    drawn = False
+               colors: dict[str, Any], empty: str) -> float:  # fmt: skip
+    """One line per series over the points with a positive value; the largest value (0: none)."""
+    top = 0.0
     for series, group in _by_series(_measured(points)).items():
         xy = [(p.batch, v) for p in group if (v := value(p)) is not None and v > 0]
         if xy:
             ax.plot(*zip(*xy, strict=True), marker="o", color=colors[series], label=series)
-            drawn = True
-    if not drawn:
+            top = max(top, *(v for _, v in xy))
+    if not top:
         _note(ax, empty)
-    return drawn
+    return top
+
+
+def _from_zero(ax: Axes, top: float) -> None:
+    """A y axis from 0 with room above the largest value (and 0..1 when nothing was drawn)."""
+    ax.set_ylim(0, top * 1.12 if top else 1.0)
 
 
 def _memory(ax: Axes, points: Sequence[PlotPoint], colors: dict[str, Any]) -> None:
@@ -261,19 +266,17 @@ def figures(points: Sequence[PlotPoint], fmt: str = "png", point_label: str = PO
     colors = {s: palette(i % 10) for i, s in enumerate(sorted({p.series for p in points}))}
 
     def throughput(ax: Axes) -> None:
-        _line_plot(ax, points, lambda p: p.tokens_per_second, colors, "no successful run yet")
+        _from_zero(ax, _line_plot(ax, points, lambda p: p.tokens_per_second, colors, "no successful run yet"))
         _batch_axis(ax, points)
-        ax.set_ylim(bottom=0)
 
     def memory(ax: Axes) -> None:
         _memory(ax, points, colors)
         _batch_axis(ax, points)
 
     def mfu(ax: Axes) -> None:
-        _line_plot(ax, points, lambda p: p.mfu_percent, colors,
-                   "no MFU measured (CPU runs, or a GPU without a known peak)")  # fmt: skip
+        _from_zero(ax, _line_plot(ax, points, lambda p: p.mfu_percent, colors,
+                                  "no MFU measured (CPU runs, or a GPU without a known peak)"))  # fmt: skip
         _batch_axis(ax, points)
-        ax.set_ylim(bottom=0)
 
     return [
         _render(throughput, name="throughput", title="Training throughput", xlabel=BATCH_LABEL,
