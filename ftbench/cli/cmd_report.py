@@ -47,11 +47,10 @@ def run(args: argparse.Namespace) -> int:
             data = from_cluster(catalog, args.namespace)
         except (KubeError, NoCluster) as err:
             raise UsageError(f"cannot read the cluster: {err}") from err
+    else:
+        data = from_store(ResultsStore(ftbench_home() / "results.db"), catalog)
     try:
-        if args.from_cluster:
-            data = data.only(args.sweep) if args.sweep else data
-        else:
-            data = from_store(ResultsStore(ftbench_home() / "results.db"), catalog, args.sweep)
+        data = data.only(args.sweep) if args.sweep else data
     except NotFound as err:
         raise UsageError(str(err)) from err
     paths = write_report(data, Path(args.output_dir), args.format)

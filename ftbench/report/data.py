@@ -105,20 +105,16 @@ def sweep_data(
 def from_store(store: ResultsStore, catalog: Catalog, sweep: str | None = None) -> ReportData:
     """Every sweep and run of the local store, or one sweep (NotFound when the store lacks it)."""
     names = [s.name for s in store.sweeps()]
-    if sweep is not None and sweep not in names:
-        known = ", ".join(names) or "none yet"
-        raise NotFound(f"no sweep {sweep!r} in {store.path} (sweeps: {known})")
     sweeps = []
-    for name in [sweep] if sweep is not None else names:
+    for name in names:
         local = stored_sweep(store, name, catalog)
         assert local is not None  # listed above
         rows = local.plan.rows if local.plan is not None else ()
         sweeps.append(sweep_data(name, local.spec, local.expansion, rows, sweep_runs(store, name)))
-    plain: tuple[RunMeasurement, ...] = ()
-    if sweep is None:
-        plain = tuple(
-            RunMeasurement(r.id, r.spec, _record_phase(r), _record_metrics(r))
-            for r in store.runs()
-            if r.sweep is None or r.sweep not in names
-        )
-    return ReportData(source=f"local results store {store.path}", sweeps=tuple(sweeps), runs=plain)
+    plain = tuple(
+        RunMeasurement(r.id, r.spec, _record_phase(r), _record_metrics(r))
+        for r in store.runs()
+        if r.sweep is None or r.sweep not in names
+    )
+    data = ReportData(source=f"local results store {store.path}", sweeps=tuple(sweeps), runs=plain)
+    return data.only(sweep) if sweep is not None else data
