@@ -68,8 +68,8 @@ setup_main() {
   t0=$(now); log "creating/updating $v"
   make_venv "$v"
   t=$(now); "$v/bin/pip" install -q -c "$CONSTRAINTS" torch==2.13.0; log "  torch: $(elapsed "$t")s"
-  t=$(now); "$v/bin/pip" install -q -c "$CONSTRAINTS" -e '.[operator,trainer,dev]'
-  log "  ftbench[operator,trainer,dev]: $(elapsed "$t")s"
+  t=$(now); "$v/bin/pip" install -q -c "$CONSTRAINTS" -e '.[operator,trainer,report,dev]'
+  log "  ftbench[operator,trainer,report,dev]: $(elapsed "$t")s"
   check_torch "$v"
   "$v/bin/python" -c "import transformers, trl, peft, accelerate, datasets; print('[setup-envs]   transformers', transformers.__version__, 'trl', trl.__version__)"
   echo "$STAMP" > "$v/.ftbench-ready"

@@ -20,6 +20,12 @@ if [[ -z "${KUBEBUILDER_ASSETS:-}" ]]; then
 fi
 bash hack/setup-envs.sh all
 
+# The HTML report is checked in a real browser (tests marked `browser`): Debian's chromium.
+if ! command -v chromium >/dev/null && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+  echo "[test] installing chromium (apt-get)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -1,10 +1,11 @@
-"""`ftbench results`: past local runs as a table, or exported as CSV/JSON."""
+"""`ftbench results`: past local runs as a table, exported as CSV/JSON, or two of them compared."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home
 from ftbench.local.store import ResultsStore
@@ -21,6 +22,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output-file", metavar="FILE", help="write the export to FILE instead of stdout")
     p.set_defaults(func=run)
+    actions = p.add_subparsers(dest="action", metavar="ACTION")  # optional: plain `ftbench results` lists
+    c = actions.add_parser(
+        "compare",
+        help="two runs side by side: the spec fields that differ and each headline metric with B/A-1",
+        description="A and B are run ids from `ftbench results` (a unique id prefix, or a run name that "
+        "only one run has, also works). A run with several results (stability trials) counts as their mean.",
+    )
+    c.add_argument("a", metavar="A", help="the baseline run")
+    c.add_argument("b", metavar="B", help="the run compared with it")
+    c.set_defaults(func=compare_runs)
+
+
+def compare_runs(args: argparse.Namespace) -> int:
+    from ftbench.report.compare import RunLookupError, compare, find_run
+
+    runs = ResultsStore(ftbench_home() / "results.db").runs()
+    try:
+        a, b = find_run(runs, args.a), find_run(runs, args.b)
+    except RunLookupError as err:
+        raise UsageError(str(err)) from err
+    print(format_table(("", "A", "B", "B/A-1"), compare(a, b).rows))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "ftbench.cli.cmd_run",
     "ftbench.cli.cmd_sweep",
     "ftbench.cli.cmd_results",
+    "ftbench.cli.cmd_report",
     "ftbench.cli.cmd_dataset",
     "ftbench.cli.cmd_engines",
 )

@@ -1,0 +1,58 @@
+"""`ftbench report`: a sweep's (or every local run's) table and plots as report.md and report.html."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ftbench.catalog import load_catalog
+from ftbench.cli.main import UsageError
+from ftbench.kubeapi.errors import KubeError
+from ftbench.local.home import ftbench_home
+from ftbench.local.store import ResultsStore
+from ftbench.report.plots import FORMATS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write report.md and a self-contained report.html with plots of sweeps and runs",
+        description="Tables and plots (throughput, peak GPU memory with the OOM frontier, MFU, step-time "
+        "spread across repeats) of the local results store, one sweep of it, or a cluster's sweeps.",
+    )
+    p.add_argument("--sweep", metavar="NAME", help="only this sweep (default: every sweep and run)")
+    p.add_argument("--from-cluster", action="store_true",
+                   help="read FineTuneSweeps and FineTuneExperiments from the cluster (KUBECONFIG or in-cluster)")  # fmt: skip
+    p.add_argument("-n", "--namespace", help="with --from-cluster: the namespace (default: the context's)")
+    p.add_argument("-o", "--output-dir", metavar="DIR", default="report", help="where to write (default: report)")
+    p.add_argument("--format", choices=FORMATS, default="png", help="plot format (default: png)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ftbench.report.render import write_report  # needs matplotlib
+    except ImportError as err:
+        raise UsageError(f"{err}: install the report extra, pip install 'ftbench[report]'") from err
+    from ftbench.report.data import NotFound, ReportData, from_store
+
+    if args.namespace and not args.from_cluster:
+        raise UsageError("--namespace reads a cluster: add --from-cluster")
+    catalog = load_catalog()
+    data: ReportData
+    if args.from_cluster:
+        from ftbench.report.cluster import NoCluster, from_cluster
+
+        try:
+            data = from_cluster(catalog, args.namespace)
+        except (KubeError, NoCluster) as err:
+            raise UsageError(f"cannot read the cluster: {err}") from err
+    else:
+        data = from_store(ResultsStore(ftbench_home() / "results.db"), catalog)
+    try:
+        data = data.only(args.sweep) if args.sweep else data
+    except NotFound as err:
+        raise UsageError(str(err)) from err
+    paths = write_report(data, Path(args.output_dir), args.format)
+    print(f"wrote {paths[0]} and {paths[1]} ({len(paths) - 2} plots)")
+    return 0

@@ -1,0 +1,132 @@
+"""Reading a report's runs from a cluster: FineTuneSweeps and the FineTuneExperiments they own.
+
+A sweep's table is its `status.points`, written by the operator with the same `plan_sweep` the
+local store uses; each child experiment (label `ftbench.io/sweep`, with its point and repeat
+labels) gives one repeat's metrics from `status.results`. Experiments without the label are
+reported as runs of their own. The point specs come from expanding the sweep's spec here with the
+packaged catalog, the same pure expansion the operator ran.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
+from ftbench.api.sweep import FineTuneSweepSpec, PointRow
+from ftbench.catalog import Catalog
+from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
+from ftbench.contracts.outcomes import Phase
+from ftbench.contracts.results import Metrics
+from ftbench.kubeapi.client import call
+from ftbench.render.names import label_value
+from ftbench.report.data import ReportData, RunMeasurement, sweep_data
+from ftbench.sweep.points import expand
+from ftbench.sweep.schedule import OOM_REASON, RunState
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+Obj = Mapping[str, Any]
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+TIMEOUT = (5.0, 60.0)  # connect, read: a namespace may hold thousands of experiments
+
+
+def _metrics(status: Obj) -> Metrics | None:
+    results = status.get("results")
+    return Metrics.model_validate(results) if results else None
+
+
+def _gpu_oom(status: Obj) -> bool:
+    return status.get("phase") == Phase.INVALID and str(status.get("invalidReason") or "").startswith(OOM_REASON)
+
+
+def run_state(obj: Obj, point: int, repeat: int) -> RunState:
+    """A child FineTuneExperiment as the planner reads it: phase, the OOM reason, `status.results`."""
+    status = obj.get("status") or {}
+    phase = str(status.get("phase") or "")
+    return RunState(
+        name=str(obj["metadata"]["name"]),
+        point=point,
+        repeat=repeat,
+        phase=Phase(phase) if phase in Phase.__members__.values() else None,
+        reason=OOM_REASON if _gpu_oom(status) else "",
+        message=str(status.get("invalidReason") or status.get("message") or ""),
+        metrics=_metrics(status),
+    )
+
+
+def _slot(obj: Obj) -> tuple[str, int, int] | None:
+    """(sweep label, point, repeat) of a sweep's child; None for an experiment of its own."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    try:
+        return labels[SWEEP_LABEL], int(labels[SWEEP_POINT_LABEL]), int(labels[SWEEP_REPEAT_LABEL])
+    except (KeyError, ValueError):
+        return None
+
+
+def from_objects(sweeps: Sequence[Obj], experiments: Sequence[Obj], catalog: Catalog, source: str) -> ReportData:
+    """The report data of one namespace's FineTuneSweeps and FineTuneExperiments (as listed)."""
+    children: dict[str, list[RunState]] = {}
+    plain: list[RunMeasurement] = []
+    for obj in experiments:
+        slot = _slot(obj)
+        if slot is not None:
+            children.setdefault(slot[0], []).append(run_state(obj, slot[1], slot[2]))
+            continue
+        status = obj.get("status") or {}
+        phase = "GpuOom" if _gpu_oom(status) else str(status.get("phase") or "Pending")
+        spec = status.get("acceptedSpec") or obj.get("spec") or {}
+        plain.append(RunMeasurement(str(obj["metadata"]["name"]), spec, phase, _metrics(status)))
+    found = []
+    for obj in sorted(sweeps, key=lambda o: str(o["metadata"]["name"])):
+        name = str(obj["metadata"]["name"])
+        spec = FineTuneSweepSpec.model_validate(obj.get("spec") or {})
+        rows = [PointRow.model_validate(p) for p in (obj.get("status") or {}).get("points", [])]
+        found.append(sweep_data(name, spec, expand(spec, catalog), rows, children.get(label_value(name), [])))
+    return ReportData(source=source, sweeps=tuple(found), runs=tuple(plain))
+
+
+class NoCluster(RuntimeError):
+    """No way to reach a cluster: no kubernetes client, no kubeconfig and not in a pod."""
+
+
+def connect() -> tuple[ApiClient, str]:
+    """The client and its namespace, found as kubectl finds them: KUBECONFIG (read now, not when the
+    client was imported) or ~/.kube/config and its context's namespace ("default" when it names
+    none); without either, in a pod, the service account and its namespace."""
+    try:
+        from kubernetes import client, config
+    except ImportError as err:
+        raise NoCluster(f"{err}: install the operator extra, pip install 'ftbench[operator]'") from err
+    configuration = client.Configuration()
+    kubeconfig = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
+    try:
+        if any(Path(p).is_file() for p in kubeconfig.split(os.pathsep)):
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            _, context = config.list_kube_config_contexts(config_file=kubeconfig)
+            namespace = (context or {}).get("context", {}).get("namespace") or "default"
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+            namespace = IN_CLUSTER_NAMESPACE.read_text().strip()
+    except (config.ConfigException, OSError) as err:
+        raise NoCluster(f"no kubeconfig ({kubeconfig}) and not in a pod: {err}") from err
+    return client.ApiClient(configuration), namespace
+
+
+def list_items(api: ApiClient, namespace: str, plural: str) -> list[Obj]:
+    answer = call(api, "GET", f"/apis/{API_VERSION}/namespaces/{namespace}/{plural}", timeout=TIMEOUT)
+    return list((answer or {}).get("items", []))
+
+
+def from_cluster(catalog: Catalog, namespace: str | None = None, api: ApiClient | None = None) -> ReportData:
+    """Every FineTuneSweep and FineTuneExperiment of `namespace` (default: the context's)."""
+    if api is None:
+        api, default = connect()
+        namespace = namespace or default
+    namespace = namespace or "default"
+    sweeps = list_items(api, namespace, SWEEP_PLURAL)
+    experiments = list_items(api, namespace, PLURAL)
+    return from_objects(sweeps, experiments, catalog, f"namespace {namespace} of {api.configuration.host}")

@@ -1,0 +1,225 @@
+"""Writing a report: `report.md` beside its plot files, and one self-contained `report.html`.
+
+The document is built once as a list of blocks (headings, paragraphs, tables, figures) and then
+written twice, so the Markdown and the HTML cannot say different things. The HTML carries its
+plots inside (PNG as base64 data URIs, SVG inline) and links nothing outside: it can be mailed,
+attached to an issue or opened offline and still show everything.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ftbench.api.effective import per_device_batch_size
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.sweep import PointRow
+from ftbench.report.data import ReportData, RunMeasurement, SweepData
+from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Plot:
+    figure: Figure
+    file: str  # beside report.md
+
+
+Block = Heading | Paragraph | Table | Plot
+
+# Cells are cut so a long failure message keeps the table readable; the full text is in the store.
+NOTE_LIMIT = 100
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:,.{digits}f}"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "report"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= NOTE_LIMIT else text[: NOTE_LIMIT - 1] + "…"
+
+
+def _best(sweep: SweepData) -> PointRow | None:
+    measured = [r for r in sweep.rows if r.phase in ("Succeeded", "Reused") and r.objective is not None]
+    if not measured:
+        return None
+    pick = max if sweep.direction == "max" else min
+    return pick(measured, key=lambda r: r.objective or 0.0)
+
+
+def _sweep_table(sweep: SweepData) -> Table:
+    varied = list(dict.fromkeys(k for r in sweep.rows for k in r.values))
+    rows = []
+    for r in sweep.rows:
+        spec = sweep.point_specs.get(r.point)
+        rows.append((
+            str(r.point), *(str(r.values.get(k, "")) for k in varied),
+            str(per_device_batch_size(spec)) if spec else "",
+            *([] if "numberGpus" in varied else [str(spec.number_gpus) if spec else ""]),
+            str(r.phase), f"{r.repeats_done}", _num(r.train_tokens_per_second), _num(r.dataset_tokens_per_second),
+            _num(r.gpu_memory_peak_percent), _num(r.mfu_percent, 2),
+            "" if r.step_time_cv_across_repeats is None else f"{r.step_time_cv_across_repeats:.1%}",
+            _cut(r.message), ", ".join(r.experiments),
+        ))  # fmt: skip
+    gpus = () if "numberGpus" in varied else ("GPUs",)
+    headers = ("point", *varied, "per-device batch", *gpus, "phase", "repeats", "tokens/s", "dataset tokens/s",
+               "peak GPU mem %", "MFU %", "step-time CV", "note", "runs")  # fmt: skip
+    return Table(headers, tuple(rows))
+
+
+def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
+    rows = []
+    for run in runs:
+        try:
+            spec: FineTuneExperimentSpec | None = FineTuneExperimentSpec.model_validate(run.spec)
+        except ValueError:
+            spec = None
+        m = run.metrics
+        rows.append((
+            run.name, spec.experiment.value.removeprefix("finetune_") if spec else "", spec.model if spec else "",
+            str(spec.number_gpus) if spec else "", str(spec.batch_size) if spec else "",
+            str(per_device_batch_size(spec)) if spec else "", str(spec.model_max_length) if spec else "", run.phase,
+            _num(m.train_tokens_per_second if m else None), _num(m.gpu_memory_utilization_peak_percent if m else None),
+            _num(m.mfu_percent if m else None, 2), _num(m.step_time_p50_seconds if m else None, 3),
+        ))  # fmt: skip
+    headers = ("run", "experiment", "model", "GPUs", "batch", "per-device batch", "seq length", "phase", "tokens/s",
+               "peak GPU mem %", "MFU %", "step p50 s")  # fmt: skip
+    return Table(headers, tuple(rows))
+
+
+def _plots(prefix: str, figs: Sequence[Figure]) -> list[Block]:
+    return [Plot(f, f"{prefix}-{f.name}.{f.fmt}") for f in figs]
+
+
+def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
+    blocks: list[Block] = [Heading(f"Sweep {sweep.name}")]
+    if sweep.issues:
+        return [*blocks, Paragraph("The sweep is invalid, no point ran: " + "; ".join(sweep.issues))]
+    counts = Counter(str(r.phase) for r in sweep.rows)
+    summary = ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items()))
+    blocks.append(Paragraph(f"{len(sweep.rows)} points ({summary or 'no table yet'}); "
+                            f"objective: {sweep.direction} {sweep.objective}."))  # fmt: skip
+    if (best := _best(sweep)) is not None:
+        values = ", ".join(f"{k}={v}" for k, v in best.values.items())
+        blocks.append(Paragraph(f"Best: point {best.point} ({values}) with {sweep.objective} {_num(best.objective)}."))
+    blocks.append(_sweep_table(sweep))
+    return blocks + _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
+
+
+def document(data: ReportData, fmt: str = "png", now: datetime | None = None) -> list[Block]:
+    """The report's blocks: a section per sweep, then the runs that belong to none."""
+    when = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    blocks: list[Block] = [Heading("ftbench report", 1), Paragraph(f"Runs from {data.source}, {when}.")]
+    if not data.sweeps and not data.runs:
+        blocks.append(Paragraph("No runs yet: try `ftbench run examples/quickstart.yaml` or `ftbench sweep`."))
+    for sweep in data.sweeps:
+        blocks += _sweep_blocks(sweep, fmt)
+    if data.runs:
+        blocks += [Heading("Runs outside sweeps"), _runs_table(data.runs)]
+        blocks += _plots("runs", figures(run_points(data.runs), fmt, RUN_LABEL))
+    return blocks
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(blocks: Sequence[Block]) -> str:
+    out = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"{'#' * b.level} {b.text}")
+        elif isinstance(b, Paragraph):
+            out.append(b.text)
+        elif isinstance(b, Table):
+            lines = ["| " + " | ".join(map(_md_cell, b.headers)) + " |", "|" + "---|" * len(b.headers)]
+            lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in b.rows]
+            out.append("\n".join(lines))
+        else:
+            out.append(f"![{b.figure.title}: {b.figure.ylabel} vs {b.figure.xlabel}]({b.file})")
+    return "\n\n".join(out) + "\n"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 80em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+figure.plot { display: inline-block; margin: 0.5em; vertical-align: top; }
+figure.plot img, figure.plot svg { max-width: 100%; height: auto; }
+"""
+
+
+def _html_figure(plot: Plot) -> str:
+    f = plot.figure
+    alt = html.escape(f"{f.title}: {f.ylabel} vs {f.xlabel}", quote=True)
+    if f.fmt == "svg":
+        text = f.data.decode()
+        body = text[text.index("<svg") :]  # inline: the XML prolog and DOCTYPE are not HTML
+    else:
+        body = f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(f.data).decode()}">'
+    return (f'<figure class="plot" data-name="{html.escape(f.name)}" data-xlabel="{html.escape(f.xlabel)}" '
+            f'data-ylabel="{html.escape(f.ylabel)}">{body}</figure>')  # fmt: skip
+
+
+def _inline(text: str) -> str:
+    """Paragraph text with Markdown's `code` spans, the only markup the blocks use."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def html_page(blocks: Sequence[Block]) -> str:
+    out = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
+        elif isinstance(b, Paragraph):
+            out.append(f"<p>{_inline(b.text)}</p>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        else:
+            out.append(_html_figure(b))
+    title = "ftbench report"
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(out) + "\n</body></html>\n")  # fmt: skip
+
+
+def write_report(data: ReportData, out_dir: Path, fmt: str = "png") -> list[Path]:
+    """Write report.md, its plot files and report.html into `out_dir`; the paths written."""
+    blocks = document(data, fmt)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for b in blocks:
+        if isinstance(b, Plot):
+            (out_dir / b.file).write_bytes(b.figure.data)
+            written.append(out_dir / b.file)
+    (out_dir / "report.md").write_text(markdown(blocks))
+    (out_dir / "report.html").write_text(html_page(blocks))
+    return [out_dir / "report.md", out_dir / "report.html", *written]

@@ -1,0 +1,112 @@
+"""`ftbench report --from-cluster` against a real API server: sweeps and their children read by label.
+
+The objects are what the operator leaves: child FineTuneExperiments with the sweep, point and
+repeat labels and their `status.results` (GpuOom children Invalid with the OOM reason), and the
+FineTuneSweep's status written by `sweep_status` from `plan_sweep` over those children.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ftbench.api.crd import crd, sweep_crd
+from ftbench.api.resource import API_VERSION, GROUP, PLURAL, SWEEP_PLURAL, VERSION
+from ftbench.api.sweep import FineTuneSweepSpec
+from ftbench.catalog import load_catalog
+from ftbench.cli import main
+from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
+from ftbench.contracts.results import Outcome
+from ftbench.devcluster.crds import install_crd
+from ftbench.kubeapi.client import call
+from ftbench.kubeapi.wire import MERGE_PATCH
+from ftbench.report.cluster import run_state
+from ftbench.sweep.points import expand
+from ftbench.sweep.schedule import OOM_REASON, plan_sweep
+from ftbench.sweep.status import sweep_status
+from tests.local.report_cases import CPU_SWEEP, GPU_SWEEP, gpu_measure, metrics, table
+
+pytestmark = pytest.mark.k8s
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def crds(kube_api: Any) -> None:
+    install_crd(kube_api, crd())
+    install_crd(kube_api, sweep_crd())
+
+
+def child(name: str, spec: dict[str, Any], labels: dict[str, str], status: dict[str, Any]) -> tuple[dict, dict]:
+    body = {"apiVersion": API_VERSION, "kind": "FineTuneExperiment",
+            "metadata": {"name": name, "labels": labels}, "spec": spec}  # fmt: skip
+    return body, status
+
+
+def gpu_sweep_children(sweep: str) -> list[tuple[dict, dict]]:
+    """The children the operator would have made for GPU_SWEEP, run in memory order as it runs them."""
+    found = []
+    for point in expand(FineTuneSweepSpec.model_validate(GPU_SWEEP), load_catalog()).points:
+        assert point.spec is not None
+        for repeat in range(GPU_SWEEP["repeats"]):
+            result = gpu_measure(point.spec, repeat)
+            if result is None:
+                break
+            labels = {SWEEP_LABEL: sweep, SWEEP_POINT_LABEL: str(point.index), SWEEP_REPEAT_LABEL: str(repeat)}
+            if result.outcome == Outcome.GPU_OOM:
+                assert result.error is not None
+                status = {"phase": "Invalid", "isValid": False,
+                          "invalidReason": f"{OOM_REASON}: {result.error.message}"}  # fmt: skip
+            else:
+                status = {"phase": "Succeeded", "isValid": True, "results": json.loads(result.to_json())["metrics"]}
+            found.append(child(f"{sweep}-{point.index}-{repeat}", dict(point.wire), labels, status))
+            if result.outcome == Outcome.GPU_OOM:
+                break
+    return found
+
+
+def test_report_from_cluster(crds: None, kube_api: Any, control_plane: Any, namespace: str, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from kubernetes.client import CustomObjectsApi
+
+    custom = CustomObjectsApi(kube_api)
+    children = gpu_sweep_children("gpu-sweep")
+    plain_spec = CPU_SWEEP["template"] | {"batchSize": 4}
+    plain = child("quickstart", plain_spec, {}, {"phase": "Succeeded", "isValid": True,
+                                                 "results": metrics(400.0, 0.0, 0.0, 0.3)})  # fmt: skip
+    for body, status in [*children, plain]:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"],
+                                                     {"status": status})  # fmt: skip
+    spec = FineTuneSweepSpec.model_validate(GPU_SWEEP)
+    sweep = {"apiVersion": API_VERSION, "kind": "FineTuneSweep", "metadata": {"name": "gpu-sweep"}, "spec": GPU_SWEEP}
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL, sweep)
+    states = [run_state({"metadata": b["metadata"], "status": s}, int(b["metadata"]["labels"][SWEEP_POINT_LABEL]),
+                        int(b["metadata"]["labels"][SWEEP_REPEAT_LABEL])) for b, s in children]  # fmt: skip
+    plan = plan_sweep(spec, expand(spec, load_catalog()).points, states)
+    status = sweep_status(plan, generation=1, previous=None, now=datetime.now(UTC), started=True)
+    body = {"status": status.model_dump(by_alias=True, exclude_none=True, mode="json")}
+    for row in body["status"]["points"]:  # kube-apiserver 1.20 refuses "" here ("Invalid value: null"), PATCH or PUT
+        if not row["message"]:
+            del row["message"]
+    call(kube_api, "PATCH", f"/apis/{API_VERSION}/namespaces/{namespace}/{SWEEP_PLURAL}/gpu-sweep/status",
+         body=body, content_type=MERGE_PATCH)  # fmt: skip
+
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+    out = tmp_path / "report"
+    assert main(["report", "--from-cluster", "-n", namespace, "-o", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert f"namespace {namespace} of https://" in md
+    rows = table(md, "## Sweep gpu-sweep")
+    phases = ["Succeeded"] * 2 + ["GpuOom"] + ["Skipped"] * 2 + ["Succeeded"] * 4 + ["GpuOom"]
+    assert [r["phase"] for r in rows] == phases
+    assert rows[0]["runs"] == "gpu-sweep-0-0, gpu-sweep-0-1" and rows[0]["step-time CV"] == "1.4%"
+    assert rows[2]["note"].startswith("GpuOutOfMemory: CUDA out of memory")
+    assert rows[4]["note"] == "predicted OOM from point 2 (numberGpus=1, batchSize=8)"
+    assert "| quickstart | lora_benchmark-v1.0.0 | ftbench-tiny-llama |" in md
+    assert len(list(out.glob("*.png"))) == 8
+
+    assert main(["report", "--from-cluster", "-n", namespace, "--sweep", "other", "-o", str(out)]) == 2

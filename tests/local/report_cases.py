@@ -1,0 +1,76 @@
+"""A sweep's runs as `ftbench sweep` or the operator records them, for the report tests.
+
+A 2 GPU-count x 5 batch LoRA sweep with 2 repeats in which the largest per-device batches run out
+of GPU memory (and the pruning skips those above them), and a CPU sweep with no GPU data. The
+numbers follow simple laws so a test can state what each table cell must be.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts.results import TrainerResult
+
+GPU_SWEEP = {
+    "template": {"experiment": "finetune_lora_benchmark-v1.0.0", "engine": "trl", "model": "llama3.1-8b",
+                 "datasetId": "news-tokens-16384plus-entries-4096", "modelMaxLength": 1024,
+                 "gpuModel": "NVIDIA-A100-SXM4-80GB", "maxSteps": 20},
+    "matrix": {"numberGpus": [1, 2], "batchSize": [2, 4, 8, 16, 32]},
+    "repeats": 2,
+}  # fmt: skip
+CPU_SWEEP = {
+    "template": {"experiment": "finetune_lora_benchmark-v1.0.0", "engine": "trl", "model": "ftbench-tiny-llama",
+                 "datasetId": "news-chars-512-entries-4096", "numberGpus": 0, "maxSteps": 10, "modelMaxLength": 512,
+                 "torchDtype": "float32", "gradientCheckpointing": False},
+    "matrix": {"batchSize": [2, 4]},
+}  # fmt: skip
+# Per-device batch at which a GPU count runs out of memory.
+OOM_AT = {1: 8, 2: 16}
+START = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def metrics(tokens_per_second: float, memory: float, mfu: float, step: float) -> dict[str, Any]:
+    return {
+        "trainRuntimeSeconds": 20 * step, "trainSteps": 20, "trainSamples": 80, "trainTokens": 81920,
+        "trainNonPaddingTokens": 80000, "trainSamplesPerSecond": 4 / step, "trainStepsPerSecond": 1 / step,
+        "trainTokensPerSecond": tokens_per_second, "trainTokensPerGpuPerSecond": tokens_per_second,
+        "datasetTokensPerSecond": 0.9 * tokens_per_second, "datasetTokensPerSecondPerGpu": 0.9 * tokens_per_second,
+        "gpuMemoryUtilizationPeakPercent": memory, "mfuPercent": mfu, "stepTimeP50Seconds": step,
+        "stepTimeP95Seconds": 1.1 * step, "stepTimeCv": 0.02,
+    }  # fmt: skip
+
+
+def succeeded(m: dict[str, Any]) -> TrainerResult:
+    return TrainerResult.model_validate({"outcome": "Succeeded", "isValid": True, "metrics": m})
+
+
+def out_of_memory() -> TrainerResult:
+    return TrainerResult.model_validate({
+        "outcome": "GpuOom", "isValid": False, "reason": "GpuOutOfMemory",
+        "error": {"type": "torch.OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2.00 GiB"},
+    })  # fmt: skip
+
+
+def gpu_measure(spec: FineTuneExperimentSpec, repeat: int) -> TrainerResult | None:
+    per_device = spec.batch_size // spec.number_gpus
+    if spec.number_gpus == 1 and per_device > OOM_AT[1]:
+        return None  # above the OOM point: Skipped
+    if per_device >= OOM_AT[spec.number_gpus]:
+        return out_of_memory()
+    tokens = 1000.0 * spec.number_gpus * per_device**0.5 * (1.0 + 0.02 * repeat)
+    memory = 20.0 + 9.0 * per_device + 4.0 * spec.number_gpus
+    return succeeded(metrics(tokens, memory, 30.0 + per_device - spec.number_gpus, 0.5 + 0.01 * repeat))
+
+
+def cpu_measure(spec: FineTuneExperimentSpec, repeat: int) -> TrainerResult:
+    return succeeded(metrics(100.0 * spec.batch_size, 0.0, 0.0, 0.25))
+
+
+def table(md: str, heading: str) -> list[dict[str, str]]:
+    """The first Markdown table after `heading`, as dicts."""
+    section = md.split(heading, 1)[1].split("\n\n|", 1)[1]
+    lines = ("|" + section).split("\n\n", 1)[0].splitlines()
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
