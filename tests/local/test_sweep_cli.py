@@ -65,6 +65,12 @@ def test_example_sweep_runs_resumes_and_is_reused(
     assert sorted((r.point, r.repeat, r.status) for r in runs) == [(p, 0, "Succeeded") for p in range(4)]
     assert {r.name for r in runs} == {f"quickstart-sweep-p{p}-r0" for p in range(4)}
 
+    # The report of this sweep: the same table, and the plots.
+    assert main(["report", "--sweep", "quickstart-sweep", "-o", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Sweep quickstart-sweep" in report and "4 points (4 Succeeded)" in report
+    assert (tmp_path / "report" / "report.html").stat().st_size > 10_000
+
     # The spec is the record: running it again needs --resume, which finds nothing left to run.
     assert main(["sweep", str(EXAMPLE)]) == 2
     assert "--resume" in capsys.readouterr().err
