@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.api.resource import GROUP, PLURAL, SWEEP_KIND, SWEEP_PLURAL, VERSION
 
 pytestmark = pytest.mark.k8s
 
@@ -135,3 +135,47 @@ def test_kubectl_explain_prints_field_docs(control_plane, ftbench_crd) -> None:
             break
         time.sleep(1)
     assert "evenly distributed over max(1, numberGpus)" in out, out
+
+
+def sweep_body(name: str, **spec: object) -> dict:
+    template = {
+        "model": "llama3.1-8b",
+        "numberGpus": 1,
+        "gpuModel": "G",
+        "experiment": "finetune_lora_benchmark-v1.0.0",
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": SWEEP_KIND,
+        "metadata": {"name": name},
+        "spec": {"template": template, "matrix": {"batchSize": [2, 4], "targetModules": [["q_proj"], ["v_proj"]]},
+                 **spec},
+    }  # fmt: skip
+
+
+def test_sweep_is_stored_with_defaults_and_its_template_and_matrix_kept(kube_api, sweep_crd, namespace) -> None:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL, sweep_body("s"))
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL, "s")
+    assert stored["spec"]["repeats"] == 1 and stored["spec"]["oomPruning"] is True  # server-side defaults
+    assert stored["spec"]["matrix"] == {"batchSize": [2, 4], "targetModules": [["q_proj"], ["v_proj"]]}
+    assert stored["spec"]["template"]["model"] == "llama3.1-8b"
+    assert "gradientAccumulationSteps" not in stored["spec"]["template"]  # no defaults in a template
+    with pytest.raises(client.ApiException) as refused:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL, sweep_body("r", repeats=0))
+    assert refused.value.status == 422 and "spec.repeats" in refused.value.body
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_explain_prints_sweep_docs(control_plane, sweep_crd) -> None:
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+    out = ""
+    for _ in range(30):  # the OpenAPI aggregator publishes a new CRD's schema after a few seconds
+        proc = subprocess.run(["kubectl", "explain", "fts.spec.matrix"], capture_output=True, text=True, env=env)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0 and "Cartesian product" in out:
+            break
+        time.sleep(1)
+    assert "Cartesian product" in out, out
