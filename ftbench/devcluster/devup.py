@@ -166,6 +166,8 @@ def serve(args: argparse.Namespace) -> int:
             kubelet += ["--label", label]
         if args.gpus is not None:
             kubelet += ["--gpus", str(args.gpus)]
+        if args.images:
+            kubelet.append("--images")
         children["kubelet"] = _spawn(kubelet, layout.logs / "kubelet.log", env)
         operator = (
             shlex.split(args.operator_cmd)
@@ -213,7 +215,7 @@ def running_supervisor(layout: Layout) -> int | None:
 
 
 def up(state_dir: Path, *, labels: list[str], gpus: int | None, no_operator: bool, operator_cmd: str | None,
-       seed_models: bool = True, timeout: float = READY_TIMEOUT) -> int:  # fmt: skip
+       seed_models: bool = True, timeout: float = READY_TIMEOUT, images: bool = False) -> int:  # fmt: skip
     layout = Layout(state_dir.resolve())
     if running_supervisor(layout):
         print(f"already running (state dir {layout.root}); `ftbench dev status` / `ftbench dev down`")
@@ -232,6 +234,8 @@ def up(state_dir: Path, *, labels: list[str], gpus: int | None, no_operator: boo
         argv += ["--operator-cmd", operator_cmd]
     if not seed_models:
         argv.append("--no-seed-models")
+    if images:
+        argv.append("--images")
     supervisor = _spawn(argv, layout.logs / "supervisor.log", dict(os.environ))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -319,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--no-operator", action="store_true")
     s.add_argument("--operator-cmd")
     s.add_argument("--no-seed-models", action="store_true")
+    s.add_argument("--images", action="store_true")
     args = p.parse_args(argv)
     return serve(args)
 
