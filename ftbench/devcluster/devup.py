@@ -104,7 +104,7 @@ def seed_models(pvc_dir: Path) -> Path | None:
     if not models.claim_name:
         return None
     claim = pvc_dir / models.claim_name
-    # HF_HOME lives on the same read-only claim; it must exist before the pods start.
+    # HF_HOME lives on the same claim; it must exist before the pods start.
     hf_home = PurePosixPath(profile.storage.hf_home)
     if hf_home.is_relative_to(models.mount_path):
         (claim / hf_home.relative_to(models.mount_path)).mkdir(parents=True, exist_ok=True)
@@ -116,7 +116,21 @@ def seed_models(pvc_dir: Path) -> Path | None:
         capture_output=True,
         text=True,
     )
+    if os.geteuid() == 0:
+        _give_to_trainer(claim, profile.security.run_as_user, profile.security.run_as_group)
     return Path(built.stdout.strip().splitlines()[-1])
+
+
+def _give_to_trainer(claim: Path, uid: int, gid: int) -> None:
+    """Hand the claim's contents to the trainer's user, as an admin prepares a claim for it.
+
+    In its image (the kubelet's image mode) the trainer runs as the profile's non-root
+    runAsUser: it writes its caches under HF_HOME, and rebuilds the tiny model in place when
+    its transformers major differs from the one that built it (the fms-hf-tuning images).
+    """
+    for root, dirs, files in os.walk(claim):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
 
 
 # -- the supervisor (``serve``) -------------------------------------------------------------------

@@ -6,6 +6,7 @@ look at the same images whatever the machine's storage.conf says.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -77,5 +78,7 @@ def rootfs(ref: str) -> Path:
     name = ROOTFS_CONTAINER_PREFIX + str(doc["FromImageID"])[:16]
     listed = json.loads(buildah("containers", "--json") or "[]") or []
     if not any(c.get("containername") == name for c in listed):
-        buildah("from", "--pull-never", "--name", name, ref)
+        # Another kubelet may have created it meanwhile: then the mount below works all the same.
+        with contextlib.suppress(ImageError):
+            buildah("from", "--pull-never", "--name", name, ref)
     return Path(buildah("mount", name).strip())

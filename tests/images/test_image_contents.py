@@ -4,16 +4,25 @@ the operator, no kopf in the trainer, the base's torch kept)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import ftbench
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts import images as C
+from ftbench.devcluster.kubelet import images as images_mode
+from ftbench.devcluster.kubelet.containers import isolation_prefix
+from ftbench.devcluster.podrun import EXIT_FILE, SPEC_FILE
 from ftbench.engines.releases import load_releases
 from ftbench.images import plan, store
 from ftbench.render.manifests import render_experiment
@@ -21,16 +30,25 @@ from ftbench.render.manifests import render_experiment
 pytestmark = pytest.mark.images
 
 
-def run_in(ref: str, *argv: str, user: str | None = None) -> str:
-    """``argv`` in a fresh container of ``ref`` (as the image's user unless ``user``); its stdout."""
-    container = store.buildah("from", "--pull-never", ref).strip()
-    try:
-        as_user = ["--user", user] if user else []
-        cmd = store.buildah_cmd("run", "--isolation", "chroot", *as_user, container, "--", *argv)
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-        return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
-    finally:
-        store.buildah("rm", container)
+def run_in(ref: str, *argv: str, tmp: Path) -> str:
+    """``argv`` in ``ref`` as the local kubelet's image mode runs a container (``podrun`` in its
+    own namespaces, an overlay on the image's shared root, the image's user and environment);
+    the exit code and the output. A fresh ``buildah from`` would copy the whole root (vfs)."""
+    image = images_mode.load(ref)
+    who = images_mode.user({}, {"name": "probe"}, image)
+    spec = {
+        "argv": list(argv), "env": image.env(), "isolate": True, "rootfs": str(image.rootfs),
+        "user": {"uid": who.uid, "gid": who.gid, "groups": list(who.groups)},
+    }  # fmt: skip
+    directory = Path(tempfile.mkdtemp(dir=tmp))
+    (directory / SPEC_FILE).write_text(json.dumps(spec))
+    prefix = isolation_prefix()
+    assert prefix is not None, "image mode needs mount namespaces"
+    env = {**os.environ, "PYTHONPATH": str(Path(ftbench.__file__).parents[1])}
+    cmd = [*prefix, sys.executable, "-m", "ftbench.devcluster.podrun", str(directory)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
+    exit_code = json.loads((directory / EXIT_FILE).read_text())["exitCode"]
+    return f"exit {exit_code}\n{done.stdout}{done.stderr}"
 
 
 def trainers(images: list[plan.ImageBuild]) -> Iterator[plan.ImageBuild]:
@@ -88,18 +106,21 @@ def test_users_and_entrypoints(images: list[plan.ImageBuild]) -> None:
         assert config["User"] == str(C.TRAINER_UID) and config["Entrypoint"] == ["ftbench-trainer"]
 
 
-def test_operator_image_has_kopf_and_no_torch(images: list[plan.ImageBuild]) -> None:
-    out = run_in(plan.operator_image(), "python", "-c", "import os, kopf, ftbench_operator.app; print(os.getuid())")
+def test_operator_image_has_kopf_and_no_torch(images: list[plan.ImageBuild], tmp_path: Path) -> None:
+    probe = "import os, kopf, ftbench_operator.app; print(os.getuid())"
+    out = run_in(plan.operator_image(), "python", "-c", probe, tmp=tmp_path)
     assert out.startswith("exit 0") and f"\n{C.OPERATOR_UID}\n" in out, out
-    out = run_in(plan.operator_image(), "python", "-c", "import torch")
+    out = run_in(plan.operator_image(), "python", "-c", "import torch", tmp=tmp_path)
     assert "No module named 'torch'" in out, out
 
 
 @pytest.mark.parametrize("engine", ["trl", "fms-hf-tuning"])
-def test_trainer_images_keep_the_base_torch_and_have_no_kopf(images: list[plan.ImageBuild], engine: str) -> None:
+def test_trainer_images_keep_the_base_torch_and_have_no_kopf(
+    images: list[plan.ImageBuild], engine: str, tmp_path: Path
+) -> None:
     for image in (i for i in trainers(images) if i.args[C.ARG_ENGINE] == engine):
         probe = "import os, torch, ftbench_trainer; print(os.getuid(), torch.__version__.split('+')[0])"
-        out = run_in(image.ref, "python", "-c", probe)
+        out = run_in(image.ref, "python", "-c", probe, tmp=tmp_path)
         assert out.startswith("exit 0") and f"{C.TRAINER_UID} {load_releases().cpu_torch}" in out, out
-        assert "No module named 'kopf'" in run_in(image.ref, "python", "-c", "import kopf")
-        assert "usage" in run_in(image.ref, "ftbench-trainer", "--help").lower()
+        assert "No module named 'kopf'" in run_in(image.ref, "python", "-c", "import kopf", tmp=tmp_path)
+        assert "usage" in run_in(image.ref, "ftbench-trainer", "--help", tmp=tmp_path).lower()

@@ -111,12 +111,20 @@ def test_operator_pod_runs_the_image_as_its_user_and_answers(
     assert "ftbench" in http_get(f"http://127.0.0.1:{ports['metrics']}/metrics")
 
 
+def succeeded(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``spec``, follow it to its end, and insist on Succeeded (the pods' logs if not)."""
+    cluster.apply(namespace, name, spec)
+    final = cluster.follow(namespace, name, timeout=400).final
+    if final["phase"] != "Succeeded":
+        logs = "\n".join(cluster.pod_log(namespace, p.metadata.name) for p in cluster.pods(namespace))
+        pytest.fail(f"{name}: {final['phase']}: {final.get('message')}\n{logs[-6000:]}")
+    return final
+
+
 def test_trl_image_trains_an_experiment_to_succeeded(cluster: Cluster, operator: tuple[str, dict[str, int]]) -> None:
     namespace, _ = operator
-    cluster.apply(namespace, "trl", tiny_lora_spec())
-    run = cluster.follow(namespace, "trl", timeout=300)
-    assert run.final["phase"] == "Succeeded", run.final
-    env = run.final["environment"]
+    final = succeeded(cluster, namespace, "trl", tiny_lora_spec())
+    env = final["environment"]
     assert env["image"] == plan.trainer_image("trl") and env["engine"] == "trl", env
 
 
@@ -126,9 +134,7 @@ def test_fms_image_trains_an_experiment_to_succeeded(
 ) -> None:
     namespace, _ = operator
     name = "fms-" + version.replace(".", "-")
-    cluster.apply(namespace, name, tiny_lora_spec(engine="fms-hf-tuning", fmsHfTuningVersion=version))
-    run = cluster.follow(namespace, name, timeout=400)
-    assert run.final["phase"] == "Succeeded", run.final
-    env = run.final["environment"]
+    final = succeeded(cluster, namespace, name, tiny_lora_spec(engine="fms-hf-tuning", fmsHfTuningVersion=version))
+    env = final["environment"]
     assert env["image"] == plan.trainer_image("fms-hf-tuning", version), env
     assert (env["engine"], env["engineVersion"]) == ("fms-hf-tuning", version), env

@@ -59,27 +59,27 @@ def load(ref: str) -> Image:
         raise PodConfigError(f"image {ref!r}: {err}") from err
 
 
-def _passwd(rootfs: Path) -> list[list[str]]:
+def _table(rootfs: Path, name: str) -> list[list[str]]:
+    """The entries of the image's /etc/passwd or /etc/group, split on ':'."""
     with contextlib.suppress(OSError):
-        return [
-            line.split(":") for line in (rootfs / "etc" / "passwd").read_text().splitlines() if line.count(":") >= 6
-        ]
+        return [line.split(":") for line in (rootfs / "etc" / name).read_text().splitlines() if line.count(":") >= 2]
     return []
 
 
-def _id(text: str, rootfs: Path, *, group: bool) -> int:
+def _id(text: str, rootfs: Path, table: str) -> int:
+    """A numeric id as is; a name looked up in the image's ``table`` (passwd or group)."""
     if text.isdigit():
         return int(text)
-    table = (rootfs / "etc" / ("group" if group else "passwd")).read_text() if (rootfs / "etc").exists() else ""
-    for line in table.splitlines():
-        parts = line.split(":")
-        if parts[0] == text and len(parts) > 2:
-            return int(parts[2])
-    raise PodConfigError(f"image user {text!r} is not in the image's /etc/{'group' if group else 'passwd'}")
+    for entry in _table(rootfs, table):
+        if entry[0] == text:
+            return int(entry[2])
+    raise PodConfigError(f"image user {text!r} is not in the image's /etc/{table}")
 
 
 @dataclass(frozen=True)
 class User:
+    """Who a container's process runs as, and its HOME when the image sets none."""
+
     uid: int
     gid: int
     groups: tuple[int, ...] = ()
@@ -92,11 +92,11 @@ def user(pod: Obj, container: Obj, image: Image) -> User:
     sc = container.get("securityContext") or {}
     name, _, group_name = str(image.config.get("User") or "0").partition(":")
     uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
-    uid = _id(name, image.rootfs, group=False) if uid is None else int(uid)
-    entry = next((p for p in _passwd(image.rootfs) if p[2] == str(uid)), None)
+    uid = _id(name, image.rootfs, "passwd") if uid is None else int(uid)
+    entry = next((p for p in _table(image.rootfs, "passwd") if p[2] == str(uid) and len(p) > 5), None)
     gid = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
     if gid is None:
-        gid = _id(group_name, image.rootfs, group=True) if group_name else int(entry[3]) if entry else 0
+        gid = _id(group_name, image.rootfs, "group") if group_name else int(entry[3]) if entry else 0
     if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) and uid == 0:
         raise PodConfigError(f"container {container['name']} has runAsNonRoot and image will run as root")
     extra = [pod_sc["fsGroup"]] if pod_sc.get("fsGroup") is not None else []
