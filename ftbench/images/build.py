@@ -118,7 +118,9 @@ def build(image: plan.ImageBuild) -> bool:
 
 
 def build_all(releases: Sequence[str] | None = None, *, only: Sequence[str] = ()) -> list[plan.ImageBuild]:
-    """Both bases, then every planned image (``only``: those whose name contains one of these)."""
+    """Both bases, then every planned image (``only``: those whose name contains one of these);
+    then what the rebuilt ones left behind is pruned. One build at a time: working containers
+    of a concurrent build would be pruned."""
     t0 = time.monotonic()
     python_key = python_base()
     log.info("%s ready (%.0f s)", plan.PYTHON_BASE, time.monotonic() - t0)
@@ -131,4 +133,5 @@ def build_all(releases: Sequence[str] | None = None, *, only: Sequence[str] = ()
         t0 = time.monotonic()
         built = build(image)
         log.info("%s: %s (%.0f s)", image.ref, "built" if built else "current", time.monotonic() - t0)
+    store.prune()
     return wanted

@@ -17,6 +17,8 @@ from ftbench.contracts import images as C
 
 # Working containers the kubelet mounts as the lower layer of its pods' root file systems.
 ROOTFS_CONTAINER_PREFIX = "ftbench-rootfs-"
+# buildah's names for the working containers of builds (``<image>-working-container[-N]``).
+WORKING_CONTAINER_SUFFIXES = tuple(["-working-container", *(f"-working-container-{n}" for n in range(1, 10))])
 
 
 class ImageError(RuntimeError):
@@ -82,3 +84,18 @@ def rootfs(ref: str) -> Path:
         with contextlib.suppress(ImageError):
             buildah("from", "--pull-never", "--name", name, ref)
     return Path(buildah("mount", name).strip())
+
+
+def prune() -> None:
+    """Drop what rebuilt images leave behind in the (full-copy, vfs) storage: the kubelet's root
+    file system containers of images no longer tagged, leftover working containers, then the
+    untagged images. A pod still running on such an old image loses its root file system."""
+    tagged = {i["id"] for i in json.loads(buildah("images", "--json") or "[]") or [] if i.get("names")}
+    for c in json.loads(buildah("containers", "--json") or "[]") or []:
+        name = str(c.get("containername", ""))
+        stale_rootfs = name.startswith(ROOTFS_CONTAINER_PREFIX) and c.get("imageid") not in tagged
+        if stale_rootfs or name.endswith(WORKING_CONTAINER_SUFFIXES):
+            with contextlib.suppress(ImageError):
+                buildah("rm", c["id"])
+    with contextlib.suppress(ImageError):
+        buildah("rmi", "--prune")
