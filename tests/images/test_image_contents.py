@@ -124,3 +124,22 @@ def test_trainer_images_keep_the_base_torch_and_have_no_kopf(
         assert out.startswith("exit 0") and f"{C.TRAINER_UID} {load_releases().cpu_torch}" in out, out
         assert "No module named 'kopf'" in run_in(image.ref, "python", "-c", "import kopf", tmp=tmp_path)
         assert "usage" in run_in(image.ref, "ftbench-trainer", "--help", tmp=tmp_path).lower()
+
+
+def test_python_of_every_image_meets_the_bounds(images: list[plan.ImageBuild], tmp_path: Path) -> None:
+    """The image's Python is inside ftbench's requires-python and, in an fms-hf-tuning image,
+    inside the release's own Requires-Python (what docs/images.md's table states)."""
+    from packaging.specifiers import SpecifierSet
+
+    probe = (
+        "import sys, importlib.metadata as m; print('%d.%d.%d' % sys.version_info[:3]); "
+        "print(m.metadata('ftbench')['Requires-Python']); "
+        "print(m.metadata('fms-hf-tuning')['Requires-Python'] if m.packages_distributions().get('tuning') else '')"
+    )
+    for image in images:
+        out = run_in(image.ref, "python", "-c", probe, tmp=tmp_path)
+        assert out.startswith("exit 0"), out
+        python, ftbench_bound, fms_bound = (out.splitlines()[1:4] + [""] * 3)[:3]
+        assert python in SpecifierSet(ftbench_bound), (image.ref, python, ftbench_bound)
+        if image.args.get(C.ARG_ENGINE) == "fms-hf-tuning":
+            assert fms_bound and python in SpecifierSet(fms_bound), (image.ref, python, fms_bound)
