@@ -205,6 +205,12 @@ class Cluster:
     def pods(self, namespace: str, selector: str = "app.kubernetes.io/managed-by=ftbench") -> list[Any]:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
+    def container_specs(self, namespace: str, pod: str = "*") -> list[Obj]:
+        """What the local kubelet gave the containers of ``pod`` (``podrun``'s spec.json): in
+        image mode their root file system and user."""
+        specs = sorted(self.kubelet_dir.glob(f"pods/{namespace}_{pod}_*/containers/*/spec.json"))
+        return [json.loads(p.read_text()) for p in specs]
+
     def pod_log(self, namespace: str, pod: str) -> str:
         """The container log the local kubelet keeps (there is no log endpoint on this node)."""
         logs = sorted(self.kubelet_dir.glob(f"pods/{namespace}_{pod}_*/containers/*/log"))

@@ -8,13 +8,13 @@ import socket
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e_kit import Cluster, poll, tiny_lora_spec
 
 from ftbench.api.crd import crd
+from ftbench.contracts.images import OPERATOR_UID
 from ftbench.devcluster.crds import install_crd
 from ftbench.devcluster.devup import seed_models
 from ftbench.images import plan
@@ -106,8 +106,8 @@ def test_operator_pod_runs_the_image_as_its_user_and_answers(
     pod = next(p for p in cluster.pods(namespace, "app.kubernetes.io/component=operator"))
     assert pod.spec.containers[0].image == plan.operator_image()
     assert pod.status.phase == "Running"
-    spec_file = next(Path(cluster.kubelet_dir).glob(f"pods/{namespace}_{pod.metadata.name}_*/containers/*/spec.json"))
-    assert '"uid": 10001' in spec_file.read_text()
+    [spec] = cluster.container_specs(namespace, pod.metadata.name)
+    assert spec["user"]["uid"] == OPERATOR_UID and spec["rootfs"], spec
     assert "ftbench" in http_get(f"http://127.0.0.1:{ports['metrics']}/metrics")
 
 
