@@ -150,6 +150,12 @@ class RootBuilder:
         if not m.is_file:
             self.ours.add(posixpath.normpath(m.target))
 
+    def _in_overlay(self, inner: str) -> bool:
+        """Whether ``inner`` lies in the image's overlay (ours to write), not in a host file
+        system bound into it: a mount point under /dev must not be created on the host's /dev."""
+        under_host = any(inner == h or inner.startswith(h + "/") for h in HOST_FILESYSTEMS)
+        return self.writable_root and not under_host
+
     def enter(self) -> None:
         os.chroot(self.root)
         os.chdir("/")
@@ -200,7 +206,7 @@ class RootBuilder:
                 cur, i = "/", 0
                 continue
             if not os.path.lexists(outer):
-                if cur not in self.ours and not self.writable_root:
+                if cur not in self.ours and not self._in_overlay(cur):
                     self._shadow(cur)
                 if is_file and i == len(parts) - 1:
                     outer.touch()

@@ -8,6 +8,7 @@ import socket
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,6 +126,8 @@ def test_trl_image_trains_an_experiment_to_succeeded(cluster: Cluster, operator:
     namespace, _ = operator
     final = succeeded(cluster, namespace, "trl", tiny_lora_spec())
     env = final["environment"]
+    # The termination-message file was mounted inside the pod's root, not created on the host's /dev.
+    assert not Path("/dev/termination-log").exists()
     assert env["image"] == plan.trainer_image("trl") and env["engine"] == "trl", env
 
 
