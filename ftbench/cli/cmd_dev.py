@@ -37,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--no-seed-models", action="store_true", help="do not build the tiny model into the models PVC stand-in"
     )
+    up.add_argument(
+        "--images",
+        action="store_true",
+        help="run pods in their images (built by hack/build-images.sh) instead of as host processes",
+    )
     up.add_argument("--timeout", type=float, default=devup.READY_TIMEOUT, help="seconds to wait for the cluster")
     actions.add_parser("down", help="stop everything `dev up` started")
     actions.add_parser("status", help="show what runs (exit 1 if the cluster is not up)")
@@ -48,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return devup.up(
             args.state_dir, labels=args.label, gpus=args.gpus, no_operator=args.no_operator,
             operator_cmd=args.operator_cmd, seed_models=not args.no_seed_models, timeout=args.timeout,
+            images=args.images,
         )  # fmt: skip
     if args.action == "down":
         return devup.down(args.state_dir)

@@ -104,7 +104,7 @@ def seed_models(pvc_dir: Path) -> Path | None:
     if not models.claim_name:
         return None
     claim = pvc_dir / models.claim_name
-    # HF_HOME lives on the same read-only claim; it must exist before the pods start.
+    # HF_HOME lives on the same claim; it must exist before the pods start.
     hf_home = PurePosixPath(profile.storage.hf_home)
     if hf_home.is_relative_to(models.mount_path):
         (claim / hf_home.relative_to(models.mount_path)).mkdir(parents=True, exist_ok=True)
@@ -116,7 +116,21 @@ def seed_models(pvc_dir: Path) -> Path | None:
         capture_output=True,
         text=True,
     )
+    if os.geteuid() == 0:
+        _give_to_trainer(claim, profile.security.run_as_user, profile.security.run_as_group)
     return Path(built.stdout.strip().splitlines()[-1])
+
+
+def _give_to_trainer(claim: Path, uid: int, gid: int) -> None:
+    """Hand the claim's contents to the trainer's user, as an admin prepares a claim for it.
+
+    In its image (the kubelet's image mode) the trainer runs as the profile's non-root
+    runAsUser: it writes its caches under HF_HOME, and rebuilds the tiny model in place when
+    its transformers major differs from the one that built it (the fms-hf-tuning images).
+    """
+    for root, dirs, files in os.walk(claim):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
 
 
 # -- the supervisor (``serve``) -------------------------------------------------------------------
@@ -167,6 +181,8 @@ def serve(args: argparse.Namespace) -> int:
             kubelet += ["--label", label]
         if args.gpus is not None:
             kubelet += ["--gpus", str(args.gpus)]
+        if args.images:
+            kubelet.append("--images")
         children["kubelet"] = _spawn(kubelet, layout.logs / "kubelet.log", env)
         operator = (
             shlex.split(args.operator_cmd)
@@ -214,7 +230,7 @@ def running_supervisor(layout: Layout) -> int | None:
 
 
 def up(state_dir: Path, *, labels: list[str], gpus: int | None, no_operator: bool, operator_cmd: str | None,
-       seed_models: bool = True, timeout: float = READY_TIMEOUT) -> int:  # fmt: skip
+       seed_models: bool = True, timeout: float = READY_TIMEOUT, images: bool = False) -> int:  # fmt: skip
     layout = Layout(state_dir.resolve())
     if running_supervisor(layout):
         print(f"already running (state dir {layout.root}); `ftbench dev status` / `ftbench dev down`")
@@ -233,6 +249,8 @@ def up(state_dir: Path, *, labels: list[str], gpus: int | None, no_operator: boo
         argv += ["--operator-cmd", operator_cmd]
     if not seed_models:
         argv.append("--no-seed-models")
+    if images:
+        argv.append("--images")
     supervisor = _spawn(argv, layout.logs / "supervisor.log", dict(os.environ))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -320,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--no-operator", action="store_true")
     s.add_argument("--operator-cmd")
     s.add_argument("--no-seed-models", action="store_true")
+    s.add_argument("--images", action="store_true")
     args = p.parse_args(argv)
     return serve(args)
 

@@ -19,6 +19,14 @@ directory that should contain it is *shadowed*: a tmpfs replaces it that holds b
 its original entries plus the new mount point. Then the process chroots into the new root.
 Without isolation (``spec.json: isolate false``: not root and no user namespaces) mounts are
 skipped and the command runs on the host's filesystem.
+
+Image mode (``spec.json: rootfs``, the kubelet's ``--images``): the new root is an overlay whose
+lower layer is the image's root file system (shared, never written) and whose upper layer is this
+container's own directory, so the container may write anywhere, as in a container runtime, and
+its writes vanish with the pod. ``/proc``, ``/dev`` and ``/sys`` and the host's resolver are bound
+in (host network, as the pod IPs are host addresses); no shadowing is needed since every mount
+point is created in the upper layer. The command then runs as ``spec.json: user`` (uid, gid,
+extra groups).
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_MOVE = 0x2000
 MS_REC = 0x4000
+# Bound from the host into an image's root: what a runtime provides (a private /proc comes from
+# ``unshare --mount-proc``; /dev and /sys as the host's, since the pod shares the host's devices).
+HOST_FILESYSTEMS = ("/proc", "/dev", "/sys")
+HOST_FILES = ("/etc/resolv.conf",)
 
 SPEC_FILE = "spec.json"
 EXIT_FILE = "exit.json"
@@ -104,6 +116,19 @@ class RootBuilder:
         # In-container directories backed by something of ours (tmpfs, a volume): creating a mount
         # point inside them does not touch the host.
         self.ours: set[str] = {"/"}
+        self.writable_root = False  # image mode: every directory is ours (the overlay's upper layer)
+
+    def build_image(self, lower: str, layers: Path, mounts: list[Mount]) -> None:
+        """An overlay of the image's root (``lower``) with ``layers``/upper, then the mounts."""
+        upper, work = layers / "upper", layers / "work"
+        for d in (self.root, upper, work):
+            d.mkdir(parents=True, exist_ok=True)
+        self.libc.mount("overlay", str(self.root), "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+        self.writable_root = True
+        host = [Mount(target=p, source=p) for p in HOST_FILESYSTEMS]
+        host += [Mount(target=p, source=p, is_file=True) for p in HOST_FILES if os.path.exists(p)]
+        for m in [*host, *sorted(mounts, key=lambda m: posixpath.normpath(m.target).count("/"))]:
+            self.add(m)
 
     def build(self, mounts: list[Mount]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -124,6 +149,12 @@ class RootBuilder:
             self.libc.mount("none", str(outer), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
         if not m.is_file:
             self.ours.add(posixpath.normpath(m.target))
+
+    def _in_overlay(self, inner: str) -> bool:
+        """Whether ``inner`` lies in the image's overlay (ours to write), not in a host file
+        system bound into it: a mount point under /dev must not be created on the host's /dev."""
+        under_host = any(inner == h or inner.startswith(h + "/") for h in HOST_FILESYSTEMS)
+        return self.writable_root and not under_host
 
     def enter(self) -> None:
         os.chroot(self.root)
@@ -175,7 +206,7 @@ class RootBuilder:
                 cur, i = "/", 0
                 continue
             if not os.path.lexists(outer):
-                if cur not in self.ours:
+                if cur not in self.ours and not self._in_overlay(cur):
                     self._shadow(cur)
                 if is_file and i == len(parts) - 1:
                     outer.touch()
@@ -202,7 +233,11 @@ def run(container_dir: Path) -> int:
     try:
         if spec.get("isolate", False):
             builder = RootBuilder(container_dir / "rootfs", container_dir / "stage")
-            builder.build([Mount.from_json(m) for m in spec.get("mounts", [])])
+            mounts = [Mount.from_json(m) for m in spec.get("mounts", [])]
+            if image_root := spec.get("rootfs"):
+                builder.build_image(image_root, container_dir / "layers", mounts)
+            else:
+                builder.build(mounts)
             builder.enter()
             if hostname := spec.get("hostname"):
                 socket.sethostname(hostname)
@@ -215,7 +250,11 @@ def run(container_dir: Path) -> int:
         )
         return 128
     try:
-        proc = subprocess.Popen(spec["argv"], env=spec.get("env", {}), cwd=cwd, stdin=subprocess.DEVNULL)
+        who = spec.get("user")
+        identity: dict[str, Any] = (
+            {"user": who["uid"], "group": who["gid"], "extra_groups": who.get("groups", [])} if who else {}
+        )
+        proc = subprocess.Popen(spec["argv"], env=spec.get("env", {}), cwd=cwd, stdin=subprocess.DEVNULL, **identity)
     except OSError as err:
         # What a container runtime reports for a missing executable: exit 127 / 126.
         print(f"ftbench local kubelet: cannot run {spec['argv'][0]!r}: {err}", file=sys.stderr, flush=True)

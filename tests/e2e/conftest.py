@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_kit import PYTORCHJOB_CRD_FILE, SERVE_LABEL, TRAINER_RULES, Cluster
+from e2e_kit import PYTORCHJOB_CRD_FILE, Cluster, image_mode
 
 from ftbench.api.crd import crd, sweep_crd
 from ftbench.devcluster.crds import install_crd
@@ -26,6 +26,9 @@ _UP: list[Cluster] = []
 def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The CRDs, the seeded tiny model, the local kubelet and the operator, up for the package.
 
+    The kubelet runs the pods in their images (the ones the chart and the cluster profile name)
+    when they can be built here (`image_mode`), else as host processes.
+
     The PyTorchJob CRD goes in before the operator starts, so that kopf watches PyTorchJobs from
     the beginning; without the upstream fixture the 2-node test skips and the others still run.
     """
@@ -33,7 +36,7 @@ def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPath
     install_crd(kube_api, sweep_crd())
     if PYTORCHJOB_CRD_FILE.exists():
         install_crd(kube_api, yaml.safe_load(PYTORCHJOB_CRD_FILE.read_text()))
-    cluster = Cluster(control_plane, kube_api, tmp_path_factory.mktemp("e2e"))
+    cluster = Cluster(control_plane, kube_api, tmp_path_factory.mktemp("e2e"), images=image_mode())
     if seed_models(cluster.kubelet_dir / "pvc") is None:
         pytest.skip("the trainer extra (ftbench_trainer, torch) is not installed")
     try:
@@ -60,20 +63,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.fixture
 def ns(cluster: Cluster, namespace: str) -> str:
     """A fresh namespace served by the package's kubelet, where the trainer may report progress."""
-    from kubernetes.client import RbacAuthorizationV1Api
-
-    cluster.core.patch_namespace(namespace, {"metadata": {"labels": {SERVE_LABEL[0]: SERVE_LABEL[1]}}})
-    rbac = RbacAuthorizationV1Api(cluster.api)
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "ftbench-trainer"}, "rules": TRAINER_RULES})
-    rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": "ftbench-trainer"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ftbench-trainer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
-        },
-    )
-    return namespace
+    return cluster.serve(namespace)
 
 
 @pytest.hookimpl(hookwrapper=True)

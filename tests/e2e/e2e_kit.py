@@ -110,10 +110,10 @@ class Component:
 class Cluster:
     """The package's cluster: API access, the two components, and experiment helpers."""
 
-    def __init__(self, control_plane: Any, kube_api: Any, workdir: Path) -> None:
+    def __init__(self, control_plane: Any, kube_api: Any, workdir: Path, *, images: bool = False) -> None:
         from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 
-        self.control_plane, self.api, self.workdir = control_plane, kube_api, workdir
+        self.control_plane, self.api, self.workdir, self.images = control_plane, kube_api, workdir, images
         self.core, self.batch, self.custom = CoreV1Api(kube_api), BatchV1Api(kube_api), CustomObjectsApi(kube_api)
         self.kubelet_dir = workdir / "kubelet"
         self.kubelet_dir.mkdir()
@@ -122,6 +122,7 @@ class Cluster:
             sys.executable, "-m", "ftbench.devcluster.kubelet", "--kubeconfig", str(control_plane.kubeconfig),
             "--node-name", NODE, "--state-dir", str(self.kubelet_dir), "--gpus", "0", "--interval", "0.2",
             "--namespace-label", "=".join(SERVE_LABEL), *(a for k in TRAINER_ENV for a in ("--pass-env", k)),
+            *(["--images"] if images else []),
         ]  # fmt: skip
         self.kubelet = Component("kubelet", kubelet_argv, env, workdir / "kubelet.log", self._node_ready)
         operator_argv = default_operator_command()
@@ -149,6 +150,23 @@ class Cluster:
         self.kubelet.stop()
         kill_all_pods(self.kubelet_dir)
         self.control_plane.request("DELETE", f"/api/v1/nodes/{NODE}")
+
+    def serve(self, namespace: str) -> str:
+        """Let the kubelet serve ``namespace`` and the trainer report progress there."""
+        from kubernetes.client import RbacAuthorizationV1Api
+
+        self.core.patch_namespace(namespace, {"metadata": {"labels": {SERVE_LABEL[0]: SERVE_LABEL[1]}}})
+        rbac = RbacAuthorizationV1Api(self.api)
+        rbac.create_namespaced_role(namespace, {"metadata": {"name": "ftbench-trainer"}, "rules": TRAINER_RULES})
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": "ftbench-trainer"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ftbench-trainer"},
+                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+            },
+        )
+        return namespace
 
     # -- experiments ------------------------------------------------------------------------------
 
@@ -186,6 +204,12 @@ class Cluster:
 
     def pods(self, namespace: str, selector: str = "app.kubernetes.io/managed-by=ftbench") -> list[Any]:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def container_specs(self, namespace: str, pod: str = "*") -> list[Obj]:
+        """What the local kubelet gave the containers of ``pod`` (``podrun``'s spec.json): in
+        image mode their root file system and user."""
+        specs = sorted(self.kubelet_dir.glob(f"pods/{namespace}_{pod}_*/containers/*/spec.json"))
+        return [json.loads(p.read_text()) for p in specs]
 
     def pod_log(self, namespace: str, pod: str) -> str:
         """The container log the local kubelet keeps (there is no log endpoint on this node)."""
@@ -231,3 +255,26 @@ def tiny_lora_spec(**extra: Any) -> Obj:
         "gradientCheckpointing": False,
         **extra,
     }
+
+
+def image_mode() -> bool:
+    """Whether pods run in the built images: when buildah is here (the images are then built or
+    found current by hack/build-images.sh), and always under ``FTBENCH_REQUIRE_IMAGES=1`` (CI),
+    where a missing buildah or a failed build fails instead of falling back to host processes."""
+    from ftbench.images import store
+
+    required = os.environ.get("FTBENCH_REQUIRE_IMAGES") == "1"
+    if not store.available() and not required:
+        return False
+    build_images()
+    return True
+
+
+def build_images() -> None:
+    """hack/build-images.sh with this interpreter: builds what is missing or stale, else seconds."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-images.sh")], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"hack/build-images.sh failed ({done.returncode}):\n{done.stderr[-4000:]}", pytrace=False)

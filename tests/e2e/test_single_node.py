@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from e2e_kit import Cluster, tiny_lora_spec
 
+from ftbench.api.profile import ClusterProfile
+
 pytestmark = [pytest.mark.k8s, pytest.mark.training]
 
 
@@ -21,6 +23,10 @@ def test_lora_experiment_succeeds_with_progress_and_results(cluster: Cluster, ns
     assert midway, f"no progress seen mid-run: {run.seen}"
     assert run.final["progress"]["step"] == 80
     assert [j.metadata.name for j in cluster.batch.list_namespaced_job(ns).items] == ["lora-a0"]
+    if cluster.images:  # the pod ran in the trainer image the profile names, as the profile's user
+        assert run.final["environment"]["image"] == ClusterProfile().images.image_for("trl", "")
+        [spec] = cluster.container_specs(ns)
+        assert spec["rootfs"] and spec["user"]["uid"] == ClusterProfile().security.run_as_user, spec
 
 
 def test_trainer_failure_ends_failed_with_the_reason(cluster: Cluster, ns: str) -> None:

@@ -150,3 +150,17 @@ def test_images_docs_list_every_tag_the_profile_uses() -> None:
     for release in load_releases().releases:
         tag = images.image_for(Engine.FMS_HF_TUNING.value, release.version)
         assert (tag in reference) == release.installable, release.version
+
+
+def test_dockerfiles_spell_the_contract_names() -> None:
+    """The build arguments, labels and users ftbench.contracts.images names are the Dockerfiles'."""
+    from ftbench.contracts import images as C
+
+    trainer = (REPO / "Dockerfile.trainer").read_text()
+    operator = (REPO / "Dockerfile.operator").read_text()
+    for arg in (C.ARG_BASE_IMAGE, C.ARG_ENGINE, C.ARG_FMS_VERSION, C.ARG_FMS_ACCELERATION, C.ARG_FLASH_ATTN):
+        assert re.search(rf"^ARG {arg}=", trainer, re.M), arg
+    assert re.search(rf"^ARG {C.ARG_PYTHON_IMAGE}=", operator, re.M)
+    assert f'{C.ENGINE_LABEL}="${{ENGINE}}"' in trainer and f"{C.FMS_VERSION_LABEL}=" in trainer
+    assert re.search(rf"^USER {C.TRAINER_UID}$", trainer, re.M)
+    assert re.search(rf"^USER {C.OPERATOR_UID}:{C.OPERATOR_UID}$", operator, re.M)

@@ -154,6 +154,10 @@ def build_tiny_model(
         marker = {"params": params, "transformers": transformers.__version__, "torch": torch.__version__}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         os.chmod(tmp, 0o755)  # mkdtemp creates it private
+        # safetensors writes its file 0600: a model on a shared volume is read by other users (the
+        # trainer image runs as a non-root user, the model was put there by someone else).
+        for file in tmp.iterdir():
+            file.chmod(0o644)
         if path.exists():
             if _is_built(path, params):  # someone else finished first
                 return path

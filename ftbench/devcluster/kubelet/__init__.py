@@ -13,8 +13,11 @@ containers or images:
   process (``podrun``), with the container's environment (downward API, ConfigMap/Secret
   references), working directory and volume mounts, in a private mount/UTS/PID namespace with
   its own loopback address (127.x.y.z) as pod IP and an ``/etc/hosts`` that resolves the pod DNS
-  names of its namespace (``hosts``). The image is ignored: commands come from ``--bin-dir``
-  (default: this Python's bin directory, where ``ftbench-trainer`` is installed) and the host.
+  names of its namespace (``hosts``). Process mode (the default): the image is ignored, commands
+  come from ``--bin-dir`` (default: this Python's bin directory, where ``ftbench-trainer`` is
+  installed) and the host. Image mode (``--images``): each container runs in its image's root
+  file system from buildah's storage (``hack/build-images.sh``), with the image's entrypoint,
+  environment and user as Kubernetes combines them with the pod's (``images``).
 - Status: Pending -> Running (startTime, podIP, running containers) -> Succeeded/Failed with
   each container's exit code, reason and termination message, as a real kubelet reports them,
   so the Job controller and the operator see what they would see on a cluster. Logs stay in
@@ -29,7 +32,9 @@ It polls the API server (a list of pods every ``--interval`` seconds) instead of
 on a dev cluster that is cheap, and there is no watch-resume logic to get wrong.
 
 Known simplifications: ``restartPolicy`` is treated as Never, init containers, probes,
-securityContext (the process runs as the kubelet's user), resource limits and taints are ignored;
+securityContext in process mode (the process runs as the kubelet's user; image mode honours the
+user, group and runAsNonRoot, not readOnlyRootFilesystem or capabilities), resource limits and
+taints are ignored; pods share the host's network (each with its own loopback address);
 an in-memory emptyDir is a tmpfs per container (not shared between containers of a pod).
 
 Run: ``python -m ftbench.devcluster.kubelet --kubeconfig K --node-name N --state-dir D``.
@@ -37,6 +42,7 @@ Run: ``python -m ftbench.devcluster.kubelet --kubeconfig K --node-name N --state
 Modules: ``client`` (REST calls over ``ftbench.kubeapi``), ``pod_state`` (what is kept on disk,
 process identity), ``node`` (Node, heartbeat, Lease), ``scheduling`` (fit and Binding),
 ``pod_status`` (pure status builders), ``containers`` (spec and start of one container),
+``images`` (what a container gets from its image in image mode),
 ``runner`` (the sync loop, `LocalKubelet`), ``cli`` (arguments, ``main``).
 """
 

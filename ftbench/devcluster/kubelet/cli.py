@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--interval", type=float, default=0.5, help="seconds between pod syncs (default 0.5)")
     p.add_argument("--no-isolation", action="store_true", help="no mount namespaces: run commands on the host's paths")
+    p.add_argument(
+        "--images",
+        action="store_true",
+        help="image mode: run each container in its image's root file system from buildah's storage "
+        "(hack/build-images.sh), as its user, with its entrypoint and environment",
+    )
     return p
 
 
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         Rest.from_kubeconfig(args.kubeconfig), args.node_name, args.state_dir, bin_dir=args.bin_dir,
         labels=dict(args.label), gpus=args.gpus, pass_env=tuple(args.pass_env),
         namespace_labels=dict(args.namespace_label), interval=args.interval,
-        isolate=not args.no_isolation,
+        isolate=not args.no_isolation, images=args.images,
     )  # fmt: skip
     kubelet.run(stop)
     log.info("stopped; containers keep running (a restarted kubelet adopts them)")

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import ftbench
 from ftbench.devcluster import podspec
+from ftbench.devcluster.kubelet import images
 from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun
 from ftbench.devcluster.podrun import SPEC_FILE, now
 
@@ -44,12 +45,18 @@ def isolation_prefix() -> list[str] | None:
     return None
 
 
-def base_env(server: str, bin_dir: str, hostname: str, pass_env: Iterable[str]) -> dict[str, str]:
-    """What an image and a kubelet would put into every container's environment."""
+def base_env(
+    server: str, bin_dir: str, hostname: str, pass_env: Iterable[str], *, host_paths: bool = True
+) -> dict[str, str]:
+    """What an image and a kubelet would put into every container's environment.
+
+    Without an image (process mode) PATH and HOME are the host's, ``bin_dir`` first; in image
+    mode (``host_paths`` false) the image's config provides them (`images.Image.env`).
+    """
     url = urlparse(server)
+    paths = {"PATH": podspec.default_path(bin_dir), "HOME": os.environ.get("HOME", "/root")} if host_paths else {}
     env = {
-        "PATH": podspec.default_path(bin_dir),
-        "HOME": os.environ.get("HOME", "/root"),
+        **paths,
         "HOSTNAME": hostname,
         "KUBERNETES_SERVICE_HOST": url.hostname or "127.0.0.1",
         "KUBERNETES_SERVICE_PORT": str(url.port or 443),
@@ -67,13 +74,27 @@ def container_spec(
     objects: podspec.ObjectSource,
     *,
     isolate: bool,
+    image: images.Image | None = None,
 ) -> Obj:
-    """The ``podrun`` spec of one container (creating its directory and empty termination log)."""
+    """The ``podrun`` spec of one container (creating its directory and empty termination log).
+
+    With an ``image``: its root file system, environment, command, working directory and user
+    (`images`); the termination log is writable by any user, as a kubelet makes it.
+    """
+    extra: Obj = {}
+    if image is not None:
+        who = images.user(view, container, image)
+        env_base = {**image.env(), **env_base}
+        env_base.setdefault("HOME", who.home)
+        container = {**container, "command": image.argv(container), "args": []}
+        container.setdefault("workingDir", image.config.get("WorkingDir") or "")
+        extra = {"rootfs": str(image.rootfs), "user": {"uid": who.uid, "gid": who.gid, "groups": list(who.groups)}}
     env = podspec.container_env(view, container, env_base, objects)
     argv = podspec.resolve_command(container, env)
     cdir = run.dir / "containers" / container["name"]
     cdir.mkdir(parents=True, exist_ok=True)
     (cdir / "termination-log").write_bytes(b"")
+    (cdir / "termination-log").chmod(0o666)
     mounts = podspec.container_mounts(container, volumes)
     mounts.append({"target": "/etc/hosts", "source": str(run.dir / "hosts"), "isFile": True})
     mounts.append(
@@ -86,6 +107,7 @@ def container_spec(
         "hostname": run.hostname,
         "mounts": mounts,
         "isolate": isolate,
+        **extra,
     }
 
 

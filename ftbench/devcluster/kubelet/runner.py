@@ -24,7 +24,7 @@ from typing import Any
 
 from ftbench.devcluster import hosts as H
 from ftbench.devcluster import podspec
-from ftbench.devcluster.kubelet import containers, scheduling
+from ftbench.devcluster.kubelet import containers, images, scheduling
 from ftbench.devcluster.kubelet import pod_status as S
 from ftbench.devcluster.kubelet.client import ApiObjects, Rest
 from ftbench.devcluster.kubelet.node import Node
@@ -56,6 +56,7 @@ class LocalKubelet:
         namespace_labels: dict[str, str] | None = None,
         interval: float = 0.5,
         isolate: bool = True,
+        images: bool = False,
     ) -> None:
         self.rest = rest
         self.objects = ApiObjects(rest)
@@ -74,6 +75,9 @@ class LocalKubelet:
             log.warning(
                 "no mount namespaces (unshare unavailable or not permitted): volumes and /etc/hosts are not mounted"
             )
+        if images and self.prefix is None:
+            raise RuntimeError("image mode needs mount namespaces (root, or unshare with user namespaces)")
+        self.images = images
         self.runs: dict[str, PodRun] = {}
         self._notes: dict[str, str] = {}  # last Pending message per pod uid, to patch only changes
         self._hosts_at = 0.0  # monotonic time of the last hosts-file rewrite
@@ -224,13 +228,22 @@ class LocalKubelet:
             meta["namespace"], meta["name"], meta["uid"], directory, ip, hostname, spec.get("subdomain", ""),
             dict(meta.get("labels") or {}), start, pod=pod,
         )  # fmt: skip
-        env = containers.base_env(self.rest.server, self.bin_dir, hostname, self.pass_env)
+        env = containers.base_env(self.rest.server, self.bin_dir, hostname, self.pass_env, host_paths=not self.images)
         try:
             volumes = podspec.prepare_volumes(view, directory / "volumes", self.pvc_dir, self.objects)
+            if self.images:
+                _open_writable_volumes(view, volumes)
             H.write_in_place(directory / "hosts", "")
             specs = {
                 c["name"]: containers.container_spec(
-                    view, c, run, volumes, env, self.objects, isolate=self.prefix is not None
+                    view,
+                    c,
+                    run,
+                    volumes,
+                    env,
+                    self.objects,
+                    isolate=self.prefix is not None,
+                    image=images.load(c.get("image", "")) if self.images else None,
                 )
                 for c in spec["containers"]
             }
@@ -347,3 +360,15 @@ class LocalKubelet:
             self.runs.pop(run.uid, None)
         self._notes.pop(run.uid, None)
         shutil.rmtree(run.dir, ignore_errors=True)
+
+
+def _open_writable_volumes(pod: Obj, volumes: dict[str, podspec.VolumeDir]) -> None:
+    """Make emptyDirs and claims writable for the pod's non-root user (image mode).
+
+    An emptyDir is mode 0777 on a kubelet; the PVC stand-ins are made like the local-path
+    provisioner's volumes (0777 directories), so no fsGroup is needed, as on such a cluster.
+    """
+    for vol in pod["spec"].get("volumes") or []:
+        local = volumes.get(vol["name"])
+        if local is not None and not local.tmpfs and ("emptyDir" in vol or "persistentVolumeClaim" in vol):
+            local.path.chmod(0o777)
