@@ -13,10 +13,13 @@ from ftbench.api.validation import validate_document
 from ftbench.catalog import load_catalog
 from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.render.manifests import render_experiment
+from ftbench.sweep.points import expand, parse_sweep_document
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+ALL_FILES = sorted(EXAMPLES.glob("*.yaml"))
+SWEEP_FILES = [p for p in ALL_FILES if "kind: FineTuneSweep" in p.read_text()]
+EXAMPLE_FILES = [p for p in ALL_FILES if p not in SWEEP_FILES]
 PROFILE_FILES = sorted((EXAMPLES / "profiles").glob("*.yaml"))
 ROCE_PROFILE = EXAMPLES / "profiles" / "roce-cluster.yaml"
 
@@ -35,6 +38,19 @@ def profile_for(doc: dict) -> ClusterProfile:
 def test_example_is_valid(path: Path) -> None:
     report = validate_document(load(path))
     assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.name)
+def test_sweep_example_is_valid_in_every_point(path: Path) -> None:
+    parsed = parse_sweep_document(load(path))
+    assert parsed.spec is not None, parsed.issues
+    expansion = expand(parsed.spec, load_catalog())
+    assert expansion.ok and expansion.points, expansion.issues
+    assert all(p.valid for p in expansion.points), [p.issues for p in expansion.points]
+
+
+def test_there_is_a_sweep_example() -> None:
+    assert [p.name for p in SWEEP_FILES] == ["sweep.yaml"]
 
 
 @pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.name)
