@@ -127,7 +127,9 @@ class RootBuilder:
         self.writable_root = True
         host = [Mount(target=p, source=p) for p in HOST_FILESYSTEMS]
         host += [Mount(target=p, source=p, is_file=True) for p in HOST_FILES if os.path.exists(p)]
-        for m in [*host, *sorted(mounts, key=lambda m: posixpath.normpath(m.target).count("/"))]:
+        for m in host:  # the host's own: a mount point under them is made in a shadow, never there
+            self.add(m, ours=False)
+        for m in sorted(mounts, key=lambda m: posixpath.normpath(m.target).count("/")):
             self.add(m)
 
     def build(self, mounts: list[Mount]) -> None:
@@ -139,7 +141,9 @@ class RootBuilder:
         for m in sorted(mounts, key=lambda m: posixpath.normpath(m.target).count("/")):
             self.add(m)
 
-    def add(self, m: Mount) -> None:
+    def add(self, m: Mount, *, ours: bool = True) -> None:
+        """Mount ``m``; a directory mount is then ours to make mount points in, unless it is one of
+        the host's file systems (``ours=False``: /dev bound in is the host's /dev)."""
         outer = self._mountpoint(m.target, is_file=m.is_file)
         if m.kind == "tmpfs":
             self.libc.mount("tmpfs", str(outer), "tmpfs", 0, "mode=1777")
@@ -147,7 +151,7 @@ class RootBuilder:
             self.libc.mount(m.source, str(outer), None, MS_BIND | MS_REC)
         if m.read_only:
             self.libc.mount("none", str(outer), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-        if not m.is_file:
+        if ours and not m.is_file:
             self.ours.add(posixpath.normpath(m.target))
 
     def _in_overlay(self, inner: str) -> bool:

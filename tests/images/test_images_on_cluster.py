@@ -8,6 +8,7 @@ import socket
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,6 +130,7 @@ def test_trl_image_trains_an_experiment_to_succeeded(cluster: Cluster, operator:
     # inside the pod's root (not the host's /dev, where trainers run outside containers write theirs).
     [log] = cluster.kubelet_dir.glob(f"pods/{namespace}_trl-a0-*/containers/trainer/termination-log")
     assert '"outcome":"Succeeded"' in log.read_text()
+    assert not Path("/dev/termination-log").exists(), "image mode made a mount point in the host's /dev"
     assert env["image"] == plan.trainer_image("trl") and env["engine"] == "trl", env
 
 
