@@ -237,6 +237,13 @@ class Bench:
         return to_child, to_results
 
 
+def write_figures(figures: dict, path: Path | None) -> None:
+    """Print the figures as JSON, and write them to `path` too when asked (both benchmarks)."""
+    print(json.dumps(figures, indent=2))
+    if path:
+        path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
 def start_operator(cp: ControlPlane, tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     """The real operator against `cp` (profile file and log in `tmp`), once it answers its
     liveness probe; returns the process and its environment (the metrics port is in it)."""
@@ -337,9 +344,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-    print(json.dumps(figures, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    write_figures(figures, args.json)
     print(
         f"\n| Measure | p50 | p99 | Target |\n|---|---|---|---|\n"
         f"| CR created -> child created ({args.experiments}, {'at once' if not args.rate else f'{args.rate:g}/s'}) | {figures['cr_to_child_p50_s']} s "

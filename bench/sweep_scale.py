@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator"), str(REPO / "bench")]
 
-from operator_latency import SPEC, Bench, cpu_seconds, rss_mb, start_operator  # noqa: E402
+from operator_latency import SPEC, Bench, cpu_seconds, rss_mb, start_operator, write_figures  # noqa: E402
 
 from ftbench.api.crd import crd, sweep_crd  # noqa: E402
 from ftbench.api.resource import API_VERSION, GROUP, SWEEP_KIND, SWEEP_PLURAL, VERSION  # noqa: E402
@@ -163,9 +163,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-    print(json.dumps(figures, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    write_figures(figures, args.json)
     print(
         f"\n| Measure | Value |\n|---|---|\n"
         f"| sweep created -> every point scheduled ({args.points} points, parallelism {args.parallelism}) "

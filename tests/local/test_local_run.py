@@ -38,15 +38,6 @@ spec:
 """
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("FTBENCH_HOME", str(tmp_path / "home"))
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, "1")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return tmp_path / "home"
-
-
 def spec(**overrides: object) -> FineTuneExperimentSpec:
     base = {"model": "ftbench-tiny-llama", "modelMaxLength": 64, "numberGpus": 0, "batchSize": 2}
     return FineTuneExperimentSpec.model_validate({**base, **overrides})

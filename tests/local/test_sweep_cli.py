@@ -26,15 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sweep.yaml"
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("FTBENCH_HOME", str(tmp_path / "home"))
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, "1")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return tmp_path / "home"
-
-
 def write_sweep(path: Path, name: str, **spec_fields: object) -> Path:
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = name
