@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ftbench.api.sweep import MAX_POINTS, FineTuneSweepSpec, PointPhase, SweepPhase
+from ftbench.api.sweep import MAX_POINTS, OBJECTIVE_METRICS, FineTuneSweepSpec, PointPhase, SweepPhase
 from ftbench.catalog import load_catalog
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
@@ -274,3 +274,15 @@ def test_child_names_are_dns_labels_and_unique() -> None:
     names = {sweep_child_name("s" * 80, p, r) for p in range(50) for r in range(3)}
     assert len(names) == 150 and all(len(n) <= DNS_LABEL_MAX for n in names)
     assert sweep_child_name("quick", 3, 1) == "quick-p3-r1"
+
+
+@pytest.mark.parametrize("metric", OBJECTIVE_METRICS)
+def test_every_objective_metric_picks_a_best_point(metric: str) -> None:
+    """Every value spec.objective.metric accepts is read from the children's results."""
+    spec = sweep(oom_pruning=False, objective={"metric": metric, "direction": "max"})
+    points = expand(spec, CATALOG).points
+    runs = [done(p) for p in range(4)]
+    field = next(name for name, info in Metrics.model_fields.items() if info.alias == metric)
+    runs[2] = RunState("c2-0", 2, 0, Phase.SUCCEEDED, "", "", metrics(100.0).model_copy(update={field: 1e9}))
+    best = plan_sweep(spec, points, runs).best
+    assert best is not None and best.point == 2 and best.metric == metric and best.value == 1e9
