@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ExperimentEntry, ModelEntry
-from ftbench.contracts.enums import DistributedBackend, TorchDtype
+from ftbench.contracts.enums import (
+    Device,
+    DistributedBackend,
+    Engine,
+    FsdpBackwardPrefetch,
+    FsdpShardingStrategy,
+    TorchDtype,
+)
+from ftbench.engines.releases import load_releases
 
 DEFAULT_LORA_R = 4
 DEFAULT_LORA_ALPHA = 16
@@ -23,16 +31,33 @@ def model_of(spec: FineTuneExperimentSpec, catalog: Catalog) -> ModelEntry | Non
     return catalog.models.get(spec.model)
 
 
-def gpus_per_node(spec: FineTuneExperimentSpec) -> int:
+def device(spec: FineTuneExperimentSpec) -> Device:
+    """spec.device, else gpu when there are GPUs and cpu otherwise."""
+    if spec.device is not None:
+        return spec.device
+    return Device.GPU if spec.number_gpus > 0 else Device.CPU
+
+
+def uses_cpu(spec: FineTuneExperimentSpec) -> bool:
+    return device(spec) == Device.CPU
+
+
+def devices_per_node(spec: FineTuneExperimentSpec) -> int:
+    """numberGpus / numberNodes: GPUs per node, or CPU ranks per node with device cpu."""
     return spec.number_gpus // spec.number_nodes
 
 
+def gpus_per_node(spec: FineTuneExperimentSpec) -> int:
+    """The GPUs a node's pod requests: none with device cpu (numberGpus then counts CPU ranks)."""
+    return 0 if uses_cpu(spec) else devices_per_node(spec)
+
+
 def processes_per_node(spec: FineTuneExperimentSpec) -> int:
-    """One process per GPU; a CPU node (0 GPUs) and distributedBackend None (one DataParallel
-    process over the node's GPUs) run one process."""
+    """One process per GPU (or per CPU rank with device cpu); a CPU node with 0 GPUs and
+    distributedBackend None (one DataParallel process over the node's GPUs) run one process."""
     if spec.distributed_backend == DistributedBackend.NONE:
         return 1
-    return max(1, gpus_per_node(spec))
+    return max(1, devices_per_node(spec))
 
 
 def world_size(spec: FineTuneExperimentSpec) -> int:
@@ -57,6 +82,46 @@ def distributed_backend(spec: FineTuneExperimentSpec) -> DistributedBackend | No
     if world_size(spec) <= 1:
         return None
     return spec.distributed_backend or DistributedBackend.FSDP
+
+
+# The sharding strategies FSDP2 expresses (reshard_after_forward True / False); the rest are FSDP1's.
+FSDP2_STRATEGIES = (FsdpShardingStrategy.FULL_SHARD, FsdpShardingStrategy.SHARD_GRAD_OP)
+
+
+def engine_fsdp_versions(spec: FineTuneExperimentSpec) -> tuple[int, ...]:
+    """FSDP versions the engine's accelerate offers: trl's current stack has both; an fms-hf-tuning
+    release what its lock's accelerate has (ftbench.engines.releases)."""
+    if spec.engine == Engine.TRL:
+        return (1, 2)
+    return load_releases().get(spec.fms_hf_tuning_version).fsdp_versions
+
+
+def fsdp1_only_settings(spec: FineTuneExperimentSpec) -> list[str]:
+    """The spec's settings that only FSDP1 has, as `field value` phrases (empty: FSDP2 can run it)."""
+    out = []
+    if spec.fsdp_sharding_strategy not in FSDP2_STRATEGIES:
+        out.append(f"fsdpShardingStrategy {spec.fsdp_sharding_strategy.value}")
+    if spec.fsdp_forward_prefetch:
+        out.append("fsdpForwardPrefetch true")
+    if spec.fsdp_backward_prefetch is not None:
+        out.append(f"fsdpBackwardPrefetch {spec.fsdp_backward_prefetch.value}")
+    return out
+
+
+def fsdp_version(spec: FineTuneExperimentSpec) -> int:
+    """spec.fsdpVersion, else 2 where the engine offers it and no FSDP1-only setting is asked for."""
+    if spec.fsdp_version is not None:
+        return spec.fsdp_version
+    if 2 in engine_fsdp_versions(spec) and not fsdp1_only_settings(spec):
+        return 2
+    return 1
+
+
+def fsdp_backward_prefetch(spec: FineTuneExperimentSpec) -> FsdpBackwardPrefetch | None:
+    """FSDP1: the spec's value or seed 001's BACKWARD_PRE; FSDP2: None (it prefetches by itself)."""
+    if fsdp_version(spec) == 2:
+        return None
+    return spec.fsdp_backward_prefetch or FsdpBackwardPrefetch.BACKWARD_PRE
 
 
 def lora_r(spec: FineTuneExperimentSpec) -> int:

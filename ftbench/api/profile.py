@@ -188,6 +188,9 @@ class ClusterProfile(ApiModel):
     default_memory: str = Field("64Gi", description="Memory request/limit when spec.run.memory is unset.")
     cpu_per_gpu: Annotated[int, Field(ge=1)] = Field(2, description="CPU cores per GPU (seed 001: 2, min 2).")
     min_cpu: Annotated[int, Field(ge=1)] = Field(2, description="Minimum CPU cores per pod.")
+    cpu_per_cpu_rank: Annotated[int, Field(ge=1)] = Field(
+        1, description="CPU cores a pod requests per CPU rank (experiments with device cpu)."
+    )
     shm_size: Annotated[str, Field(pattern=QUANTITY)] | None = Field(
         None, description="sizeLimit of the /dev/shm memory emptyDir; unset: no limit beyond the pod's memory."
     )

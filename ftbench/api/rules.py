@@ -64,7 +64,7 @@ def _seed_rules() -> Iterator[Rule]:
     )
 
     def gpu_model_set(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        if s.number_gpus == 0 or s.gpu_model:
+        if s.number_gpus == 0 or s.gpu_model or effective.uses_cpu(s):
             return None
         return (
             f"gpuModel is empty but numberGpus is {s.number_gpus}; set it to the GPU product label of the "
@@ -74,9 +74,9 @@ def _seed_rules() -> Iterator[Rule]:
     yield Rule(
         "is_valid.5",
         "gpuModel",
-        "gpuModel must be set when numberGpus > 0",
+        "gpuModel must be set when numberGpus > 0 (and device is not cpu)",
         gpu_model_set,
-        "self.numberGpus == 0 || (has(self.gpuModel) && size(self.gpuModel) > 0)",
+        "self.numberGpus == 0 || (has(self.device) && self.device == 'cpu') || (has(self.gpuModel) && size(self.gpuModel) > 0)",
     )
 
     def fast_moe_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
@@ -385,9 +385,11 @@ def _cel_literal(value: object) -> str:
 
 
 def all_rules(catalog: Catalog) -> list[Rule]:
-    from ftbench.api.rules_engines import engine_rules  # it builds on Rule, defined here
+    # Both build on Rule, defined here.
+    from ftbench.api.rules_distributed import distributed_rules
+    from ftbench.api.rules_engines import engine_rules
 
-    rules = [*_seed_rules(), *_general_rules(catalog), *engine_rules(catalog)]
+    rules = [*_seed_rules(), *_general_rules(catalog), *engine_rules(catalog), *distributed_rules()]
     for exp in catalog.experiments.values():
         rules.extend(_experiment_rules(exp))
     return rules

@@ -22,9 +22,11 @@ from ftbench.contracts.enums import (
     FMS_HF_TUNING_VERSIONS,
     OPTIMIZERS,
     AutoStopMethod,
+    Device,
     DistributedBackend,
     Engine,
     Experiment,
+    FsdpBackwardPrefetch,
     FsdpShardingStrategy,
     FsdpStateDictType,
     MixedPrecision,
@@ -137,8 +139,16 @@ class FineTuneExperimentSpec(ApiModel):
         "Seed parameter model_max_length; passed as --max_seq_length."
     )
     number_gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = Field(
-        description="The effective number of GPUs, evenly distributed over numberNodes machines. "
-        "0 runs on CPU. Seed parameter number_gpus."
+        description="The effective number of GPUs, evenly distributed over numberNodes machines: one training "
+        "process (rank) per GPU. With device cpu it is the number of CPU ranks instead (processes on the "
+        "CPU, gloo between them). 0 runs one process on CPU. Seed parameter number_gpus."
+    )
+    device: Device | None = Field(
+        default=None,
+        description="What each rank trains on: gpu, or cpu to run the same plan (same ranks, batch split, "
+        "FSDP/DDP settings) as numberGpus CPU processes with gloo, requesting CPUs instead of GPUs "
+        "(cluster profile cpuPerCpuRank each). Change cpu to gpu to run the same spec on GPUs. An ftbench "
+        "extension. Unset: gpu when numberGpus > 0, else cpu.",
     )
     batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
         description="The effective batch size, evenly distributed over max(1, numberGpus) devices. "
@@ -244,8 +254,32 @@ class FineTuneExperimentSpec(ApiModel):
         description="FSDP sharding: FULL_SHARD (optimizer states, gradients, parameters), SHARD_GRAD_OP "
         "(optimizer states, gradients), NO_SHARD (like DDP), HYBRID_SHARD, HYBRID_SHARD_ZERO2.",
     )
+    fsdp_version: Annotated[int, Field(ge=1, le=2)] | None = Field(
+        default=None,
+        description="FSDP implementation: 2 (torch fully_shard, DTensor parameters; accelerate fsdp_version 2) "
+        "or 1 (FullyShardedDataParallel, flat parameters). FSDP2 has no NO_SHARD, HYBRID_SHARD or "
+        "forward/backward prefetch setting, and needs accelerate >= 1.6 (fms-hf-tuning >= 3.0.0). Unset: 2 "
+        "where the engine offers it and no FSDP1-only setting is asked for, else 1. An ftbench extension.",
+    )
+    fsdp_offload_params: bool = Field(
+        default=False,
+        description="FSDP CPU offload of parameters, gradients and optimizer state (accelerate "
+        "fsdp_offload_params). FSDP2 on CPU ranks applies it without pinned memory (pinning needs an "
+        "accelerator); FSDP1 offload needs GPUs.",
+    )
+    fsdp_forward_prefetch: bool = Field(
+        default=False,
+        description="FSDP1 forward prefetch (all-gather the next layer during this one's forward). FSDP1 only.",
+    )
+    fsdp_backward_prefetch: FsdpBackwardPrefetch | None = Field(
+        default=None,
+        description="FSDP1 backward prefetch: BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH. FSDP1 only (FSDP2 "
+        "prefetches the next layer by itself). Unset: BACKWARD_PRE with FSDP1 (seed 001's config).",
+    )
     fsdp_state_dict_type: FsdpStateDictType = Field(
-        default=FsdpStateDictType.FULL_STATE_DICT, description="FSDP state dict type."
+        default=FsdpStateDictType.FULL_STATE_DICT,
+        description="FSDP state dict type used when a model is saved (FULL_STATE_DICT: one full file from rank 0; "
+        "SHARDED_STATE_DICT: one shard per rank). Benchmarks never save; status.environment.fsdp records it.",
     )
     fsdp_use_orig_params: bool = Field(
         default=True,

@@ -62,6 +62,21 @@ class FsdpShardingStrategy(StrEnum):
     HYBRID_SHARD_ZERO2 = "HYBRID_SHARD_ZERO2"
 
 
+class Device(StrEnum):
+    """What one rank trains on: a GPU, or a CPU process (gloo) for the same plan on CPU ranks."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class FsdpBackwardPrefetch(StrEnum):
+    """FSDP1's backward prefetch (torch.distributed.fsdp.BackwardPrefetch); FSDP2 prefetches by itself."""
+
+    BACKWARD_PRE = "BACKWARD_PRE"
+    BACKWARD_POST = "BACKWARD_POST"
+    NO_PREFETCH = "NO_PREFETCH"
+
+
 class FsdpStateDictType(StrEnum):
     FULL_STATE_DICT = "FULL_STATE_DICT"
     LOCAL_STATE_DICT = "LOCAL_STATE_DICT"

@@ -89,10 +89,16 @@ class PeftSettings(WireModel):
 
 
 class FsdpSettings(WireModel):
+    """The FSDP the plan asks for; the trainer checks the wrapped model against `version`."""
+
+    version: Annotated[int, Field(ge=1, le=2)] = 1
     sharding_strategy: str
     state_dict_type: str
     use_orig_params: bool
     layer_classes: str | None
+    offload_params: bool = False
+    forward_prefetch: bool = False
+    backward_prefetch: str | None = None
 
 
 class TrainingSettings(WireModel):

@@ -51,6 +51,53 @@ Percent = Annotated[float, Field(ge=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 
 
+# Ranks whose shard sizes a result lists, and logged losses it keeps (the termination message holds 4 KiB in all).
+RANK_MEMORY_LIMIT = 16
+LOSS_CURVE_LIMIT = 16
+
+
+class RankMemory(WireModel):
+    """One rank's tensors, counted from the running model and optimizer (local shards only)."""
+
+    rank: Annotated[int, Field(ge=0)] = Field(description="Global rank (0 is the main process).")
+    parameter_bytes: Annotated[int, Field(ge=0)] = Field(
+        description="Bytes of the parameters this rank holds between steps (its shards under FSDP)."
+    )
+    gradient_bytes: Annotated[int, Field(ge=0)] = Field(
+        description="Bytes of the gradients this rank holds when the optimizer steps (first step)."
+    )
+    optimizer_state_bytes: Annotated[int, Field(ge=0)] = Field(
+        description="Bytes of the optimizer state this rank holds after the first step."
+    )
+
+
+class FsdpInEffect(WireModel):
+    """FSDP as read from the wrapped model at the start of training, not from the spec."""
+
+    version: Annotated[int, Field(ge=1, le=2)] = Field(description="1: FullyShardedDataParallel; 2: fully_shard.")
+    sharding_strategy: str = Field(
+        description="FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, ... (FSDP2: FULL_SHARD when parameters "
+        "are resharded after forward, SHARD_GRAD_OP when they are kept)."
+    )
+    reshard_after_forward: bool = Field(
+        description="Whether each wrapped layer frees its gathered parameters after forward."
+    )
+    wrapped_modules: Annotated[int, Field(ge=0)] = Field(description="Modules FSDP wraps (layers plus the root).")
+    wrapped_layer_classes: str = Field("", description="Comma-separated classes of the wrapped layers.")
+    forward_prefetch: bool = Field(False, description="FSDP1 forward prefetch (FSDP2 has none).")
+    backward_prefetch: str = Field(
+        "", description="FSDP1 backward prefetch (BACKWARD_PRE, BACKWARD_POST); empty for none and for FSDP2."
+    )
+    offload_params: bool = Field(False, description="Parameters (and so gradients and optimizer state) live on CPU.")
+    offload_pin_memory: bool = Field(False, description="Offloaded memory is pinned (never on CPU ranks).")
+    param_dtype: str = Field("", description="Mixed-precision dtype of parameters in compute; empty: no cast.")
+    reduce_dtype: str = Field("", description="Mixed-precision dtype of gradient reduction; empty: no cast.")
+    state_dict_type: str = Field("", description="accelerate's FSDP state dict type used when a model is saved.")
+    sharded_parameters: Annotated[int, Field(ge=0)] = Field(
+        0, description="Parameters held as DTensor shards (FSDP2) or inside flat parameters (FSDP1)."
+    )
+
+
 class Metrics(WireModel):
     """Measured properties of one successful run (seed 001 plus ftbench's extras)."""
 
@@ -126,6 +173,19 @@ class Metrics(WireModel):
     )
     model_parameters: Annotated[int, Field(ge=0)] = Field(0, description="Parameters of the model.")
     trainable_parameters: Annotated[int, Field(ge=0)] = Field(0, description="Parameters being trained.")
+    model_parameter_bytes: Annotated[int, Field(ge=0)] = Field(
+        0, description="Bytes of all the model's parameters, unsharded (in the dtype they are stored in)."
+    )
+    rank_memory: Annotated[list[RankMemory], Field(max_length=RANK_MEMORY_LIMIT)] = Field(
+        default_factory=list,
+        description=f"Per-rank parameter, gradient and optimizer-state bytes (the first {RANK_MEMORY_LIMIT} ranks); "
+        "under FULL_SHARD each holds about 1/N of modelParameterBytes.",
+    )
+    loss_curve: Annotated[list[float], Field(max_length=LOSS_CURVE_LIMIT)] = Field(
+        default_factory=list,
+        description=f"Training loss as the Trainer logged it (mean over ranks) for the first {LOSS_CURVE_LIMIT} "
+        "optimizer steps, 6 significant digits: compares runs of the same work on different ranks or backends.",
+    )
     stopped_by: str = Field(
         "completed",
         description="What ended training: completed, maxSteps, stopAfterSeconds or autoStop.",
@@ -157,6 +217,13 @@ class RunEnvironment(WireModel):
     )
     dataset_generated: bool = Field(
         False, description="True when this run generated the dataset file (it was missing), False when it existed."
+    )
+    fsdp: FsdpInEffect | None = Field(
+        None, description="FSDP in effect, read from the wrapped model; unset without FSDP."
+    )
+    activation_checkpointing: bool = Field(
+        False,
+        description="Gradient (activation) checkpointing in effect, read from the model at the start of training.",
     )
     command: Annotated[str, Field(max_length=COMMAND_LIMIT)] = Field(
         "",
@@ -196,6 +263,10 @@ class TrainerResult(WireModel):
         text = self.to_json()
         if len(text.encode()) <= TERMINATION_MESSAGE_LIMIT:
             return text
+        if self.metrics is not None and (self.metrics.loss_curve or len(self.metrics.rank_memory) > 2):
+            # The lists go first (the result file keeps them whole); then the error text.
+            lean = self.metrics.model_copy(update={"loss_curve": [], "rank_memory": self.metrics.rank_memory[:2]})
+            return self.model_copy(update={"metrics": lean}).to_termination_message()
         if self.error is not None:
             overflow = len(text.encode()) - TERMINATION_MESSAGE_LIMIT + 16
             short = self.error.message[: max(0, len(self.error.message) - overflow)] + "…"

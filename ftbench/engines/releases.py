@@ -22,6 +22,8 @@ from ftbench.contracts.wire import WireModel
 ApiClass = Literal["2.0", "2.3", "2.4", "2.5", "3.0", "3.1"]
 Method = Literal["full", "lora", "gptq-lora", "pt"]
 DATA = files("ftbench.engines").joinpath("data")
+# accelerate's first release with FSDP2 (`FullyShardedDataParallelPlugin(fsdp_version=2)`).
+FSDP2_ACCELERATE = (1, 6)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -55,6 +57,16 @@ class FmsRelease(WireModel):
     def stack(self) -> dict[str, str]:
         """Package -> pinned version, from the lock."""
         return parse_lock(self.lock_text())
+
+    @property
+    def fsdp_versions(self) -> tuple[int, ...]:
+        """The FSDP implementations this release's accelerate offers: FSDP1 always, FSDP2 (fully_shard,
+        accelerate's `fsdp_version: 2`) from accelerate 1.6 on. Read from the lock, so it is a fact of
+        the release's stack, not a claim; () for a release that cannot be installed."""
+        if not self.installable:
+            return ()
+        accelerate = self.stack().get("accelerate", "0")
+        return (1, 2) if version_tuple(accelerate.split("+")[0])[:2] >= FSDP2_ACCELERATE else (1,)
 
 
 class FmsReleases(WireModel):

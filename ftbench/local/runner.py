@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
@@ -79,10 +80,10 @@ def prepare(
             "set numberNodes to 1 to run here"
         )
     gpus = local_gpu_count() if gpus_available is None else gpus_available
-    if spec.number_gpus > gpus:
+    if effective.gpus_per_node(spec) > gpus:
         raise LocalRunError(
             f"numberGpus is {spec.number_gpus} but this machine has {gpus} usable GPU(s); "
-            f"set numberGpus to at most {gpus} (0 runs on CPU)"
+            f"set numberGpus to at most {gpus} (0 runs on CPU), or device cpu to run {spec.number_gpus} CPU ranks"
         )
     run_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     run_dir = home / "runs" / run_id

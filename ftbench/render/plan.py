@@ -15,7 +15,7 @@ from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ModelWeights
-from ftbench.contracts.enums import DistributedBackend, Engine, Runtime
+from ftbench.contracts.enums import DistributedBackend, Engine, FsdpShardingStrategy, Runtime
 from ftbench.contracts.plan import (
     DatasetRef,
     ExperimentRef,
@@ -129,18 +129,30 @@ def accelerate_config(
     }
     if backend == DistributedBackend.DDP:
         return {"debug": False, "distributed_type": "MULTI_GPU", **common}
-    fsdp = {
+    fsdp: dict[str, Any] = {
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "fsdp_backward_prefetch": "BACKWARD_PRE",
-        "fsdp_forward_prefetch": False,
-        "fsdp_offload_params": False,
-        "fsdp_sharding_strategy": spec.fsdp_sharding_strategy.value,
+        "fsdp_offload_params": spec.fsdp_offload_params,
         "fsdp_state_dict_type": spec.fsdp_state_dict_type.value,
-        # On CPU these two fail with "no available devices found" (see the CPU notes).
+        # On CPU this fails with "no available devices found" (see the CPU notes).
         "fsdp_cpu_ram_efficient_loading": not use_cpu,
-        "fsdp_sync_module_states": not use_cpu,
-        "fsdp_use_orig_params": spec.fsdp_use_orig_params,
+        "fsdp_activation_checkpointing": False,  # gradientCheckpointing goes through the Trainer
     }
+    if effective.fsdp_version(spec) == 2:
+        # FSDP2's only strategy knob: FULL_SHARD reshards after forward, SHARD_GRAD_OP keeps the
+        # gathered parameters until backward (the rules refuse the strategies FSDP2 lacks).
+        fsdp |= {
+            "fsdp_version": 2,
+            "fsdp_reshard_after_forward": spec.fsdp_sharding_strategy == FsdpShardingStrategy.FULL_SHARD,
+        }
+    else:
+        prefetch = effective.fsdp_backward_prefetch(spec)
+        fsdp |= {  # FSDP1: accelerate's default version, so older accelerate releases read the same config
+            "fsdp_sharding_strategy": spec.fsdp_sharding_strategy.value,
+            "fsdp_backward_prefetch": prefetch.value if prefetch else "NO_PREFETCH",
+            "fsdp_forward_prefetch": spec.fsdp_forward_prefetch,
+            "fsdp_sync_module_states": not use_cpu,
+            "fsdp_use_orig_params": spec.fsdp_use_orig_params,
+        }
     layer_classes = effective.fsdp_layer_classes(spec, catalog)
     if layer_classes:
         # Without one (a model added by a model map), the trainer reads the model's own
@@ -166,6 +178,11 @@ def _notes(spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[str, ...]:
         notes.append(f"{exp.name.value} runs {exp.trials} trial(s) of {exp.max_steps} steps")
     if spec.number_gpus == 0:
         notes.append("numberGpus is 0: training runs on CPU and GPU metrics are 0.0")
+    elif effective.uses_cpu(spec):
+        notes.append(
+            f"device cpu: {spec.number_gpus} CPU rank(s) (gloo) stand in for the GPUs; GPU metrics are 0.0 and the "
+            "figures are CPU figures"
+        )
     return tuple(notes)
 
 
@@ -185,10 +202,10 @@ def build_plan(
     dataset = catalog.datasets.get(spec.dataset_id)
     if dataset is None:
         raise PlanError(f"datasetId {spec.dataset_id!r} is not in the catalog")
-    use_cpu = spec.number_gpus == 0
+    use_cpu = effective.uses_cpu(spec)
     topology = Topology(
         number_nodes=spec.number_nodes,
-        number_gpus=spec.number_gpus,
+        number_gpus=0 if use_cpu else spec.number_gpus,
         gpus_per_node=effective.gpus_per_node(spec),
         processes_per_node=effective.processes_per_node(spec),
         world_size=effective.world_size(spec),
@@ -258,10 +275,14 @@ def build_plan(
         distributed_backend=backend,
         fsdp=(
             FsdpSettings(
+                version=effective.fsdp_version(spec),
                 sharding_strategy=spec.fsdp_sharding_strategy.value,
                 state_dict_type=spec.fsdp_state_dict_type.value,
                 use_orig_params=spec.fsdp_use_orig_params,
                 layer_classes=effective.fsdp_layer_classes(spec, catalog),
+                offload_params=spec.fsdp_offload_params,
+                forward_prefetch=spec.fsdp_forward_prefetch,
+                backward_prefetch=prefetch.value if (prefetch := effective.fsdp_backward_prefetch(spec)) else None,
             )
             if backend == DistributedBackend.FSDP
             else None

@@ -73,11 +73,15 @@ def completion_index_env(name: str) -> Obj:
 
 
 def resources(inputs: PodInputs) -> Obj:
-    """Seed 001: 2 CPU cores per GPU, at least 2; GPUs and RDMA devices in requests and limits."""
+    """Seed 001: 2 CPU cores per GPU, at least 2; GPUs and RDMA devices in requests and limits.
+    With device cpu, the profile's cores per CPU rank for each of the node's ranks instead."""
     profile, spec = inputs.profile, inputs.spec
     gpus = effective.gpus_per_node(spec)
+    cores = profile.cpu_per_gpu * gpus
+    if effective.uses_cpu(spec):
+        cores = profile.cpu_per_cpu_rank * effective.processes_per_node(spec)
     amounts: Obj = {
-        "cpu": str(max(profile.min_cpu, profile.cpu_per_gpu * gpus)),
+        "cpu": str(max(profile.min_cpu, cores)),
         "memory": spec.run.memory or profile.default_memory,
     }
     if gpus:
@@ -171,7 +175,7 @@ def scheduling(inputs: PodInputs) -> Obj:
     """Node selection on the GPU model, the profile's selectors and tolerations, priority."""
     profile, spec = inputs.profile, inputs.spec
     selector = dict(profile.node_selector)
-    if spec.number_gpus > 0 and spec.gpu_model:
+    if effective.gpus_per_node(spec) > 0 and spec.gpu_model:
         selector[profile.gpu_node_label] = spec.gpu_model
     out: Obj = {}
     if selector:

@@ -80,19 +80,8 @@ def make_plan(
 
 
 def two_processes_one_node(tmp: Path, model_dir: Path, data_dir: Path, **spec: Any) -> LaunchPlan:
-    """A 2-process CPU plan on this machine: rendered for 2 CPU nodes, then folded onto one node.
-
-    The spec API has no "processes per CPU node" (a CPU node runs one process), so the test
-    moves both processes onto one node: the accelerate settings the CPU notes verified.
-    """
-    plan = make_plan(tmp, model_dir, data_dir, numberNodes=2, runtime=Runtime.INDEXED_JOB, **spec)
-    return plan.model_copy(
-        update={
-            "topology": plan.topology.model_copy(update={"number_nodes": 1, "processes_per_node": 2}),
-            "accelerate_config": {**(plan.accelerate_config or {}), "num_machines": 1},
-            "rendezvous": plan.rendezvous.model_copy(update={"source": "local"}),
-        }
-    )
+    """A 2-rank CPU plan on this machine: `numberGpus: 2, device: cpu` (two gloo processes)."""
+    return make_plan(tmp, model_dir, data_dir, **{"numberGpus": 2, "device": "cpu", **spec})
 
 
 def write_plan(plan: LaunchPlan, tmp: Path) -> Path:

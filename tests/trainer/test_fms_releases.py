@@ -50,6 +50,7 @@ class Job:
     method: str
     asks: str = ""  # the release the spec asks for (default: the one that runs)
     allow_mismatch: bool = False
+    fsdp: bool = False  # two CPU ranks with FSDP (the release's own accelerate decides FSDP1 or FSDP2)
 
     @property
     def id(self) -> str:
@@ -57,6 +58,7 @@ class Job:
             f"{self.release}-{self.method}"
             + (f"-asks-{self.asks}" if self.asks else "")
             + ("-allowed" if self.allow_mismatch else "")
+            + ("-fsdp" if self.fsdp else "")
         )
 
 
@@ -71,7 +73,7 @@ class Ran:
 def _jobs() -> list[Job]:
     jobs = [Job(v, m) for v, methods in RELEASES.matrix().items() for m in methods]
     jobs += [Job(OLDEST, "lora", asks=DEFAULT), Job(OLDEST, "lora", asks=DEFAULT, allow_mismatch=True)]
-    return jobs
+    return jobs + [Job(v, "lora", fsdp=True) for v in INSTALLABLE]
 
 
 JOBS = _jobs()
@@ -80,8 +82,9 @@ JOBS = _jobs()
 def _run(job: Job, root: Path) -> Ran:
     tmp = root / job.id
     tmp.mkdir(parents=True)
+    ranks = {"numberGpus": 2, "device": "cpu", "distributedBackend": "FSDP"} if job.fsdp else {}
     plan = make_plan(tmp, tmp / "model", tmp / "data", engine="fms-hf-tuning", experiment=METHODS[job.method],
-                     fmsHfTuningVersion=job.asks or job.release, batchSize=BATCH, maxSteps=1)  # fmt: skip
+                     fmsHfTuningVersion=job.asks or job.release, batchSize=BATCH, maxSteps=1, **ranks)  # fmt: skip
     plan = plan.model_copy(update={"allow_engine_mismatch": job.allow_mismatch})
     proc = run_trainer(fms_env_python(job.release), write_plan(plan, tmp), timeout=600)
     result = read_result(plan) if Path(plan.output.result_file).is_file() else None
@@ -121,6 +124,20 @@ def test_lora_on_every_release(matrix: dict[str, Ran], release: str) -> None:
     assert m.train_tokens == BATCH * max(lengths)
     assert m.trainable_parameters < m.model_parameters  # LoRA: adapters only
     assert env.command.startswith("python -m tuning.sft_trainer ") and "--peft_method lora" in env.command
+
+
+@pytest.mark.parametrize("release", INSTALLABLE)
+def test_fsdp_on_two_cpu_ranks_on_every_release(matrix: dict[str, Ran], release: str) -> None:
+    """FSDP really shards on CPU ranks under each release's own stack: FSDP2 where its accelerate has
+    it (>= 1.6), FSDP1 otherwise, each rank holding half of the parameters (read from the model)."""
+    result = _succeeded(matrix[Job(release, "lora", fsdp=True).id], release)
+    m, env = result.metrics, result.environment
+    assert m is not None and env is not None
+    assert env.distributed_mode == "FSDP" and env.world_size == 2 and env.fsdp is not None
+    assert env.fsdp.version == max(RELEASES.get(release).fsdp_versions)
+    assert len(m.rank_memory) == 2
+    for r in m.rank_memory:
+        assert r.parameter_bytes / m.model_parameter_bytes == pytest.approx(0.5, rel=0.05)
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,7 @@ def test_two_processes_on_cpu_sum_their_tokens(tmp_path: Path, tiny_model_dir: P
     """A real 2-process DDP run over gloo (the CPU notes' accelerate settings) for one epoch.
 
     Each rank sees half the entries, so the all-reduced non-padding count over the epoch equals
-    the whole dataset's; an FSDP request on CPU must be reported as what really ran.
+    the whole dataset's; the FSDP request is in effect on CPU ranks (tests/trainer/test_fsdp_cpu.py).
     """
     plan = two_processes_one_node(
         tmp_path, tiny_model_dir, data_dir, distributedBackend="FSDP", maxSteps=-1, numTrainEpochs=1.0
@@ -106,7 +106,7 @@ def test_two_processes_on_cpu_sum_their_tokens(tmp_path: Path, tiny_model_dir: P
     m, env = result.metrics, result.environment
     assert m is not None and env is not None
     assert env.world_size == 2 and env.number_nodes == 1
-    assert env.distributed_mode not in ("NO", "FSDP")  # accelerate only enables FSDP on GPU backends
+    assert env.distributed_mode == "FSDP" and env.fsdp is not None
     assert m.train_steps == 4 and m.train_samples == 16 and m.stopped_by == "completed"
     lengths = independent_lengths(tiny_model_dir, dataset_file(data_dir), 1024)
     assert m.train_non_padding_tokens == sum(lengths)

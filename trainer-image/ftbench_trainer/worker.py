@@ -20,10 +20,12 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ftbench.contracts import env as E
+from ftbench.contracts.enums import DistributedBackend
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
     COMMAND_LIMIT,
+    FsdpInEffect,
     Outcome,
     RunEnvironment,
     RunError,
@@ -103,6 +105,26 @@ def resolve_dataset(plan: LaunchPlan) -> tuple[str, bool]:
     return str(path), generated
 
 
+class FsdpNotInEffectError(RuntimeError):
+    """The plan asked for FSDP but the model was not sharded: the run would be reported as FSDP wrongly."""
+
+
+def check_fsdp(plan: LaunchPlan, fsdp: FsdpInEffect | None) -> None:
+    """Refuse a result that would claim an FSDP run the model did not have (e.g. a stack on which
+    FSDP on CPU ranks silently fell back to DDP), or another FSDP version than the plan's."""
+    if plan.distributed_backend != DistributedBackend.FSDP or plan.fsdp is None:
+        return
+    if fsdp is None:
+        raise FsdpNotInEffectError(
+            "the plan asks for FSDP but the model was not wrapped by FSDP (accelerate prepared it as "
+            "another distributed type); no FSDP result is reported"
+        )
+    if fsdp.version != plan.fsdp.version:
+        raise FsdpNotInEffectError(
+            f"the plan asks for FSDP{plan.fsdp.version} but FSDP{fsdp.version} wrapped the model"
+        )
+
+
 def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
     """Train once on this rank; never raises for training errors (they become the result)."""
     from ftbench_trainer.measure import distributed
@@ -145,6 +167,10 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         per_sample = 0.0
     progress = TeeProgressSink(ProgressReporter.from_plan(plan))
     callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress)
+    if plan.use_cpu and plan.distributed_backend == DistributedBackend.FSDP:
+        from ftbench_trainer import cpu_fsdp
+
+        cpu_fsdp.enable()
     run = EngineRun(plan, model_path, dataset_path, callback)
     command = engine_command(run)
     if command:
@@ -155,6 +181,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         progress.close()
     if callback.metrics is None:
         raise RuntimeError("training ended without running on_train_end: no metrics")
+    check_fsdp(plan, callback.fsdp)
     import torch
 
     environment = RunEnvironment(
@@ -170,6 +197,8 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         number_nodes=max(1, callback.world_size // max(1, distributed.local_world_size())),
         world_size=callback.world_size,
         distributed_mode=callback.distributed_mode,
+        fsdp=callback.fsdp,
+        activation_checkpointing=callback.activation_checkpointing,
         device="cpu" if plan.use_cpu or not torch.cuda.is_available() else "cuda",
         command=command if len(command) <= COMMAND_LIMIT else command[: COMMAND_LIMIT - 1] + "…",
         dataset_file=dataset_path[-512:],

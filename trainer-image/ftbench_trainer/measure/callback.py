@@ -17,8 +17,8 @@ from transformers import TrainerCallback
 
 from ftbench.contracts import env as E
 from ftbench.contracts.plan import LaunchPlan
-from ftbench.contracts.results import Metrics
-from ftbench_trainer.measure import distributed
+from ftbench.contracts.results import LOSS_CURVE_LIMIT, FsdpInEffect, Metrics
+from ftbench_trainer.measure import distributed, shards
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
 from ftbench_trainer.measure.stop import StopController
 from ftbench_trainer.measure.system import SystemSampler
@@ -71,6 +71,10 @@ class MeasureCallback(TrainerCallback):
         self.world_size = 1
         self.model_size = ModelSize()
         self._hooks: list[Any] = []
+        self.shard_probe = shards.ShardProbe()
+        self.fsdp: FsdpInEffect | None = None
+        self.losses: list[float] = []
+        self.activation_checkpointing = False
         self._last_progress = float("-inf")
         self._max_steps = 0
 
@@ -86,6 +90,9 @@ class MeasureCallback(TrainerCallback):
         self._hooks = self.tokens.attach(model, kwargs["train_dataloader"])
         self.distributed_mode = distributed_mode()
         self.world_size = distributed.world_size()
+        self.fsdp = shards.fsdp_in_effect(model, _state_dict_type())
+        self.activation_checkpointing = shards.activation_checkpointing(model)
+        self.shard_probe.attach(model, kwargs.get("optimizer"))
         self._count_parameters(model)
         self._max_steps = int(state.max_steps or 0)
         self.sampler.start()
@@ -96,16 +103,24 @@ class MeasureCallback(TrainerCallback):
             n = p.numel()
             total += n
             trainable += n if p.requires_grad else 0
+        nbytes = shards.parameter_bytes(model)
+        full = shards.full_parameter_count_and_bytes(model)
         if self.distributed_mode == "FSDP" and not any(hasattr(p, "_local_tensor") for p in model.parameters()):
-            # FSDP1 exposes each rank's shard only: the model is the sum over ranks.
+            # FSDP1 exposes each rank's shard only (none of it under NO_SHARD's replicas is
+            # missing): the trainable count is the sum over the ranks that own each shard.
             sums = distributed.gather((total, trainable))
-            total, trainable = sum(s[0] for s in sums), sum(s[1] for s in sums)
+            shard_sum = sum(s[0] for s in sums)
+            trainable = round(sum(s[1] for s in sums) * (full[0] / shard_sum if full and shard_sum else 1))
+            total = full[0] if full else shard_sum
+        if full is not None:
+            nbytes = full[1]
         config = getattr(model, "config", None)
         self.model_size = ModelSize(
             parameters=total,
             trainable=trainable,
             layers=int(getattr(config, "num_hidden_layers", 0) or 0),
             hidden=int(getattr(config, "hidden_size", 0) or 0),
+            parameter_bytes=nbytes,
         )
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -118,6 +133,7 @@ class MeasureCallback(TrainerCallback):
         if last:
             # The GPU may still be running this step's kernels: wait once, at the very end only.
             _synchronize(self.plan.use_cpu)
+        self.shard_probe.after_step()
         c = self.tokens.committed
         self.timer.steps.append(
             StepRecord(self.clock(), c.samples, c.padded_tokens, c.non_padding_tokens, c.padded_length_squared)
@@ -152,12 +168,18 @@ class MeasureCallback(TrainerCallback):
             )
         )
 
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        loss = (logs or {}).get("loss")
+        if isinstance(loss, int | float) and len(self.losses) < LOSS_CURVE_LIMIT:
+            self.losses.append(float(f"{loss:.6g}"))
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.sampler.stop()
         for h in self._hooks:
             h.remove()
+        self.shard_probe.detach()
         reports = distributed.gather(self._rank_report())
-        self.metrics = combine(reports, self._run_facts())
+        self.metrics = combine(reports, self._run_facts()).model_copy(update={"loss_curve": list(self.losses)})
 
     # ------------------------------------------------------------------ results
 
@@ -179,6 +201,9 @@ class MeasureCallback(TrainerCallback):
             max_memory_allocated=allocated,
             max_memory_reserved=reserved,
             uncounted_forwards=self.tokens.uncounted_forwards,
+            parameter_bytes=self.shard_probe.parameter_bytes,
+            gradient_bytes=self.shard_probe.gradient_bytes,
+            optimizer_state_bytes=self.shard_probe.optimizer_state_bytes,
         )
 
     def _run_facts(self) -> RunFacts:
@@ -189,6 +214,18 @@ class MeasureCallback(TrainerCallback):
             model=self.model_size,
             stopped_by=self.stopped_by,
         )
+
+
+def _state_dict_type() -> str:
+    """accelerate's FSDP state dict type in effect (empty without an FSDP plugin)."""
+    try:
+        from accelerate.state import AcceleratorState
+
+        plugin = getattr(AcceleratorState(), "fsdp_plugin", None)
+    except Exception:  # no accelerate state: one plain process
+        return ""
+    kind = getattr(plugin, "state_dict_type", None)
+    return str(getattr(kind, "name", kind or ""))
 
 
 def _synchronize(use_cpu: bool) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ftbench.contracts.results import Metrics
+from ftbench.contracts.results import RANK_MEMORY_LIMIT, Metrics, RankMemory
 from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
 from ftbench_trainer.measure.system import GpuSummary
 from ftbench_trainer.measure.timing import coefficient_of_variation, percentile
@@ -33,6 +33,11 @@ class RankReport:
     max_memory_allocated: int = 0
     max_memory_reserved: int = 0
     uncounted_forwards: int = 0
+    # This rank's tensors (measure.shards): parameters between steps, gradients at the optimizer
+    # step, optimizer state after it; local shards only, so FSDP's split shows rank by rank.
+    parameter_bytes: int = 0
+    gradient_bytes: int = 0
+    optimizer_state_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class ModelSize:
     trainable: int = 0
     layers: int = 0
     hidden: int = 0
+    parameter_bytes: int = 0  # all parameters, unsharded
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
     tokens_per_second = rate(tokens)
     dataset_tps = rate(samples * run.dataset_tokens_per_sample)
     return Metrics(
-        **gpu_spread(gpu),
+        **gpu_spread(gpu),  # type: ignore[arg-type]  # floats only; mypy checks them against every field
         gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=0.0),
         gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports),
         gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
@@ -110,6 +116,16 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         mfu_percent=mfu_percent(flops, runtime, run.number_gpus, peak),
         model_parameters=run.model.parameters,
         trainable_parameters=run.model.trainable,
+        model_parameter_bytes=run.model.parameter_bytes,
+        rank_memory=[
+            RankMemory(
+                rank=i,
+                parameter_bytes=r.parameter_bytes,
+                gradient_bytes=r.gradient_bytes,
+                optimizer_state_bytes=r.optimizer_state_bytes,
+            )
+            for i, r in enumerate(reports[:RANK_MEMORY_LIMIT])
+        ],
         stopped_by=run.stopped_by,
     )
 

@@ -1,0 +1,123 @@
+"""Rules of the distributed setup: CPU ranks (`device`) and the FSDP knobs.
+
+Each names the field, the value, why it cannot run and what to change. FSDP2 (`fully_shard`) has
+one strategy knob (reshard after forward: FULL_SHARD or SHARD_GRAD_OP) and no prefetch settings;
+FSDP1's CPU offload computes on a GPU; HYBRID_SHARD shards within a node and replicates across
+nodes, so it needs several. The rules with a CEL twin are enforced at `kubectl apply` as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ftbench.api import effective
+from ftbench.api.rules import Rule
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+from ftbench.contracts.enums import Device, DistributedBackend, Engine, FsdpShardingStrategy
+from ftbench.engines.releases import load_releases
+
+HYBRID = (FsdpShardingStrategy.HYBRID_SHARD, FsdpShardingStrategy.HYBRID_SHARD_ZERO2)
+
+
+def _cel_list(values: list[str] | tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def distributed_rules() -> Iterator[Rule]:
+    def gpu_needs_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.device != Device.GPU or s.number_gpus > 0:
+            return None
+        return "device gpu needs numberGpus >= 1; set numberGpus, or device cpu (or remove device) to run on CPU"
+
+    yield Rule(
+        "device.gpu-needs-gpus",
+        "device",
+        "device gpu needs at least one GPU",
+        gpu_needs_gpus,
+        "!has(self.device) || self.device != 'gpu' || self.numberGpus > 0",
+    )
+
+    def data_parallel_needs_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if not (s.device == Device.CPU and s.number_gpus > 1 and s.distributed_backend == DistributedBackend.NONE):
+            return None
+        return (
+            f"distributedBackend None is one process driving the node's GPUs (DataParallel), which CPU ranks do not "
+            f"have; with device cpu and numberGpus {s.number_gpus} set distributedBackend FSDP or DDP"
+        )
+
+    yield Rule(
+        "device.cpu-backend",
+        "distributedBackend",
+        "CPU ranks run FSDP or DDP, not DataParallel",
+        data_parallel_needs_gpus,
+        "!has(self.device) || self.device != 'cpu' || self.numberGpus <= 1 || !has(self.distributedBackend) "
+        "|| self.distributedBackend != 'None'",
+    )
+
+    def hybrid_multi_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.fsdp_sharding_strategy not in HYBRID or s.number_nodes > 1:
+            return None
+        return (
+            f"fsdpShardingStrategy {s.fsdp_sharding_strategy.value} shards within a node and replicates across "
+            "nodes, but numberNodes is 1; use FULL_SHARD (or SHARD_GRAD_OP) on one node, or numberNodes >= 2"
+        )
+
+    yield Rule(
+        "fsdp.hybrid-multi-node",
+        "fsdpShardingStrategy",
+        "HYBRID_SHARD needs several nodes",
+        hybrid_multi_node,
+        f"!(self.fsdpShardingStrategy in {_cel_list([h.value for h in HYBRID])}) || self.numberNodes > 1",
+    )
+
+    def v2_settings(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.fsdp_version != 2:
+            return None
+        fsdp1 = effective.fsdp1_only_settings(s)
+        if not fsdp1:
+            return None
+        return (
+            f"fsdpVersion 2 (fully_shard) has no {', '.join(fsdp1)}: FSDP2's strategies are FULL_SHARD and "
+            "SHARD_GRAD_OP and it prefetches by itself; set fsdpVersion 1 or remove them"
+        )
+
+    strategies2 = _cel_list([s.value for s in effective.FSDP2_STRATEGIES])
+    yield Rule(
+        "fsdp.v2-settings",
+        "fsdpVersion",
+        "FSDP2 takes only FULL_SHARD or SHARD_GRAD_OP and no prefetch settings",
+        v2_settings,
+        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || (self.fsdpShardingStrategy in "
+        + strategies2
+        + " && !self.fsdpForwardPrefetch && !has(self.fsdpBackwardPrefetch))",
+    )
+
+    without2 = [r.version for r in load_releases().installable if 2 not in r.fsdp_versions]
+
+    def v2_engine(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.fsdp_version != 2 or s.engine != Engine.FMS_HF_TUNING or s.fms_hf_tuning_version not in without2:
+            return None
+        return (
+            f"fsdpVersion 2 needs accelerate >= 1.6, but fms-hf-tuning {s.fms_hf_tuning_version} pins an older "
+            "accelerate; set fsdpVersion 1 (or remove it), fmsHfTuningVersion 3.0.0 or newer, or engine trl"
+        )
+
+    yield Rule(
+        "fsdp.v2-engine",
+        "fsdpVersion",
+        "FSDP2 needs an engine whose accelerate has it",
+        v2_engine,
+        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.engine != 'fms-hf-tuning' || "
+        f"!(self.fmsHfTuningVersion in {_cel_list(without2)})",
+    )
+
+    def offload_fsdp1_cpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if not (s.fsdp_offload_params and effective.uses_cpu(s) and effective.fsdp_version(s) == 1):
+            return None
+        return (
+            "fsdpOffloadParams with FSDP1 moves each shard to a GPU to compute, which CPU ranks do not have; "
+            "use FSDP2 (fsdpVersion 2 or unset, on an engine that has it) or set fsdpOffloadParams false"
+        )
+
+    yield Rule("fsdp.offload-fsdp1-cpu", "fsdpOffloadParams", "FSDP1 offload needs GPUs", offload_fsdp1_cpu)
