@@ -19,7 +19,7 @@ from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.engines.envs import list_envs, package_path
 from ftbench.engines.releases import load_releases
 from ftbench.local.home import local_profile
-from ftbench.local.runner import LocalRunError, prepare, trainer_python
+from ftbench.local.runner import LocalRunError, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
 
 EXPERIMENT = """apiVersion: ftbench.io/v1alpha1
@@ -101,6 +101,7 @@ def test_store_round_trip_and_exports(home: Path) -> None:
     [ado] = json.loads(store.export("json", names="ado"))
     assert ado["is_valid"] is None and ado["train_tokens_per_second"] is None  # a failed run has no metrics
     assert ado["model_name"] == "ftbench-tiny-llama" and ado["number_gpus"] == 0
+    assert (ado["ftbench_run_id"], ado["ftbench_status"]) == ("r1", "Failed")  # told apart from measured rows
 
 
 @pytest.mark.training
@@ -131,6 +132,36 @@ def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest
     assert 0 < m.cpu_memory_utilization_percent <= m.node_memory_used_percent < 100
     assert float(named["cpu_memory_utilization"]) == m.cpu_memory_utilization_percent
     assert float(named["ftbench_node_memory_used_percent"]) == m.node_memory_used_percent
+    assert (named["ftbench_status"], named["ftbench_engine"], named["fms_hf_tuning_version"]) == (
+        "Succeeded",
+        "trl",
+        "",
+    )
+    assert named["ftbench_run_id"] == stored.id and named["ftbench_engine_version"] == result.environment.engine_version
+
+
+@pytest.mark.training
+def test_progress_arrives_while_the_trainer_runs_with_tqdm_drawing(home: Path) -> None:
+    """tqdm redraws its bar with carriage returns on the trainer's stderr, which `ftbench run` keeps
+    in the run's log; progress travels through the run's own event file, so every update arrives
+    whole, while the trainer runs: the run has 100000 steps and ends only because the second update
+    stops it (as Ctrl-C would)."""
+    pytest.importorskip("trl")
+    run_spec = spec(experiment="finetune_lora_benchmark-v1.0.0", engine="trl", datasetId="news-chars-512-entries-4096",
+                    modelMaxLength=256, gradientAccumulationSteps=1, maxSteps=100000)  # fmt: skip
+    run = prepare(run_spec, "bar", load_catalog(), local_profile(home=home), home, dataset_entries=32, gpus_available=0)
+    seen: list[dict[str, float | int]] = []
+
+    def on_progress(progress: dict[str, float | int]) -> None:
+        seen.append(progress)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    outcome = execute(run, trainer_python(run_spec), on_progress=on_progress)
+    assert outcome.status == "Interrupted", run.log_path.read_text()[-3000:]
+    assert "%|" in run.log_path.read_text(), "tqdm did not draw: the test would not exercise the mixed output"
+    assert [p["totalSteps"] for p in seen] == [100000, 100000]
+    assert 0 < seen[0]["step"] < seen[1]["step"] and seen[1]["tokensPerSecond"] > 0
 
 
 @pytest.mark.training
