@@ -50,6 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         print(f"ftbench {args.command}: {err}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as err:  # an optional extra's module, reached without a check up front
+        from ftbench.extras import MissingExtra, from_import_error
+
+        text = str(err) if isinstance(err, MissingExtra) else from_import_error(err)
+        if text is None:
+            raise
+        print(f"ftbench {args.command}: {text}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"ftbench {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -31,6 +31,7 @@ from ftbench.contracts.outcomes import OUTCOMES, Phase
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.progress import parse_progress_line
 from ftbench.contracts.results import TrainerResult
+from ftbench.extras import MissingExtra, require
 from ftbench.host.gpus import local_gpu_count
 from ftbench.host.procs import stop_process_group
 from ftbench.render.plan import build_plan
@@ -142,11 +143,17 @@ def trainer_python(
     from ftbench.engines.envs import ensure_env, package_path
 
     if spec.engine == Engine.TRL:
-        return TrainerPython(explicit or sys.executable)
-    pythonpath = package_path()
-    if explicit:
-        return TrainerPython(explicit, pythonpath)
+        if explicit:
+            return TrainerPython(explicit)
+        try:  # trl trains in this environment: without the trainer extra it would die on its first import
+            require("trainer", "engine trl (it trains in this environment)")
+        except MissingExtra as err:
+            raise LocalRunError(f"{err}, or pass --python PATH (an interpreter that has it)") from err
+        return TrainerPython(sys.executable)
     try:
+        pythonpath = package_path()
+        if explicit:
+            return TrainerPython(explicit, pythonpath)
         return TrainerPython(str(ensure_env(spec.fms_hf_tuning_version, log=log)), pythonpath)
     except (RuntimeError, OSError, KeyError) as err:
         raise LocalRunError(

@@ -21,6 +21,7 @@ from ftbench.catalog import Catalog
 from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
+from ftbench.extras import require
 from ftbench.kubeapi.client import call
 from ftbench.local.store import RunRecord
 from ftbench.render.names import label_value
@@ -99,10 +100,9 @@ def connect() -> tuple[ApiClient, str]:
     """The client and its namespace, found as kubectl finds them: KUBECONFIG (read now, not when the
     client was imported) or ~/.kube/config and its context's namespace ("default" when it names
     none); without either, in a pod, the service account and its namespace."""
-    try:
-        from kubernetes import client, config
-    except ImportError as err:
-        raise NoCluster(f"{err}: install the operator extra, pip install 'ftbench[operator]'") from err
+    require("operator", "--from-cluster", ("kubernetes",))
+    from kubernetes import client, config
+
     configuration = client.Configuration()
     kubeconfig = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
     try:
