@@ -84,6 +84,8 @@ class BatchStatus(ApiModel):
 
 
 class FineTuneExperimentStatus(ApiModel):
+    """What the operator observed and the trainer measured: phase, conditions, results. Operator-written."""
+
     phase: Phase | None = Field(None, description="Pending, Running, Succeeded, Invalid or Failed.")
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="metadata.generation the operator last acted on."

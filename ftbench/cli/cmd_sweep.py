@@ -16,6 +16,7 @@ from typing import Any
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.sweep import FineTuneSweepSpec, SweepPhase
 from ftbench.catalog import Catalog
+from ftbench.cli import picks
 from ftbench.cli.cmd_render import profile_from_arg
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
@@ -31,7 +32,7 @@ from ftbench.sweep.schedule import NewRun
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run a FineTuneSweep on this machine and print its table")
+    p = picks.add_parser(sub, "sweep", help="run a FineTuneSweep on this machine and print its table")
     p.add_argument("file", metavar="FILE", help="a FineTuneSweep YAML file (- for stdin)")
     p.add_argument("--resume", action="store_true", help="continue a sweep of this name that the store holds")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")

@@ -30,9 +30,13 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ftbench.cli.picks import epilog
+
     parser = argparse.ArgumentParser(
         prog="ftbench",
         description="Run LLM fine-tuning benchmarks locally or on Kubernetes, and read what they measured.",
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,33 @@ def test_crd_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["crd", "-o", str(tmp_path)]) == 0
     assert (tmp_path / "ftbench.io_finetuneexperiments.yaml").read_text() == crd_yaml()
     assert (tmp_path / "ftbench.io_finetunesweeps.yaml").read_text() == crd_yaml(document=sweep_crd())
+
+
+def test_catalog_models_fits_a_terminal_and_wide_json_yaml_have_the_rest(capsys: pytest.CaptureFixture[str]) -> None:
+    from ftbench.catalog import load_catalog
+
+    catalog = load_catalog()
+    assert main(["catalog", "models"]) == 0
+    table = capsys.readouterr().out
+    assert max(len(line) for line in table.splitlines()) <= 132  # a terminal, not hundreds of columns
+    assert all(m.name in table for m in catalog.models.values())
+    assert main(["catalog", "models", "-o", "wide"]) == 0
+    wide = capsys.readouterr().out
+    assert all(m.weights.vanilla in wide for m in catalog.models.values() if m.weights.vanilla)
+    assert main(["catalog", "models", "-o", "json"]) == 0
+    assert {m["name"] for m in json.loads(capsys.readouterr().out)} == {m.name for m in catalog.models.values()}
+    assert main(["catalog", "datasets", "-o", "yaml"]) == 0
+    assert {d["name"] for d in yaml.safe_load(capsys.readouterr().out)} == {d.name for d in catalog.datasets.values()}
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["render"], ["validate"], ["sweep"]])
+def test_help_names_the_engines_runtimes_and_examples(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from ftbench.cli.picks import EXAMPLES_DIR
+    from ftbench.contracts.enums import Engine, Runtime
+
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    assert all(e.value in text for e in Engine) and all(r.value in text for r in Runtime)
+    named = set(re.findall(r"examples/([\w.-]+\.yaml)", text))
+    assert named == {p.name for p in EXAMPLES_DIR.glob("*.yaml")} and "quickstart.yaml" in named
