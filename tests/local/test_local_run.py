@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,8 +110,10 @@ def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest
     pytest.importorskip("trl")
     path = tmp_path / "exp.yaml"
     path.write_text(EXPERIMENT.format(name="local", steps=6))
-    assert main(["run", str(path), "-o", "json", "--dataset-entries", "32"]) == 0
-    result = TrainerResult.model_validate(json.loads(capsys.readouterr().out))
+    assert main(["run", str(path), "-o", "json", "--quiet", "--dataset-entries", "32"]) == 0
+    out, err = capsys.readouterr()
+    result = TrainerResult.model_validate(json.loads(out))  # stdout is the JSON alone
+    assert "step " not in err and "next:" not in err and "batch:" not in err  # --quiet: no guide on stderr
     assert result.outcome == Outcome.SUCCEEDED and result.metrics is not None
     assert result.metrics.train_steps == 6 and result.metrics.train_tokens > 0
     assert main(["results"]) == 0
@@ -162,6 +165,25 @@ def test_progress_arrives_while_the_trainer_runs_with_tqdm_drawing(home: Path) -
     assert "%|" in run.log_path.read_text(), "tqdm did not draw: the test would not exercise the mixed output"
     assert [p["totalSteps"] for p in seen] == [100000, 100000]
     assert 0 < seen[0]["step"] < seen[1]["step"] and seen[1]["tokensPerSecond"] > 0
+
+
+@pytest.mark.training
+def test_a_first_run_is_guided(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28 item 7: the accepted spec first (model, engine, ranks, batch, steps), progress with
+    tokens/s while it trains, the results table, then the commands to try next."""
+    pytest.importorskip("trl")
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT.format(name="guided", steps=4))
+    assert main(["run", str(path), "--dataset-entries", "32"]) == 0
+    out, err = capsys.readouterr()
+    [stored] = ResultsStore(home / "results.db").runs()
+    assert f"run {stored.id}: guided (finetune_lora_benchmark-v1.0.0)" in err
+    assert "model ftbench-tiny-llama, engine trl, 1 rank(s) on CPU, 4 steps" in err
+    assert "batch: 2 per device x 1 device(s) x 1 accumulation step(s) = 2 samples per optimizer step" in err
+    assert re.search(r"step 4/4 .* tokens/s", err), err  # the progress bar's last line
+    assert "train tokens/s per GPU" in out and "outcome" in out  # the results table
+    assert err.index("step 4/4") < err.index("next:")
+    assert f"ftbench results compare RUN {stored.id}" in err and "ftbench report -o report/" in err
 
 
 @pytest.mark.training
