@@ -189,7 +189,8 @@ def _crd(
                             "properties": {
                                 "apiVersion": {"type": "string", "description": f"{GROUP}/{VERSION}"},
                                 "kind": {"type": "string", "description": kind},
-                                "metadata": {"type": "object", "description": "Standard object metadata."},
+                                # The API server refuses anything but a type here (metadata is implicit).
+                                "metadata": {"type": "object"},
                                 "spec": spec,
                                 "status": status,
                             },
