@@ -105,3 +105,15 @@ def test_help_names_the_engines_runtimes_and_examples(command: list[str], capsys
     assert all(e.value in text for e in Engine) and all(r.value in text for r in Runtime)
     named = set(re.findall(r"examples/([\w.-]+\.yaml)", text))
     assert named == {p.name for p in EXAMPLES_DIR.glob("*.yaml")} and "quickstart.yaml" in named
+
+
+def test_dev_up_names_a_stop_command_that_parses(tmp_path: Path) -> None:
+    """`ftbench dev up --state-dir` printed `ftbench dev down --state-dir DIR`, which argparse refuses."""
+    import shlex
+
+    from ftbench.cli.main import build_parser
+    from ftbench.devcluster.devup import DEFAULT_STATE_DIR, stop_command
+
+    for root in (DEFAULT_STATE_DIR, tmp_path / "dev"):
+        args = build_parser().parse_args(shlex.split(stop_command(root))[1:])
+        assert (args.action, args.state_dir) == ("down", root)
