@@ -13,7 +13,6 @@ import yaml
 
 from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.api.validation import validate_document
-from ftbench.cli import picks
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
@@ -25,9 +24,7 @@ from ftbench.render.plan import PlanError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = picks.add_parser(
-        sub, "render", help="print the Kubernetes manifests that run an experiment (multi-document YAML)"
-    )
+    p = sub.add_parser("render", help="print the Kubernetes manifests that run an experiment (multi-document YAML)")
     p.add_argument("files", nargs="+", metavar="FILE", help="FineTuneExperiment YAML files (- for stdin)")
     p.add_argument(
         "--runtime",

@@ -14,7 +14,6 @@ from ftbench.api.profile import catalog_for
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
-from ftbench.cli import picks
 from ftbench.cli.cmd_render import profile_from_arg
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
@@ -26,7 +25,7 @@ from ftbench.local.store import ResultsStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = picks.add_parser(sub, "run", help="run an experiment on this machine and print what it measured")
+    p = sub.add_parser("run", help="run an experiment on this machine and print what it measured")
     p.add_argument("file", metavar="FILE", help="a FineTuneExperiment YAML file (- for stdin)")
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.add_argument("--profile", metavar="FILE", help="cluster profile (storage paths, model map)")

@@ -16,7 +16,6 @@ from typing import Any
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.sweep import FineTuneSweepSpec, SweepPhase
 from ftbench.catalog import Catalog
-from ftbench.cli import picks
 from ftbench.cli.cmd_render import profile_from_arg
 from ftbench.cli.cmd_validate import catalog_from_args
 from ftbench.cli.documents import read_documents
@@ -32,7 +31,7 @@ from ftbench.sweep.schedule import NewRun
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = picks.add_parser(sub, "sweep", help="run a FineTuneSweep on this machine and print its table")
+    p = sub.add_parser("sweep", help="run a FineTuneSweep on this machine and print its table")
     p.add_argument("file", metavar="FILE", help="a FineTuneSweep YAML file (- for stdin)")
     p.add_argument("--resume", action="store_true", help="continue a sweep of this name that the store holds")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")

@@ -9,7 +9,6 @@ from ftbench.api.profile import catalog_for
 from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.validation import Issue, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
-from ftbench.cli import picks
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.render.plan import roce_unconfigured
@@ -17,9 +16,7 @@ from ftbench.sweep.points import expand, parse_sweep_document
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = picks.add_parser(
-        sub, "validate", help="check FineTuneExperiment and FineTuneSweep files; exit 1 if any is invalid"
-    )
+    p = sub.add_parser("validate", help="check FineTuneExperiment and FineTuneSweep files; exit 1 if any is invalid")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML files (multi-document allowed, - for stdin)")
     p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
     p.add_argument(

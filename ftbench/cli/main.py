@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():  # every command's --help ends with what a user can pick
+        command.epilog = parser.epilog
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 

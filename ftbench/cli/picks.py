@@ -2,12 +2,12 @@
 
 Built from the same sources the commands use (the Engine and Runtime enums, the release list, the
 examples directory of a source checkout), so `ftbench --help` cannot name an engine, runtime or
-example that does not exist; tests/ship/test_docs.py checks the help against them too.
+example that does not exist (tests/unit/test_cli.py checks every command's help against them). `ftbench.cli.main`
+puts it at the end of every command's --help.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from ftbench.contracts.enums import Engine, Runtime
@@ -35,8 +35,3 @@ def epilog() -> str:
     if examples := example_files():
         lines.append(f"examples: {', '.join(examples)} (start with examples/quickstart.yaml: CPU, about a minute)")
     return "\n".join(lines)
-
-
-def add_parser(sub: argparse._SubParsersAction, name: str, **kwargs: object) -> argparse.ArgumentParser:
-    """A subcommand parser whose --help ends with what a user can pick."""
-    return sub.add_parser(name, epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)  # type: ignore[arg-type]

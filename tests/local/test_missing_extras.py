@@ -94,6 +94,7 @@ def test_a_command_without_its_extra_names_it(core_python: Path, tmp_path: Path,
 
 def test_the_core_commands_need_no_extra(core_python: Path, tmp_path: Path) -> None:
     for args in (("validate", "examples/quickstart.yaml"), ("render", "examples/lora.yaml"), ("catalog", "engines"),
-                 ("results",)):  # fmt: skip
+                 ("results",), ("crd", "-o", str(tmp_path / "crds")), ("engines", "list"),
+                 ("dataset", "generate", "news-chars-512-entries-4096", "-o", str(tmp_path / "data"))):  # fmt: skip
         done = ftbench(core_python, tmp_path / "home", *args)
         assert done.returncode == 0, (args, done.stderr)

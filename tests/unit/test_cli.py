@@ -94,7 +94,13 @@ def test_catalog_models_fits_a_terminal_and_wide_json_yaml_have_the_rest(capsys:
     assert {d["name"] for d in yaml.safe_load(capsys.readouterr().out)} == {d.name for d in catalog.datasets.values()}
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["render"], ["validate"], ["sweep"]])
+def _commands() -> list[list[str]]:
+    from ftbench.cli.main import COMMAND_MODULES
+
+    return [[], *([m.rsplit("cmd_", 1)[1]] for m in COMMAND_MODULES)]
+
+
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(c) or "ftbench")
 def test_help_names_the_engines_runtimes_and_examples(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     from ftbench.cli.picks import EXAMPLES_DIR
     from ftbench.contracts.enums import Engine, Runtime
