@@ -1,7 +1,9 @@
 """Generate the FineTuneExperiment CRD from the pydantic models (the models are the one source).
 
 Pydantic emits JSON Schema 2020-12; Kubernetes wants a structural OpenAPI v3 schema. The
-conversion inlines `$ref`s, turns `Optional[X]` into `nullable`, drops titles and
+conversion inlines `$ref`s, turns `Optional[X]` into `X` (never `nullable`: the API server publishes a
+nullable field's OpenAPI v2 without its type, so `kubectl explain` printed `<>`; a null in an object
+is pruned by the server like an absent field), drops titles and
 `additionalProperties: false`, and rewrites exclusive bounds. Descriptions are kept, so
 `kubectl explain fte.spec.<field>` prints the field docs. The cross-field rules are added as CEL.
 `crds/` holds the output; tests/unit/test_crd.py fails when it is stale.
@@ -98,7 +100,7 @@ def _structural(node: Any, *, keep_defaults: bool) -> Any:
         non_null = [s for s in any_of if s.get("type") != "null"]
         if len(non_null) != 1:
             raise ValueError(f"cannot express union {any_of} structurally")
-        node = {**non_null[0], **node, "nullable": True}
+        node = {**non_null[0], **node}
     node.pop("title", None)
     if not isinstance(node.get("additionalProperties"), dict):  # a map's value schema stays
         node.pop("additionalProperties", None)
@@ -112,8 +114,6 @@ def _structural(node: Any, *, keep_defaults: bool) -> Any:
         node["exclusiveMaximum"] = True
     if "default" in node and (not keep_defaults or node["default"] is None):
         node.pop("default")
-    if node.get("nullable") and not keep_defaults:
-        node.pop("nullable")
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key == "properties":
@@ -189,6 +189,7 @@ def _crd(
                             "properties": {
                                 "apiVersion": {"type": "string", "description": f"{GROUP}/{VERSION}"},
                                 "kind": {"type": "string", "description": kind},
+                                # The API server refuses anything but a type here (metadata is implicit).
                                 "metadata": {"type": "object"},
                                 "spec": spec,
                                 "status": status,

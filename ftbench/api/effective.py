@@ -72,6 +72,27 @@ def per_device_batch_size(spec: FineTuneExperimentSpec) -> int:
     return max(1, spec.batch_size // max(spec.number_gpus, world_size(spec)))
 
 
+def batch_devices(spec: FineTuneExperimentSpec) -> int:
+    """The devices batchSize is split over: max(1, numberGpus), or the processes of a CPU run."""
+    return max(spec.number_gpus, world_size(spec))
+
+
+def global_batch_size(spec: FineTuneExperimentSpec) -> int:
+    """Samples per optimizer step: per device x devices x gradientAccumulationSteps (ado's batch_size
+    is one forward/backward pass over all devices; HF/TRL's global batch includes the accumulation)."""
+    return per_device_batch_size(spec) * batch_devices(spec) * spec.gradient_accumulation_steps
+
+
+def describe_batch(spec: FineTuneExperimentSpec) -> str:
+    """The batch in words, for `ftbench validate` and `ftbench run`."""
+    per, devices, steps = per_device_batch_size(spec), batch_devices(spec), spec.gradient_accumulation_steps
+    return (
+        f"{per} per device x {devices} device(s) x {steps} accumulation step(s) = {global_batch_size(spec)} "
+        f"samples per optimizer step (batchSize {spec.batch_size} is ado's batch_size: one forward/backward "
+        "pass over all devices)"
+    )
+
+
 def torch_dtype(spec: FineTuneExperimentSpec, catalog: Catalog) -> TorchDtype:
     return spec.torch_dtype or experiment_of(spec, catalog).default_torch_dtype
 

@@ -151,7 +151,10 @@ class FineTuneExperimentSpec(ApiModel):
         "extension. Unset: gpu when numberGpus > 0, else cpu.",
     )
     batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
-        description="The effective batch size, evenly distributed over max(1, numberGpus) devices. "
+        description="Samples per forward/backward pass over all devices (ado's batch_size), evenly distributed "
+        "over max(1, numberGpus) devices: each gets batchSize / max(1, numberGpus) (HF/TRL's "
+        "per_device_train_batch_size). One optimizer step accumulates gradientAccumulationSteps passes, so it sees "
+        "batchSize x gradientAccumulationSteps samples (the global batch; status.batch records all three). "
         "Seed parameter batch_size."
     )
     gpu_model: Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)] | None = Field(
@@ -171,7 +174,9 @@ class FineTuneExperimentSpec(ApiModel):
         description="Use gradient checkpointing: saves memory (bigger batches) at the cost of a slower backward pass.",
     )
     gradient_accumulation_steps: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
-        default=4, description="Number of update steps to accumulate before a backward/update pass."
+        default=4,
+        description="Forward/backward passes accumulated per optimizer step (HF's gradient_accumulation_steps). "
+        "Default 4, ado's default: the global batch is then 4 x batchSize; set 1 to make batchSize the global batch.",
     )
     torch_dtype: TorchDtype | None = Field(
         default=None,

@@ -67,7 +67,25 @@ class Stability(ApiModel):
     trials: list[TrialOutcome] = Field(default_factory=list, description="Per-trial outcomes.")
 
 
+class BatchStatus(ApiModel):
+    """The batch of the accepted spec in HF/TRL's terms (spec.batchSize is ado's batch_size)."""
+
+    per_device_batch_size: Annotated[int, Field(ge=1)] = Field(
+        description="Samples per device per forward/backward pass (HF/TRL per_device_train_batch_size): "
+        "batchSize / max(1, numberGpus)."
+    )
+    devices: Annotated[int, Field(ge=1)] = Field(description="Devices the batch is split over: max(1, numberGpus).")
+    gradient_accumulation_steps: Annotated[int, Field(ge=1)] = Field(
+        description="Forward/backward passes per optimizer step."
+    )
+    global_batch_size: Annotated[int, Field(ge=1)] = Field(
+        description="Samples per optimizer step: perDeviceBatchSize x devices x gradientAccumulationSteps."
+    )
+
+
 class FineTuneExperimentStatus(ApiModel):
+    """What the operator observed and the trainer measured: phase, conditions, results. Operator-written."""
+
     phase: Phase | None = Field(None, description="Pending, Running, Succeeded, Invalid or Failed.")
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="metadata.generation the operator last acted on."
@@ -89,6 +107,11 @@ class FineTuneExperimentStatus(ApiModel):
     )
     accepted_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="metadata.generation of the accepted spec."
+    )
+    batch: BatchStatus | None = Field(
+        None,
+        description="The accepted spec's batch as HF/TRL count it (per device, accumulation, global), recorded "
+        "with acceptedSpec: spec.batchSize is ado's batch_size, one forward/backward pass over all devices.",
     )
     start_time: datetime | None = Field(None, description="When the first training pod started.")
     completion_time: datetime | None = Field(None, description="When the run ended.")

@@ -213,6 +213,8 @@ class BestPoint(ApiModel):
 
 
 class FineTuneSweepStatus(ApiModel):
+    """What the operator observed: the table of points, the best one, conditions. Operator-written."""
+
     phase: SweepPhase | None = Field(None, description="Pending, Running, Succeeded, Failed or Invalid.")
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="metadata.generation the operator last acted on."

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from ftbench.devcluster import devup
+from ftbench.extras import require
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.action == "up":
+    if args.action == "up":  # the kubelet talks through the kubernetes client, the operator is kopf
+        require(
+            "operator",
+            "starting the kubelet and operator",
+            ("kubernetes",) if args.no_operator else ("kubernetes", "kopf"),
+        )
         return devup.up(
             args.state_dir, labels=args.label, gpus=args.gpus, no_operator=args.no_operator,
             operator_cmd=args.operator_cmd, seed_models=not args.no_seed_models, timeout=args.timeout,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ftbench.catalog import load_catalog
 from ftbench.cli.main import UsageError
+from ftbench.extras import require
 from ftbench.kubeapi.errors import KubeError
 from ftbench.local.home import ftbench_home
 from ftbench.local.store import ResultsStore
@@ -30,11 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        from ftbench.report.render import write_report  # needs matplotlib
-    except ImportError as err:
-        raise UsageError(f"{err}: install the report extra, pip install 'ftbench[report]'") from err
+    require("report", "drawing the plots")  # checked before anything is read
     from ftbench.report.data import NotFound, ReportData, from_store
+    from ftbench.report.render import write_report
 
     if args.namespace and not args.from_cluster:
         raise UsageError("--namespace reads a cluster: add --from-cluster")

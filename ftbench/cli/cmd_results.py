@@ -8,7 +8,7 @@ from pathlib import Path
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home
-from ftbench.local.store import ResultsStore
+from ftbench.local.store import ResultsStore, RunRecord, export_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ado: one row per trial with ado's property names (train_tokens_per_second, is_valid, ...)",
     )
     p.add_argument("-o", "--output-file", metavar="FILE", help="write the export to FILE instead of stdout")
+    p.add_argument(
+        "--from-cluster",
+        action="store_true",
+        help="export the FineTuneExperiments of a cluster (KUBECONFIG or in-cluster) instead of local runs",
+    )
+    p.add_argument("-n", "--namespace", help="with --from-cluster: the namespace (default: the context's)")
     p.set_defaults(func=run)
     actions = p.add_subparsers(dest="action", metavar="ACTION")  # optional: plain `ftbench results` lists
     c = actions.add_parser(
@@ -46,13 +52,28 @@ def compare_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(args: argparse.Namespace) -> list[RunRecord]:
+    """The local store's runs, or with --from-cluster what the cluster's experiments measured."""
+    if args.namespace and not args.from_cluster:
+        raise UsageError("--namespace reads a cluster: add --from-cluster")
+    if not args.from_cluster:
+        return ResultsStore(ftbench_home() / "results.db").runs()
+    from ftbench.kubeapi.errors import KubeError
+    from ftbench.report.cluster import NoCluster, experiment_records
+
+    try:
+        return experiment_records(args.namespace)
+    except (KubeError, NoCluster) as err:
+        raise UsageError(f"cannot read the cluster: {err}") from err
+
+
 def run(args: argparse.Namespace) -> int:
-    store = ResultsStore(ftbench_home() / "results.db")
+    runs = _runs(args)
     if args.export:
-        text = store.export(args.export, args.names)
+        text = export_runs(runs, args.export, args.names)
         if args.output_file:
             Path(args.output_file).write_text(text)
-            print(f"wrote {len(store.runs())} run(s) to {args.output_file}")
+            print(f"wrote {len(runs)} run(s) to {args.output_file}")
         else:
             print(text, end="" if text.endswith("\n") else "\n")
         return 0
@@ -60,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         (r.id, r.name, r.experiment.removeprefix("finetune_"), r.model, r.engine, r.number_gpus, r.batch_size,
          r.status, "" if r.is_valid is None else r.is_valid,
          "" if r.train_tokens_per_second is None else f"{r.train_tokens_per_second:,.1f}")
-        for r in store.runs()
+        for r in runs
     ]  # fmt: skip
     if not rows:
         print("no runs yet: try `ftbench run examples/quickstart.yaml`")

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ftbench.api.effective import describe_batch
 from ftbench.api.profile import catalog_for
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
@@ -38,6 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dataset-entries", type=int, metavar="N", help="generate only N dataset entries (smoke runs)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the trainer's own output")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no summary, progress or next steps on stderr: only the results on stdout (for scripts)",
+    )
     p.set_defaults(func=run)
 
 
@@ -140,22 +147,53 @@ def run(args: argparse.Namespace) -> int:
     store = ResultsStore(home / "results.db")
     store.record(run_id=local.run_id, name=name, spec=spec, started_at=local.started_at, status="Running",
                  results=[], run_dir=local.run_dir)  # fmt: skip
+    say = (lambda _: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
     for note in local.plan.notes:
-        print(f"note: {note}", file=sys.stderr)
-    print(f"run {local.run_id}: {spec.experiment.value}, {spec.model}, engine {spec.engine.value} "
-          f"(logs: {local.log_path})", file=sys.stderr)  # fmt: skip
+        say(f"note: {note}")
+    for line in summary(local):
+        say(line)
     tty = sys.stderr.isatty()
     outcome = execute(
         local,
         python,
-        on_progress=_progress_printer(tty),
+        on_progress=(lambda _: None) if args.quiet else _progress_printer(tty),
         on_output=(lambda line: print(line, file=sys.stderr)) if args.verbose else (lambda _: None),
     )
-    if tty:
+    if tty and not args.quiet:
         sys.stderr.write("\n")
     store.record(run_id=local.run_id, name=name, spec=spec, started_at=local.started_at, status=outcome.status,
                  results=outcome.results, run_dir=local.run_dir)  # fmt: skip
-    return _report(local, outcome, args.output)
+    status = _report(local, outcome, args.output)
+    if outcome.results and outcome.status != "Interrupted":
+        for line in next_steps(local):
+            say(line)
+    return status
+
+
+def summary(local: LocalRun) -> list[str]:
+    """What is about to run, as accepted: the lines `ftbench run` starts with on stderr."""
+    spec, plan = local.spec, local.plan
+    engine = spec.engine.value + (f" {plan.engine_version}" if plan.engine_version else "")
+    topology = plan.topology
+    device = f"{spec.number_gpus} GPU(s)" if spec.number_gpus else "CPU"
+    steps = f"{plan.training.max_steps} steps" if plan.training.max_steps > 0 else f"{spec.num_train_epochs} epoch(s)"
+    trials = f", {plan.trials} trials" if plan.trials > 1 else ""
+    return [
+        f"run {local.run_id}: {local.name} ({spec.experiment.value})",
+        f"  model {spec.model}, engine {engine}, {topology.world_size} rank(s) on {device}, {steps}{trials}",
+        f"  batch: {describe_batch(spec)}",
+        f"  logs: {local.log_path}",
+    ]
+
+
+def next_steps(local: LocalRun) -> list[str]:
+    """The commands to try after a run: its results among the others, a comparison, a report."""
+    return [
+        "next:",
+        "  ftbench results                          # every local run",
+        f"  ftbench results compare RUN {local.run_id}   # this run against another (RUN: an id from ftbench results)",
+        "  ftbench report -o report/                # report.md and report.html with plots",
+    ]
 
 
 def _report(local: LocalRun, outcome: RunOutcome, fmt: str) -> int:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from ftbench.api.effective import describe_batch
+from ftbench.api.profile import catalog_for
 from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.validation import Issue, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
+from ftbench.render.plan import roce_unconfigured
 from ftbench.sweep.points import expand, parse_sweep_document
 
 
@@ -16,7 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check FineTuneExperiment and FineTuneSweep files; exit 1 if any is invalid")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML files (multi-document allowed, - for stdin)")
     p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only problems")
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="the cluster profile to check against (RoCE, model map; default: a plain GPU cluster without RoCE)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print only problems and warnings")
     p.set_defaults(func=run)
 
 
@@ -32,7 +40,10 @@ def catalog_from_args(args: argparse.Namespace, base: Catalog | None = None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    catalog = catalog_from_args(args)
+    from ftbench.cli.cmd_render import profile_from_arg
+
+    profile = profile_from_arg(args.profile)
+    catalog = catalog_from_args(args, catalog_for(profile))
     failed = 0
     try:
         documents = list(read_documents(args.files))
@@ -44,9 +55,12 @@ def run(args: argparse.Namespace) -> int:
             continue
         report = validate_document(doc.body, catalog)
         name = (doc.body.get("metadata") or {}).get("name", "?") if isinstance(doc.body, dict) else "?"
-        if report.ok:
+        if report.ok and report.spec is not None:
             if not args.quiet:
                 print(f"{doc.source}: {name}: valid")
+                print(f"  batch: {describe_batch(report.spec)}")
+            if warning := roce_unconfigured(report.spec, profile):
+                print(f"  warning: {warning}" if not args.quiet else f"{doc.source}: {name}: warning: {warning}")
             continue
         failed += 1
         print(f"{doc.source}: {name}: invalid")

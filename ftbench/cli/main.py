@@ -30,13 +30,20 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ftbench.cli.picks import epilog
+
     parser = argparse.ArgumentParser(
         prog="ftbench",
         description="Run LLM fine-tuning benchmarks locally or on Kubernetes, and read what they measured.",
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():  # every command's --help ends with what a user can pick
+        command.epilog = parser.epilog
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 
@@ -49,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UsageError as err:
         print(f"ftbench {args.command}: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:  # an optional extra's module, reached without a check up front
+        from ftbench.extras import MissingExtra, from_import_error
+
+        text = str(err) if isinstance(err, MissingExtra) else from_import_error(err)
+        if text is None:
+            raise
+        print(f"ftbench {args.command}: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"ftbench {args.command}: interrupted", file=sys.stderr)

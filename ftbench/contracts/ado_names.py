@@ -57,8 +57,22 @@ ADO_PARAMETERS: dict[str, str] = {
     "distributed_backend": "distributedBackend",
 }
 
-#: Column order of an ado-named export: ado's columns in its order, then ftbench's extras.
-ADO_COLUMNS: tuple[str, ...] = ("experiment_id", *ADO_PARAMETERS, "is_valid", *ADO_PROPERTIES, *FTBENCH_EXTRAS)
+#: Which run a row comes from and what became of it, after ftbench's extras (ado has no such columns:
+#: its store keeps only measured entities). ``ftbench_status`` is the run's phase (Succeeded, Invalid,
+#: Failed, Interrupted, ...), so rows of runs that measured nothing can be told from measured ones;
+#: ``ftbench_engine_version`` is the release (fms-hf-tuning) or trl version that actually ran.
+RUN_COLUMNS: tuple[str, ...] = ("ftbench_run_id", "ftbench_status", "ftbench_engine", "ftbench_engine_version")
+
+#: Column order of an ado-named export: ado's columns in its order, then ftbench's extras and run columns.
+ADO_COLUMNS: tuple[str, ...] = (
+    "experiment_id",
+    *ADO_PARAMETERS,
+    "is_valid",
+    *ADO_PROPERTIES,
+    *FTBENCH_EXTRAS,
+    *RUN_COLUMNS,
+)
+FMS_HF_TUNING = "fms-hf-tuning"
 
 
 def _camel(name: str) -> str:
@@ -66,11 +80,21 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def ado_rows(experiment: str, spec: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ado_rows(
+    experiment: str,
+    spec: dict[str, Any],
+    results: list[dict[str, Any]],
+    *,
+    run_id: str = "",
+    status: str = "",
+    engine: str = FMS_HF_TUNING,
+) -> list[dict[str, Any]]:
     """One row per trial result with ado's names: its parameters from the spec, `is_valid`, the
-    measured properties (absent, None, where the run produced no metrics, as ado omits them) and
-    ftbench's extras.
-    `experiment` is written with ado's registered id (its `gptq` spelling)."""
+    measured properties (absent, None, where the run produced no metrics, as ado omits them),
+    ftbench's extras and the run columns.
+    `experiment` is written with ado's registered id (its `gptq` spelling). `fms_hf_tuning_version` is
+    the release that ran (the spec's when the run never started), and empty for a trl run, which
+    used no fms-hf-tuning at all."""
     from ftbench.contracts.enums import EXPERIMENT_ALIASES
 
     ado_id = next((alias for alias, canonical in EXPERIMENT_ALIASES.items() if canonical == experiment), experiment)
@@ -78,7 +102,11 @@ def ado_rows(experiment: str, spec: dict[str, Any], results: list[dict[str, Any]
     rows = []
     for result in results or [{}]:
         metrics = result.get("metrics") or {}
-        row: dict[str, Any] = {"experiment_id": ado_id, **params, "is_valid": result.get("isValid")}
+        ran = (result.get("environment") or {}).get("engineVersion") or None
+        fms = (ran or params["fms_hf_tuning_version"]) if engine == FMS_HF_TUNING else None
+        row: dict[str, Any] = {"experiment_id": ado_id, **params, "fms_hf_tuning_version": fms}
+        row["is_valid"] = result.get("isValid")
         row.update({name: metrics.get(_camel(field)) for name, field in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()})
+        row.update(zip(RUN_COLUMNS, (run_id, status, engine, ran), strict=True))
         rows.append(row)
     return rows

@@ -151,6 +151,11 @@ class OutputSettings(WireModel):
     termination_message_path: str = DEFAULT_TERMINATION_MESSAGE_PATH
     progress_interval_seconds: float = 10.0
     report_progress_to_kubernetes: bool = False
+    events_file: str | None = Field(
+        None,
+        description="A file only ftbench writes: rank 0 appends its progress lines and the node its result lines "
+        "(ftbench.contracts.events). `ftbench run` sets it and tails it; None on a cluster.",
+    )
 
 
 class LaunchPlan(WireModel):

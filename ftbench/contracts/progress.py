@@ -8,7 +8,8 @@ Three processes read progress, so its shapes are defined here once:
 
       FTBENCH_PROGRESS {"step":12,"totalSteps":100,"elapsedSeconds":3.1,"tokensPerSecond":5120.0,"etaSeconds":22.7}
 
-  `ftbench run` (ftbench.local.runner) parses these lines; users grep pod logs for them.
+  Users grep pod logs for them. `ftbench run` (ftbench.local.runner) reads the same lines from the
+  run's event file (ftbench.contracts.events), never from stdout, where libraries write too.
 - **`status.progress`** (`Progress`): the same measurement as the trainer's
   `ftbench_trainer.progress_reporter` patches it into the FineTuneExperiment (bounded, with the trial and
   the time), and as the CRD declares it (`ftbench.api.status` uses this model).

@@ -284,7 +284,12 @@ Logs: {layout.logs}   PVC stand-ins: {layout.kubelet / "pvc"}/<claimName>
   kubectl apply -f examples/quickstart.yaml
   kubectl get fte -w
 
-Stop it with: ftbench dev down{"" if layout.root == DEFAULT_STATE_DIR else f" --state-dir {layout.root}"}"""
+Stop it with: {stop_command(layout.root)}"""
+
+
+def stop_command(root: Path) -> str:
+    """The command that stops the cluster under `root` (--state-dir is an option of `dev`, before the action)."""
+    return "ftbench dev down" if root == DEFAULT_STATE_DIR else f"ftbench dev --state-dir {shlex.quote(str(root))} down"
 
 
 def down(state_dir: Path, timeout: float = STOP_TIMEOUT) -> int:

@@ -168,7 +168,7 @@ def package_path() -> str:
     for name in ("ftbench", "ftbench_trainer"):  # located, not imported: ftbench never imports the trainer
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
-            raise RuntimeError(f"{name} is not importable here (install the trainer extra)")
+            raise RuntimeError(f"{name} is not importable here: pip install 'ftbench[trainer]'")
         pkgs.append(Path(spec.origin).parent)
     digest = hashlib.sha256("\0".join(map(str, pkgs)).encode()).hexdigest()[:12]
     shim = cache_root() / "pkgs" / digest

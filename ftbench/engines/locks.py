@@ -39,7 +39,9 @@ def uv_command() -> list[str]:
     found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
     if found:
         return [found]
-    raise RuntimeError("uv is needed to compile locks and build engine environments: pip install uv")
+    raise RuntimeError(
+        "uv is needed to compile locks and build the fms-hf-tuning environments: pip install 'ftbench[trainer]'"
+    )
 
 
 def compile_lock(release: FmsRelease, releases: FmsReleases) -> str:

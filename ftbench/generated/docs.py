@@ -25,7 +25,7 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules import all_rules
 from ftbench.api.status import Stability
 from ftbench.catalog import Catalog, load_catalog
-from ftbench.contracts.ado_names import ADO_PARAMETERS, ADO_PROPERTIES, FTBENCH_EXTRAS
+from ftbench.contracts.ado_names import ADO_PARAMETERS, ADO_PROPERTIES, FTBENCH_EXTRAS, RUN_COLUMNS
 from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics, RunEnvironment
 
 REFERENCE_DIR = "reference"
@@ -183,7 +183,10 @@ def crd_reference(catalog: Catalog | None = None) -> str:
         "(`finetune_gptq-lora_benchmark-v1.0.0` for GPTQ-LoRA). Columns whose name starts with "
         "`ftbench_` come last and are ftbench's, not ado's: `ftbench_node_memory_used_percent` is the "
         "node's memory in use, the quantity ado's `cpu_memory_utilization` measures (that column "
-        "carries ftbench's figure, the training processes' memory, seed note 2).\n\n",
+        "carries ftbench's figure, the training processes' memory, seed note 2). The run columns follow: "
+        "the run id (a FineTuneExperiment's uid with `--from-cluster`), its status (Succeeded, Invalid, "
+        "Failed, Interrupted, ...: rows of runs that measured nothing have empty properties), the engine "
+        "and the version of it that ran; `fms_hf_tuning_version` is empty for trl runs.\n\n",
         _table(
             ("Export column", "ftbench field"),
             [(_code(a), _code(f"spec.{f}")) for a, f in ADO_PARAMETERS.items()]
@@ -191,6 +194,14 @@ def crd_reference(catalog: Catalog | None = None) -> str:
             + [
                 (_code(a), _code(f"status.results.{_camel_name(f)}"))
                 for a, f in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()
+            ]
+            + [
+                (_code(a), _code(f))
+                for a, f in zip(
+                    RUN_COLUMNS,
+                    ("metadata.uid", "status.phase", "spec.engine", "status.environment.engineVersion"),
+                    strict=True,
+                )
             ],
         ),
     ]

@@ -1,9 +1,10 @@
 """`ftbench run`: the operator's plan, executed by the trainer as a local subprocess.
 
 The same `build_plan` the operator uses makes the plan; only the cluster profile differs (storage
-under FTBENCH_HOME). The trainer's stdout carries machine-readable progress and result lines
-(ftbench.contracts.progress, ftbench.contracts.results), so this module needs neither torch nor a
-shared file layout.
+under FTBENCH_HOME). Progress and result lines (ftbench.contracts.progress, ftbench.contracts.results)
+come through the run's event file (ftbench.contracts.events), never through the trainer's stdout:
+that stream is shared with the libraries' own output (tqdm's carriage returns would glue a
+progress line into a bar). The stdout and stderr go to the run's log, so this module needs no torch.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,16 +27,23 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Engine, Runtime
+from ftbench.contracts.events import EventTail
 from ftbench.contracts.outcomes import OUTCOMES, Phase
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.progress import parse_progress_line
 from ftbench.contracts.results import TrainerResult
+from ftbench.extras import MissingExtra, require
 from ftbench.host.gpus import local_gpu_count
 from ftbench.host.procs import stop_process_group
 from ftbench.render.plan import build_plan
 
 TRAINER_MODULE = "ftbench_trainer.main"
 INTERRUPT_GRACE_SECONDS = 30.0
+# A terminal's progress bar wants more than the cluster's one report per 10 s; a report is one
+# line appended to a file, so once a second costs nothing measurable.
+LOCAL_PROGRESS_INTERVAL_SECONDS = 1.0
+# How often the event file is read while the trainer runs.
+EVENT_POLL_SECONDS = 0.2
 
 
 class LocalRunError(Exception):
@@ -54,6 +63,10 @@ class LocalRun:
     @property
     def log_path(self) -> Path:
         return self.run_dir / "trainer.log"
+
+    @property
+    def events_path(self) -> Path:
+        return self.run_dir / "events.log"
 
 
 @dataclass
@@ -96,11 +109,13 @@ def prepare(
         output_dir=str(run_dir / "output"),
         dataset_entries=dataset_entries,
     )
+    output = {
+        "termination_message_path": str(run_dir / "termination-log"),
+        "events_file": str(run_dir / "events.log"),
+        "progress_interval_seconds": LOCAL_PROGRESS_INTERVAL_SECONDS,
+    }
     plan = plan.model_copy(
-        update={
-            "output": plan.output.model_copy(update={"termination_message_path": str(run_dir / "termination-log")}),
-            "allow_engine_mismatch": any_fms_release,
-        }
+        update={"output": plan.output.model_copy(update=output), "allow_engine_mismatch": any_fms_release}
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / "plan.json"
@@ -129,11 +144,17 @@ def trainer_python(
     from ftbench.engines.envs import ensure_env, package_path
 
     if spec.engine == Engine.TRL:
-        return TrainerPython(explicit or sys.executable)
-    pythonpath = package_path()
-    if explicit:
-        return TrainerPython(explicit, pythonpath)
+        if explicit:
+            return TrainerPython(explicit)
+        try:  # trl trains in this environment: without the trainer extra it would die on its first import
+            require("trainer", "engine trl (it trains in this environment)")
+        except MissingExtra as err:
+            raise LocalRunError(f"{err}, or pass --python PATH (an interpreter that has it)") from err
+        return TrainerPython(sys.executable)
     try:
+        pythonpath = package_path()
+        if explicit:
+            return TrainerPython(explicit, pythonpath)
         return TrainerPython(str(ensure_env(spec.fms_hf_tuning_version, log=log)), pythonpath)
     except (RuntimeError, OSError, KeyError) as err:
         raise LocalRunError(
@@ -149,33 +170,59 @@ def execute(
     on_progress: Callable[[dict[str, Any]], None] = lambda _: None,
     on_output: Callable[[str], None] = lambda _: None,
 ) -> RunOutcome:
-    """Run the trainer, stream its lines, and stop it cleanly on Ctrl-C (exit status 'Interrupted')."""
+    """Run the trainer, follow its event file, and stop it cleanly on Ctrl-C (exit status 'Interrupted').
+
+    `on_progress` gets each progress line's JSON while the trainer runs; `on_output` each line of
+    the trainer's own output (which also goes to the run's log).
+    """
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     if python.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
     command = [python.path, "-m", TRAINER_MODULE, "--plan", str(run.plan_path)]
+    events = EventTail(run.events_path)
     results: list[TrainerResult] = []
+
+    def read_events() -> None:
+        for line in events.new_lines():
+            if (progress := parse_progress_line(line)) is not None:
+                on_progress(progress)
+            elif (result := TrainerResult.from_line(line)) is not None:
+                results.append(result)
+
     with run.log_path.open("w") as log:
         # A new session: Ctrl-C reaches us only, and we forward one SIGINT to the whole trainer group
         # (accelerate and its ranks) so it stops between steps instead of dying mid-write.
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
         )
+        assert proc.stdout is not None
+        drain = threading.Thread(target=_copy_output, args=(proc.stdout, log, on_output), daemon=True)
+        drain.start()
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                if (progress := parse_progress_line(line)) is not None:
-                    on_progress(progress)
-                elif (result := TrainerResult.from_line(line)) is not None:
-                    results.append(result)
-                else:
-                    on_output(line.rstrip("\n"))
-            returncode = proc.wait()
+            while (returncode := _wait(proc, EVENT_POLL_SECONDS)) is None:
+                read_events()
+            drain.join()
+            read_events()
         except KeyboardInterrupt:
             _stop(proc)
             return RunOutcome("Interrupted", results, 130)
     return RunOutcome(_status(results), results, returncode)
+
+
+def _wait(proc: subprocess.Popen, seconds: float) -> int | None:
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _copy_output(lines: Iterable[str], log: Any, on_output: Callable[[str], None]) -> None:
+    """The trainer's stdout and stderr into the run's log (a thread, so a chatty library never
+    blocks the trainer on a full pipe while the main thread follows the event file)."""
+    for line in lines:
+        log.write(line)
+        on_output(line.rstrip("\n"))
+    log.flush()
 
 
 def _stop(proc: subprocess.Popen) -> None:

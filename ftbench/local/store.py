@@ -11,7 +11,7 @@ import csv
 import io
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -199,17 +199,26 @@ class ResultsStore:
         return [SweepRecord(name, created, json.loads(spec)) for name, created, spec in rows]
 
     def export(self, fmt: str, names: str = "ftbench") -> str:
-        """All runs as CSV or JSON; names "ado" writes one row per trial with ado's property and
-        parameter names (ftbench.contracts.ado_names), so ado analyses read ftbench runs."""
-        runs = self.runs()
-        if names == "ado":
-            rows = [row for r in runs for row in ado_rows(r.experiment, r.spec, r.results)]
-            if fmt == "json":
-                return json.dumps(rows, indent=2)
-            return _csv(ADO_COLUMNS, [[row[c] for c in ADO_COLUMNS] for row in rows])
+        """All runs as CSV or JSON (see `export_runs`)."""
+        return export_runs(self.runs(), fmt, names)
+
+
+def export_runs(runs: Sequence[RunRecord], fmt: str, names: str = "ftbench") -> str:
+    """Runs (of this store, or a cluster's experiments) as CSV or JSON; names "ado" writes one row
+    per trial with ado's property and parameter names (ftbench.contracts.ado_names), so ado analyses
+    read ftbench runs, followed by the run id, status and engine columns ado does not have."""
+    if names == "ado":
+        rows = [
+            row
+            for r in runs
+            for row in ado_rows(r.experiment, r.spec, r.results, run_id=r.id, status=r.status, engine=r.engine)
+        ]
         if fmt == "json":
-            return json.dumps([r.as_dict() for r in runs], indent=2)
-        return _csv(EXPORT_COLUMNS, [[getattr(run, c) for c in EXPORT_COLUMNS] for run in runs])
+            return json.dumps(rows, indent=2)
+        return _csv(ADO_COLUMNS, [[row[c] for c in ADO_COLUMNS] for row in rows])
+    if fmt == "json":
+        return json.dumps([r.as_dict() for r in runs], indent=2)
+    return _csv(EXPORT_COLUMNS, [[getattr(run, c) for c in EXPORT_COLUMNS] for run in runs])
 
 
 def _csv(header: tuple[str, ...], rows: list[list[Any]]) -> str:

@@ -161,10 +161,30 @@ def accelerate_config(
     return {"distributed_type": "FSDP", "fsdp_config": fsdp, **common}
 
 
-def _notes(spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[str, ...]:
+def roce_unconfigured(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
+    """Why a multi-node `enableRoce` run will not use RoCE on this profile, or None.
+
+    The pods get RoCE's NCCL settings (NCCL_IB_DISABLE=0, NCCL_IB_*) and RDMA devices from the
+    profile either way, but only `roce.network` attaches them to the RDMA network (the Multus
+    annotation): without it NCCL finds no RoCE interface and falls back to TCP sockets or fails,
+    and a result would be believed to be a RoCE measurement. `ftbench validate` prints this as a
+    warning and the operator sets condition RoceConfigured=False.
+    """
+    if not spec.enable_roce or spec.number_nodes < 2 or profile.roce.network:
+        return None
+    return (
+        "enableRoce is true but the cluster profile sets no roce.network: the pods get RoCE's NCCL settings "
+        "but no RDMA network attachment, so NCCL will not use RoCE (it falls back to TCP sockets or fails); "
+        "set roce.network (and roce.deviceResource) in the cluster profile, or set enableRoce to false"
+    )
+
+
+def _notes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> tuple[str, ...]:
     notes = []
     if spec.enable_roce and spec.number_nodes == 1:
         notes.append("enableRoce is ignored: RoCE only applies to multi-node runs")
+    if roce := roce_unconfigured(spec, profile):
+        notes.append(roce)
     if spec.distributed_backend == DistributedBackend.NONE and spec.number_gpus > 1:
         notes.append(f"distributedBackend None: one process drives {spec.number_gpus} GPUs with DataParallel")
     elif spec.distributed_backend not in (None, DistributedBackend.NONE) and effective.world_size(spec) == 1:
@@ -302,5 +322,5 @@ def build_plan(
             result_file=posixpath.join(output_dir, "result.json"),
             report_progress_to_kubernetes=report_progress_to_kubernetes,
         ),
-        notes=_notes(spec, catalog),
+        notes=_notes(spec, catalog, profile),
     )

@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
+from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
 from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
+from ftbench.extras import require
 from ftbench.kubeapi.client import call
+from ftbench.local.store import RunRecord
 from ftbench.render.names import label_value
 from ftbench.report.data import ReportData, RunMeasurement, sweep_data
 from ftbench.sweep.points import expand
@@ -97,10 +100,9 @@ def connect() -> tuple[ApiClient, str]:
     """The client and its namespace, found as kubectl finds them: KUBECONFIG (read now, not when the
     client was imported) or ~/.kube/config and its context's namespace ("default" when it names
     none); without either, in a pod, the service account and its namespace."""
-    try:
-        from kubernetes import client, config
-    except ImportError as err:
-        raise NoCluster(f"{err}: install the operator extra, pip install 'ftbench[operator]'") from err
+    require("operator", "--from-cluster", ("kubernetes",))
+    from kubernetes import client, config
+
     configuration = client.Configuration()
     kubeconfig = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
     try:
@@ -121,12 +123,56 @@ def list_items(api: ApiClient, namespace: str, plural: str) -> list[Obj]:
     return list((answer or {}).get("items", []))
 
 
-def from_cluster(catalog: Catalog, namespace: str | None = None, api: ApiClient | None = None) -> ReportData:
-    """Every FineTuneSweep and FineTuneExperiment of `namespace` (default: the context's)."""
+def _reach(namespace: str | None, api: ApiClient | None) -> tuple[ApiClient, str]:
+    """The client (connected now unless given) and the namespace: the one named, else the context's."""
     if api is None:
         api, default = connect()
-        namespace = namespace or default
-    namespace = namespace or "default"
+        return api, namespace or default
+    return api, namespace or "default"
+
+
+def from_cluster(catalog: Catalog, namespace: str | None = None, api: ApiClient | None = None) -> ReportData:
+    """Every FineTuneSweep and FineTuneExperiment of `namespace` (default: the context's)."""
+    api, namespace = _reach(namespace, api)
     sweeps = list_items(api, namespace, SWEEP_PLURAL)
     experiments = list_items(api, namespace, PLURAL)
     return from_objects(sweeps, experiments, catalog, f"namespace {namespace} of {api.configuration.host}")
+
+
+def experiment_record(obj: Obj) -> RunRecord:
+    """A FineTuneExperiment as a results row, the shape `ftbench results --export` writes for local
+    runs: its uid as the run id, its phase as the status, the accepted spec (the submitted one,
+    with defaults, before the operator accepted it) and what `status.results` measured."""
+    meta, status = obj["metadata"], obj.get("status") or {}
+    raw = status.get("acceptedSpec") or obj.get("spec") or {}
+    try:
+        spec = FineTuneExperimentSpec.model_validate(raw).to_wire()
+    except ValueError:  # an invalid experiment: its fields as written
+        spec = dict(raw)
+    result = {"isValid": status.get("isValid"), "metrics": status.get("results"),
+              "environment": status.get("environment")}  # fmt: skip
+    metrics = status.get("results") or {}
+    return RunRecord(
+        id=str(meta.get("uid") or meta["name"]),
+        name=str(meta["name"]),
+        started_at=str(status.get("startTime") or meta.get("creationTimestamp") or ""),
+        finished_at=status.get("completionTime"),
+        experiment=str(spec.get("experiment", "")),
+        engine=str(spec.get("engine", "")),
+        model=str(spec.get("model", "")),
+        number_gpus=int(spec.get("numberGpus", 0)),
+        batch_size=int(spec.get("batchSize", 0)),
+        model_max_length=int(spec.get("modelMaxLength", 0)),
+        status=str(status.get("phase") or "Pending"),
+        is_valid=status.get("isValid"),
+        train_tokens_per_second=metrics.get("trainTokensPerSecond"),
+        run_dir="",
+        spec=spec,
+        results=[{k: v for k, v in result.items() if v is not None}],
+    )
+
+
+def experiment_records(namespace: str | None = None, api: ApiClient | None = None) -> list[RunRecord]:
+    """Every FineTuneExperiment of `namespace` (default: the context's) as results rows."""
+    api, namespace = _reach(namespace, api)
+    return [experiment_record(obj) for obj in list_items(api, namespace, PLURAL)]

@@ -15,10 +15,13 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ftbench.api import effective
 from ftbench.api.display import rounded
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.stability import aggregate_trials
-from ftbench.api.status import Condition, FineTuneExperimentStatus, Phase, TrialOutcome
+from ftbench.api.status import BatchStatus, Condition, FineTuneExperimentStatus, Phase, TrialOutcome
+from ftbench.render.plan import roce_unconfigured
 from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation
 
 VALID = "Valid"
@@ -26,7 +29,10 @@ QUEUED = "Queued"
 RUNNING = "Running"
 SUCCEEDED = "Succeeded"
 SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
-CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, SPEC_CHANGE_IGNORED)
+# Set on multi-node enableRoce runs only: False when the profile gives the pods no RDMA network, so
+# nobody reads a result as a RoCE measurement when NCCL could not use RoCE.
+ROCE_CONFIGURED = "RoceConfigured"
+CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, ROCE_CONFIGURED, SPEC_CHANGE_IGNORED)
 
 # Every message the status holds is cut to this: a status is read by every watcher on every
 # change, and one spec with a huge list of problems once produced a 187 KB status.
@@ -78,6 +84,16 @@ def set_condition(
     by_type[type_] = new
     order = {t: i for i, t in enumerate(CONDITION_ORDER)}
     return sorted(by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
+
+
+def batch_status(spec: FineTuneExperimentSpec) -> BatchStatus:
+    """status.batch: the accepted batch as HF/TRL count it (spec.batchSize is ado's batch_size)."""
+    return BatchStatus(
+        per_device_batch_size=effective.per_device_batch_size(spec),
+        devices=effective.batch_devices(spec),
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
+        global_batch_size=effective.global_batch_size(spec),
+    )
 
 
 def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
@@ -145,8 +161,9 @@ class Builder:
         spec_generation: int | None,
         runtime: Mapping[str, str] | None = None,
     ) -> Status:
-        """Children created for `attempt` from `spec` (recorded as the accepted spec; `runtime`: which
-        runtime and why); the run waits for its pods."""
+        """Children created for `attempt` from `spec` (recorded as the accepted spec with its batch;
+        `runtime`: which runtime and why); the run waits for its pods."""
+        parsed = spec if isinstance(spec, FineTuneExperimentSpec) else FineTuneExperimentSpec.model_validate(spec)
         self.cond(VALID, "True", "SpecValid", "the spec passed every rule")
         self.cond(RUNNING, "False", PENDING, "waiting for pods to start")
         self.cond(SUCCEEDED, "Unknown", PENDING, f"attempt {attempt} created")
@@ -157,10 +174,22 @@ class Builder:
             runtime=runtime or None,
             accepted_spec=spec,
             accepted_generation=spec_generation,
+            batch=batch_status(parsed),
             message=f"attempt {attempt}: waiting for pods",
             observed_generation=self.generation,
             conditions=self.conditions,
         )
+
+    def roce(self, spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
+        """Condition RoceConfigured for a multi-node enableRoce run; the problem, if any (for an Event)."""
+        if not spec.enable_roce or spec.number_nodes < 2:
+            return None
+        problem = roce_unconfigured(spec, profile)
+        if problem:
+            self.cond(ROCE_CONFIGURED, "False", "NoRoceNetwork", problem)
+        else:
+            self.cond(ROCE_CONFIGURED, "True", "RoceNetwork", f"the pods attach to network {profile.roce.network}")
+        return problem
 
     def retrying(self, attempt: int) -> Status:
         """Forget the previous attempt's outcome (results, times, progress) and start `attempt`."""

@@ -135,6 +135,14 @@ def test_kubectl_explain_prints_field_docs(control_plane, ftbench_crd) -> None:
             break
         time.sleep(1)
     assert "evenly distributed over max(1, numberGpus)" in out, out
+    assert "per_device_train_batch_size" in out and "global batch" in out, out  # ado's meaning, made explicit
+    for path in ("fte.spec", "fte.spec.run", "fte.status", "fte.status.batch"):
+        proc = subprocess.run(["kubectl", "explain", path], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "<>" not in proc.stdout, f"{path}: a field without a type:\n{proc.stdout}"  # nullable fields did that
+    batch = subprocess.run(["kubectl", "explain", "fte.status.batch.globalBatchSize"], capture_output=True, text=True,
+                           env=env).stdout  # fmt: skip
+    assert "<integer>" in batch and "gradientAccumulationSteps" in batch, batch
 
 
 def sweep_body(name: str, **spec: object) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.engines.envs import list_envs, package_path
 from ftbench.engines.releases import load_releases
 from ftbench.local.home import local_profile
-from ftbench.local.runner import LocalRunError, prepare, trainer_python
+from ftbench.local.runner import LocalRunError, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
 
 EXPERIMENT = """apiVersion: ftbench.io/v1alpha1
@@ -101,6 +102,7 @@ def test_store_round_trip_and_exports(home: Path) -> None:
     [ado] = json.loads(store.export("json", names="ado"))
     assert ado["is_valid"] is None and ado["train_tokens_per_second"] is None  # a failed run has no metrics
     assert ado["model_name"] == "ftbench-tiny-llama" and ado["number_gpus"] == 0
+    assert (ado["ftbench_run_id"], ado["ftbench_status"]) == ("r1", "Failed")  # told apart from measured rows
 
 
 @pytest.mark.training
@@ -108,8 +110,10 @@ def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest
     pytest.importorskip("trl")
     path = tmp_path / "exp.yaml"
     path.write_text(EXPERIMENT.format(name="local", steps=6))
-    assert main(["run", str(path), "-o", "json", "--dataset-entries", "32"]) == 0
-    result = TrainerResult.model_validate(json.loads(capsys.readouterr().out))
+    assert main(["run", str(path), "-o", "json", "--quiet", "--dataset-entries", "32"]) == 0
+    out, err = capsys.readouterr()
+    result = TrainerResult.model_validate(json.loads(out))  # stdout is the JSON alone
+    assert "step " not in err and "next:" not in err and "batch:" not in err  # --quiet: no guide on stderr
     assert result.outcome == Outcome.SUCCEEDED and result.metrics is not None
     assert result.metrics.train_steps == 6 and result.metrics.train_tokens > 0
     assert main(["results"]) == 0
@@ -131,6 +135,55 @@ def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest
     assert 0 < m.cpu_memory_utilization_percent <= m.node_memory_used_percent < 100
     assert float(named["cpu_memory_utilization"]) == m.cpu_memory_utilization_percent
     assert float(named["ftbench_node_memory_used_percent"]) == m.node_memory_used_percent
+    assert (named["ftbench_status"], named["ftbench_engine"], named["fms_hf_tuning_version"]) == (
+        "Succeeded",
+        "trl",
+        "",
+    )
+    assert named["ftbench_run_id"] == stored.id and named["ftbench_engine_version"] == result.environment.engine_version
+
+
+@pytest.mark.training
+def test_progress_arrives_while_the_trainer_runs_with_tqdm_drawing(home: Path) -> None:
+    """tqdm redraws its bar with carriage returns on the trainer's stderr, which `ftbench run` keeps
+    in the run's log; progress travels through the run's own event file, so every update arrives
+    whole, while the trainer runs: the run has 100000 steps and ends only because the second update
+    stops it (as Ctrl-C would)."""
+    pytest.importorskip("trl")
+    run_spec = spec(experiment="finetune_lora_benchmark-v1.0.0", engine="trl", datasetId="news-chars-512-entries-4096",
+                    modelMaxLength=256, gradientAccumulationSteps=1, maxSteps=100000)  # fmt: skip
+    run = prepare(run_spec, "bar", load_catalog(), local_profile(home=home), home, dataset_entries=32, gpus_available=0)
+    seen: list[dict[str, float | int]] = []
+
+    def on_progress(progress: dict[str, float | int]) -> None:
+        seen.append(progress)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    outcome = execute(run, trainer_python(run_spec), on_progress=on_progress)
+    assert outcome.status == "Interrupted", run.log_path.read_text()[-3000:]
+    assert "%|" in run.log_path.read_text(), "tqdm did not draw: the test would not exercise the mixed output"
+    assert [p["totalSteps"] for p in seen] == [100000, 100000]
+    assert 0 < seen[0]["step"] < seen[1]["step"] and seen[1]["tokensPerSecond"] > 0
+
+
+@pytest.mark.training
+def test_a_first_run_is_guided(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28 item 7: the accepted spec first (model, engine, ranks, batch, steps), progress with
+    tokens/s while it trains, the results table, then the commands to try next."""
+    pytest.importorskip("trl")
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT.format(name="guided", steps=4))
+    assert main(["run", str(path), "--dataset-entries", "32"]) == 0
+    out, err = capsys.readouterr()
+    [stored] = ResultsStore(home / "results.db").runs()
+    assert f"run {stored.id}: guided (finetune_lora_benchmark-v1.0.0)" in err
+    assert "model ftbench-tiny-llama, engine trl, 1 rank(s) on CPU, 4 steps" in err
+    assert "batch: 2 per device x 1 device(s) x 1 accumulation step(s) = 2 samples per optimizer step" in err
+    assert re.search(r"step 4/4 .* tokens/s", err), err  # the progress bar's last line
+    assert "train tokens/s per GPU" in out and "outcome" in out  # the results table
+    assert err.index("step 4/4") < err.index("next:")
+    assert f"ftbench results compare RUN {stored.id}" in err and "ftbench report -o report/" in err
 
 
 @pytest.mark.training

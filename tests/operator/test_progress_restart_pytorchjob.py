@@ -190,3 +190,22 @@ def test_pytorchjob_run(operator, kubelet, create_experiment, kube_api, namespac
     )
     done = kubelet.wait_phase(name, "Succeeded")
     assert done["status"]["results"]["trainTokensPerSecond"] == 9999.0
+
+
+def test_roce_without_a_network_is_a_condition_and_a_warning(operator, kubelet, create_experiment, kube_api,
+                                                             namespace):  # fmt: skip
+    """Issue 28 item 6: the session operator's profile sets no roce.network, so a multi-node enableRoce
+    run gets RoCE's NCCL settings but no RDMA attachment: it runs, with RoceConfigured=False and a
+    Warning Event, so nobody takes its result for a RoCE measurement. status.batch records item 5."""
+    install_crd(kube_api, PYTORCHJOB_CRD)
+    spec = lora_spec(numberNodes=2, numberGpus=16, batchSize=16, enableRoce=True, run={"runtime": "PyTorchJob"})
+    name = create_experiment(spec)["metadata"]["name"]
+    pending = kubelet.wait_phase(name, "Pending")
+    roce = {c["type"]: c for c in pending["status"]["conditions"]}["RoceConfigured"]
+    assert (roce["status"], roce["reason"]) == ("False", "NoRoceNetwork") and "roce.network" in roce["message"]
+    assert pending["status"]["batch"] == {"perDeviceBatchSize": 1, "devices": 16, "gradientAccumulationSteps": 4,
+                                          "globalBatchSize": 64}  # fmt: skip
+    core = CoreV1Api(kube_api)
+    wait_for(lambda: any(e.reason == "NoRoceNetwork" and e.type == "Warning" for e in
+                         core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items),
+             20, what="NoRoceNetwork event")  # fmt: skip

@@ -229,6 +229,31 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
 
 
+def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
+    """status.batch spells out ado's batchSize in HF/TRL's terms; a multi-node enableRoce run on a
+    profile without roce.network gets RoceConfigured=False (True with one), other runs no condition."""
+    from ftbench.api.profile import ClusterProfile, load_profile
+    from ftbench.api.spec import FineTuneExperimentSpec
+
+    spec = FineTuneExperimentSpec.model_validate({"model": "llama3.1-70b", "modelMaxLength": 4096, "numberGpus": 16,
+        "numberNodes": 2, "batchSize": 16, "gpuModel": "NVIDIA-A100-SXM4-80GB", "enableRoce": True})  # fmt: skip
+    builder = st.Builder({}, 1, NOW)
+    problem = builder.roce(spec, ClusterProfile())
+    started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"}, spec, 1)
+    assert started["batch"] == {"perDeviceBatchSize": 1, "devices": 16, "gradientAccumulationSteps": 4,
+                                "globalBatchSize": 64}  # fmt: skip
+    roce = st.condition(started, st.ROCE_CONFIGURED)
+    assert roce is not None and (roce["status"], roce["reason"]) == ("False", "NoRoceNetwork")
+    assert problem is not None and "sets no roce.network" in roce["message"]
+    FineTuneExperimentStatus.model_validate(st.strip_empty(started))
+    configured = st.Builder({}, 1, NOW)
+    assert configured.roce(spec, load_profile("examples/profiles/roce-cluster.yaml")) is None
+    assert st.condition({"conditions": configured.conditions}, st.ROCE_CONFIGURED)["status"] == "True"
+    single = st.Builder({}, 1, NOW)
+    assert single.roce(spec.model_copy(update={"number_nodes": 1, "number_gpus": 8}), ClusterProfile()) is None
+    assert single.conditions == []
+
+
 def test_status_messages_are_bounded():
     """Issue 12: a 60 KB list of problems must not become a 187 KB status."""
     huge = "spec.targetModules[0]: bad; " * 3000

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ftbench.contracts.ado_names import ADO_COLUMNS, ADO_PARAMETERS, ADO_PROPERTIES, FTBENCH_EXTRAS, ado_rows
+from ftbench.contracts.ado_names import (
+    ADO_COLUMNS,
+    ADO_PARAMETERS,
+    ADO_PROPERTIES,
+    FTBENCH_EXTRAS,
+    RUN_COLUMNS,
+    ado_rows,
+)
 from ftbench.contracts.results import Metrics
 
 # ado-sfttrainer 1.8.12 experiments/common.py get_default_measured_properties() (is_valid aside);
@@ -40,8 +47,28 @@ def test_rows_use_ados_names_and_experiment_id() -> None:
 
 
 def test_ftbench_extras_come_last_under_names_ado_does_not_use() -> None:
-    """ado's columns keep their order; ftbench's extras follow, each a Metrics field named ftbench_*."""
-    assert ADO_COLUMNS[-len(FTBENCH_EXTRAS) :] == tuple(FTBENCH_EXTRAS)
+    """ado's columns keep their order; ftbench's extras follow, each a Metrics field named ftbench_*,
+    then the run columns."""
+    assert ADO_COLUMNS[: -len(FTBENCH_EXTRAS) - len(RUN_COLUMNS)] == (
+        "experiment_id", *ADO_PARAMETERS, "is_valid", *ADO_PROPERTIES,
+    )  # fmt: skip
+    assert ADO_COLUMNS[-len(FTBENCH_EXTRAS) - len(RUN_COLUMNS) :] == (*FTBENCH_EXTRAS, *RUN_COLUMNS)
+    assert all(name.startswith("ftbench_") and name not in ADO_MEASURED for name in RUN_COLUMNS)
     assert all(name.startswith("ftbench_") and name not in ADO_MEASURED for name in FTBENCH_EXTRAS)
     assert set(FTBENCH_EXTRAS.values()) <= set(Metrics.model_fields)
     assert FTBENCH_EXTRAS["ftbench_node_memory_used_percent"] == "node_memory_used_percent"
+
+
+def test_rows_name_the_run_its_status_and_the_engine_that_ran() -> None:
+    """A trl run used no fms-hf-tuning: its fms_hf_tuning_version is empty, whatever the spec's default;
+    an fms-hf-tuning run names the release that ran; a run without results keeps its status."""
+    spec = {"model": "m", "fmsHfTuningVersion": "3.1.0"}
+    trl = {"isValid": True, "metrics": {"trainTokensPerSecond": 1.0}, "environment": {"engineVersion": "0.24.0"}}
+    [row] = ado_rows("finetune_lora_benchmark-v1.0.0", spec, [trl], run_id="r1", status="Succeeded", engine="trl")
+    assert row["fms_hf_tuning_version"] is None
+    assert [row[c] for c in RUN_COLUMNS] == ["r1", "Succeeded", "trl", "0.24.0"]
+    fms = {"isValid": True, "environment": {"engineVersion": "3.0.0"}}
+    [row] = ado_rows("finetune_lora_benchmark-v1.0.0", spec, [fms], run_id="r2", status="Succeeded")
+    assert row["fms_hf_tuning_version"] == "3.0.0" and row["ftbench_engine"] == "fms-hf-tuning"
+    [row] = ado_rows("finetune_lora_benchmark-v1.0.0", spec, [], run_id="r3", status="Interrupted")
+    assert (row["fms_hf_tuning_version"], row["ftbench_status"], row["is_valid"]) == ("3.1.0", "Interrupted", None)

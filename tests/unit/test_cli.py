@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,22 @@ def test_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "both.yaml#2: bad: invalid" in out and "spec.batchSize (value: 3)" in out and "[is_valid.1]" in out
 
 
+def test_validate_states_the_batch_and_warns_about_roce_without_a_network(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 28 items 5 and 6: batchSize is ado's per-pass batch, so validate spells out per device,
+    accumulation and global batch; a multi-node enableRoce run on a profile with no roce.network is
+    valid but warned about (NCCL would not use RoCE), and the RoCE profile silences the warning."""
+    assert main(["validate", "examples/multi-node-roce.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "batch: 1 per device x 16 device(s) x 4 accumulation step(s) = 64 samples per optimizer step" in out
+    assert "warning: enableRoce is true but the cluster profile sets no roce.network" in out
+    assert main(["validate", "-q", "examples/multi-node-roce.yaml"]) == 0
+    assert "warning: enableRoce" in capsys.readouterr().out  # quiet still prints warnings
+    assert main(["validate", "examples/multi-node-roce.yaml", "--profile", "examples/profiles/roce-cluster.yaml"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
 def test_validate_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("spec: [unclosed\n")
@@ -57,3 +75,51 @@ def test_crd_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["crd", "-o", str(tmp_path)]) == 0
     assert (tmp_path / "ftbench.io_finetuneexperiments.yaml").read_text() == crd_yaml()
     assert (tmp_path / "ftbench.io_finetunesweeps.yaml").read_text() == crd_yaml(document=sweep_crd())
+
+
+def test_catalog_models_fits_a_terminal_and_wide_json_yaml_have_the_rest(capsys: pytest.CaptureFixture[str]) -> None:
+    from ftbench.catalog import load_catalog
+
+    catalog = load_catalog()
+    assert main(["catalog", "models"]) == 0
+    table = capsys.readouterr().out
+    assert max(len(line) for line in table.splitlines()) <= 132  # a terminal, not hundreds of columns
+    assert all(m.name in table for m in catalog.models.values())
+    assert main(["catalog", "models", "-o", "wide"]) == 0
+    wide = capsys.readouterr().out
+    assert all(m.weights.vanilla in wide for m in catalog.models.values() if m.weights.vanilla)
+    assert main(["catalog", "models", "-o", "json"]) == 0
+    assert {m["name"] for m in json.loads(capsys.readouterr().out)} == {m.name for m in catalog.models.values()}
+    assert main(["catalog", "datasets", "-o", "yaml"]) == 0
+    assert {d["name"] for d in yaml.safe_load(capsys.readouterr().out)} == {d.name for d in catalog.datasets.values()}
+
+
+def _commands() -> list[list[str]]:
+    from ftbench.cli.main import COMMAND_MODULES
+
+    return [[], *([m.rsplit("cmd_", 1)[1]] for m in COMMAND_MODULES)]
+
+
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(c) or "ftbench")
+def test_help_names_the_engines_runtimes_and_examples(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from ftbench.cli.picks import EXAMPLES_DIR
+    from ftbench.contracts.enums import Engine, Runtime
+
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    assert all(e.value in text for e in Engine) and all(r.value in text for r in Runtime)
+    named = set(re.findall(r"examples/([\w.-]+\.yaml)", text))
+    assert named == {p.name for p in EXAMPLES_DIR.glob("*.yaml")} and "quickstart.yaml" in named
+
+
+def test_dev_up_names_a_stop_command_that_parses(tmp_path: Path) -> None:
+    """`ftbench dev up --state-dir` printed `ftbench dev down --state-dir DIR`, which argparse refuses."""
+    import shlex
+
+    from ftbench.cli.main import build_parser
+    from ftbench.devcluster.devup import DEFAULT_STATE_DIR, stop_command
+
+    for root in (DEFAULT_STATE_DIR, tmp_path / "dev"):
+        args = build_parser().parse_args(shlex.split(stop_command(root))[1:])
+        assert (args.action, args.state_dir) == ("down", root)

@@ -137,3 +137,26 @@ def test_sweep_matrix_cel_agrees_with_the_operator(matrix: dict, ok: bool) -> No
     assert bool(program.evaluate({"self": celpy.json_to_cel({"matrix": matrix})})) is ok
     spec = FineTuneSweepSpec.model_validate({"template": {}, "matrix": matrix})
     assert (not [i for i in structural_issues(spec) if i.rule == "sweep.field"]) is ok
+
+
+def _fields(node: dict, path: str = "") -> list[tuple[str, dict]]:
+    """Every named property of a schema, with its path (items and map values belong to their field)."""
+    found = []
+    for name, child in (node.get("properties") or {}).items():
+        found.append((f"{path}.{name}", child))
+        found += _fields(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            found += _fields(node[key], path + ("[]" if key == "items" else "{}"))
+    return found
+
+
+@pytest.mark.parametrize("filename", sorted(all_crds()))
+def test_every_field_has_a_type_and_a_description(filename: str) -> None:
+    """What `kubectl explain` prints: a `nullable` field is published without its type (`<>`), so none is
+    nullable; every field says what it is (but metadata, which the API server lets a CRD give a type only)."""
+    schema = all_crds()[filename]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    fields = [(p, f) for p, f in _fields(schema) if p != ".metadata"]
+    assert not [p for p, f in fields if f.get("nullable")]
+    assert not [p for p, f in fields if "type" not in f and not f.get("x-kubernetes-preserve-unknown-fields")]
+    assert not [p for p, f in fields if not f.get("description")]

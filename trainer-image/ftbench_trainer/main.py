@@ -6,7 +6,7 @@ or FTBENCH_TRIAL_INDEX runs that one trial; unset with plan.trials > 1 runs ever
 sequence. With FTBENCH_TRIAL_FAILURE_EXIT_ZERO=true (stability pods) or several trials in one
 process, an OOM or error is a measurement: reported, exit 0. Whatever happens, the node writes the
 result JSON (plan.output.resultFile), the compact result to the termination message path, and a
-``FTBENCH_RESULT`` line on stdout (see ftbench_trainer.report).
+``FTBENCH_RESULT`` line on stdout and to plan.output.eventsFile when set (see ftbench_trainer.report).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             result = failure_result(exc, trial=t)
         write_result_file(result, result_path(plan, t))
         write_termination_message(result, plan.output.termination_message_path)
-        print_result(result)
+        print_result(result, events_file=plan.output.events_file)
     if len(trials) > 1 or env.trial_failure_exit_zero(os.environ):
         return EXIT_OK
     return EXIT_CODES[result.outcome]

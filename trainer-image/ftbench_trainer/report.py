@@ -1,8 +1,10 @@
-"""Where results and progress go: result file, termination message, and stdout progress lines.
+"""Where results and progress go: result file, termination message, event file and stdout lines.
 
 Progress lines (rank 0 only, at most one per `plan.output.progressIntervalSeconds`, plus the last
-step) and the final result line are the stdout protocol that `ftbench run` and log readers parse;
-their formats are defined in ftbench.contracts.progress and ftbench.contracts.results.
+step) and the final result line go to stdout for people reading logs, and, when the plan names
+one, to the event file `ftbench run` reads (ftbench.contracts.events: stdout is shared with the
+libraries' own output, the event file is not). Their formats are defined in
+ftbench.contracts.progress and ftbench.contracts.results.
 
 `ProgressSink` is the hook for destinations: `StdoutProgressSink` writes the lines above, and
 `TeeProgressSink` (what the worker uses) adds `status.progress` patches through
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
 
+from ftbench.contracts.events import append_line
 from ftbench.contracts.progress import ProgressUpdate, progress_line
 from ftbench.contracts.results import TrainerResult
 
@@ -33,13 +36,27 @@ class ProgressSink(Protocol):
 
 
 class StdoutProgressSink:
-    def __init__(self, stream: TextIO | None = None) -> None:
+    """The progress line on stdout, and appended to the plan's event file when there is one."""
+
+    def __init__(self, stream: TextIO | None = None, events_file: str | None = None) -> None:
         self.stream = stream
+        self.events_file = events_file
 
     def update(self, progress: ProgressUpdate) -> None:
-        stream = self.stream or sys.stdout
-        stream.write(progress_line(progress))
-        stream.flush()
+        _emit(progress_line(progress), self.stream, self.events_file)
+
+
+def _emit(line: str, stream: TextIO | None, events_file: str | None) -> None:
+    """One protocol line to stdout (logs) and to the event file (`ftbench run`); the file is the
+    channel that counts, so a failure to write it is logged, never raised into training."""
+    stream = stream or sys.stdout
+    stream.write(line)
+    stream.flush()
+    if events_file:
+        try:
+            append_line(events_file, line)
+        except OSError as exc:
+            log.warning("event file %s not written: %s", events_file, exc)
 
 
 class TeeProgressSink:
@@ -51,8 +68,10 @@ class TeeProgressSink:
     throttled by the reporter). ``close`` waits, bounded, for the last patch to go out.
     """
 
-    def __init__(self, reporter: ProgressReporter | None, stream: TextIO | None = None) -> None:
-        self.stdout = StdoutProgressSink(stream)
+    def __init__(
+        self, reporter: ProgressReporter | None, stream: TextIO | None = None, events_file: str | None = None
+    ) -> None:
+        self.stdout = StdoutProgressSink(stream, events_file)
         self.reporter = reporter
 
     def update(self, progress: ProgressUpdate) -> None:
@@ -96,7 +115,5 @@ def write_termination_message(result: TrainerResult, path: str | Path) -> bool:
         return False
 
 
-def print_result(result: TrainerResult, stream: TextIO | None = None) -> None:
-    stream = stream or sys.stdout
-    stream.write(result.to_line())
-    stream.flush()
+def print_result(result: TrainerResult, stream: TextIO | None = None, events_file: str | None = None) -> None:
+    _emit(result.to_line(), stream, events_file)

@@ -165,7 +165,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         # single text field. Report datasetTokensPerSecond as 0 rather than fail the measurement.
         log.warning("dataset tokens (seed note 3) not computable for %s: %s", dataset_path, exc)
         per_sample = 0.0
-    progress = TeeProgressSink(ProgressReporter.from_plan(plan))
+    progress = TeeProgressSink(ProgressReporter.from_plan(plan), events_file=plan.output.events_file)
     callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress)
     if plan.use_cpu and plan.distributed_backend == DistributedBackend.FSDP:
         from ftbench_trainer import cpu_fsdp

@@ -72,6 +72,7 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         await children.delete_owned(ctx.kube, owner, children.attempt_selector(name, attempt))
         await _not_created(ctx, experiment, builder, rendered, err)
         return
+    roce_problem = builder.roce(report.spec, profile)
     desired = builder.started(
         attempt,
         children.workload_ref(rendered),
@@ -84,6 +85,8 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         event(
             experiment, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}"
         )
+    if roce_problem and created:
+        event(experiment, "NoRoceNetwork", roce_problem, warning=True)
 
 
 async def _not_created(
