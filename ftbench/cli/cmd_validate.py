@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.validation import Issue, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
@@ -16,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check FineTuneExperiment and FineTuneSweep files; exit 1 if any is invalid")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML files (multi-document allowed, - for stdin)")
     p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    p.add_argument(
+        "--profile", metavar="FILE", help="cluster profile YAML for its allow-lists (default: a plain GPU cluster)"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print only problems")
     p.set_defaults(func=run)
 
@@ -31,8 +35,16 @@ def catalog_from_args(args: argparse.Namespace, base: Catalog | None = None) -> 
     return catalog
 
 
+def profile_from_arg(path: str | None) -> ClusterProfile:
+    try:
+        return load_profile(path)
+    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
+        raise UsageError(f"cluster profile {path}: {err}") from err
+
+
 def run(args: argparse.Namespace) -> int:
-    catalog = catalog_from_args(args)
+    profile = profile_from_arg(args.profile)
+    catalog = catalog_from_args(args, catalog_for(profile))
     failed = 0
     try:
         documents = list(read_documents(args.files))
@@ -42,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(doc.body, dict) and doc.body.get("kind") == SWEEP_KIND:
             failed += _validate_sweep(doc.source, doc.body, catalog, quiet=args.quiet)
             continue
-        report = validate_document(doc.body, catalog)
+        report = validate_document(doc.body, catalog, profile=profile)
         name = (doc.body.get("metadata") or {}).get("name", "?") if isinstance(doc.body, dict) else "?"
         if report.ok:
             if not args.quiet:

@@ -81,6 +81,23 @@ def _key_issues(where: str, keys: Any, allowed: frozenset[str]) -> list[Issue]:
     ]  # fmt: skip
 
 
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+def _empty_value_issues(where: str, values: list[Any], *, single: bool = False) -> list[Issue]:
+    """A null or empty value is refused, never dropped: null would silently mean "the default" (and
+    vanish from the point's values), and an empty string or list is no value of any spec field."""
+    return [
+        Issue(where if single else f"{where}[{i}]", value, "sweep.empty-value",
+              f"{json.dumps(value)} is not a value: a null or empty entry would silently run the template's "
+              "value instead; remove it, or write the value to run (for the template's or the default value, "
+              "write that value)")
+        for i, value in enumerate(values)
+        if _is_empty(value)
+    ]  # fmt: skip
+
+
 def structural_issues(spec: FineTuneSweepSpec) -> list[Issue]:
     """What makes the whole sweep unusable, before any point is built."""
     allowed = spec_fields()
@@ -105,6 +122,10 @@ def structural_issues(spec: FineTuneSweepSpec) -> list[Issue]:
     for key, values in spec.matrix.items():
         if not values:
             issues.append(Issue(f"spec.matrix.{key}", values, "sweep.matrix", "needs at least one value"))
+        issues += _empty_value_issues(f"spec.matrix.{key}", values)
+    for i, entry in enumerate(spec.include):
+        for key, value in entry.items():
+            issues += _empty_value_issues(f"spec.include[{i}].{key}", [value], single=True)
     product = math.prod(len(v) for v in spec.matrix.values()) if spec.matrix else (0 if spec.include else 1)
     if product + len(spec.include) > MAX_POINTS:
         issues.append(

@@ -19,6 +19,7 @@ from ftbench.api.display import rounded
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.stability import aggregate_trials
 from ftbench.api.status import Condition, FineTuneExperimentStatus, Phase, TrialOutcome
+from ftbench.contracts.bounded import bounded
 from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation
 
 VALID = "Valid"
@@ -28,9 +29,6 @@ SUCCEEDED = "Succeeded"
 SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, SPEC_CHANGE_IGNORED)
 
-# Every message the status holds is cut to this: a status is read by every watcher on every
-# change, and one spec with a huge list of problems once produced a 187 KB status.
-MESSAGE_MAX = 4096
 Status = dict[str, Any]
 
 
@@ -41,14 +39,6 @@ def timestamp(now: datetime) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def bounded(text: str, limit: int = MESSAGE_MAX) -> str:
-    """`text` cut to `limit` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    tail = f" ... ({len(text) - limit} more characters; see the experiment's Events or `ftbench validate`)"
-    return text[: limit - len(tail)] + tail
 
 
 def set_condition(

@@ -201,6 +201,17 @@ def test_a_structurally_bad_sweep_is_invalid(operator, sweeps):
     assert sweeps.children("bad") == []
 
 
+def test_a_null_matrix_value_makes_the_sweep_invalid_not_a_smaller_sweep(operator, sweeps):
+    """The server stores a null in a matrix list; the operator refuses it by axis and index."""
+    body = grid("nulls")
+    body["spec"]["matrix"] = {"batchSize": [4, None], "modelMaxLength": [1024]}
+    sweeps.create(body)
+    invalid = sweeps.wait_phase("nulls", "Invalid")
+    assert "spec.matrix.batchSize[1]" in invalid["status"]["message"]
+    assert "sweep.empty-value" in invalid["status"]["message"]
+    assert sweeps.children("nulls") == []
+
+
 def test_operator_restart_mid_sweep_duplicates_nothing(operator, sweeps):
     """SIGKILL with two children running; their pods finish while no operator runs. The restarted
     operator records them, starts the other two, and the table counts each point once."""

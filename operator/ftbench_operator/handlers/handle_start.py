@@ -47,7 +47,7 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
     spec_dict, accepted_generation = experiment.accepted_spec()
     builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
     profile = ctx.profiles.current()
-    report = validate_spec_dict(spec_dict, catalog_for(profile))
+    report = validate_spec_dict(spec_dict, catalog_for(profile), profile=profile)
     if not report.ok or report.spec is None:
         await _invalid(ctx, experiment, builder, INVALID_SPEC, report.summary())
         return
