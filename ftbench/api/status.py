@@ -85,8 +85,9 @@ class FineTuneExperimentStatus(ApiModel):
     runtime: RuntimeStatus | None = Field(None, description="The runtime the attempt runs on and why it was chosen.")
     accepted_spec: FineTuneExperimentSpec | None = Field(
         None,
-        description="The spec the operator accepted and runs (with defaults filled in), recorded when the run "
-        "started. Only the operator writes status, so nothing a user writes can change what is measured.",
+        description="The spec the operator accepted and runs (with defaults filled in), recorded when it first "
+        "passed validation; every attempt, retries included, runs it, never a later edit. Only the operator "
+        "writes status, so nothing a user writes can change what is measured.",
     )
     accepted_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="metadata.generation of the accepted spec."

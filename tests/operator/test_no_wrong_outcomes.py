@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client import BatchV1Api, CoreV1Api
-from operator_testkit import SELECTOR, lora_spec
+from operator_testkit import SELECTOR, lora_spec, wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -71,3 +71,45 @@ def test_a_spec_that_cannot_run_as_written_is_invalid_before_any_child(
     assert invalid["isValid"] is False and "acceptedSpec" not in invalid
     assert not BatchV1Api(kube_api).list_namespaced_job(namespace, label_selector=SELECTOR).items
     assert not CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=SELECTOR).items
+
+
+def test_a_retry_after_an_edit_runs_the_accepted_spec_and_says_so(
+    operator, kubelet, create_experiment, kube_api, namespace
+):
+    """Issue 27.5: the first attempt fails before it starts (its PriorityClass is missing), the spec
+    is edited (1.20 stores it), the class is created and the run retried: attempt 1 runs the spec
+    accepted at generation 1, and the status and SpecChangeIgnored say exactly that."""
+    import json
+    import uuid
+
+    from kubernetes.client import CustomObjectsApi, SchedulingV1Api
+
+    from ftbench.api.resource import GROUP, PLURAL, VERSION
+    from ftbench.contracts.plan import PLAN_FILENAME
+
+    custom = CustomObjectsApi(kube_api)
+    priority = f"bench-{uuid.uuid4().hex[:8]}"
+    name = create_experiment(lora_spec(run={"priorityClassName": priority}))["metadata"]["name"]
+    failed = kubelet.wait_phase(name, "Failed")["status"]
+    assert failed["acceptedSpec"]["batchSize"] == 4 and failed["acceptedGeneration"] == 1
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"batchSize": 8}})
+    ignored = wait_for(
+        lambda: next((c for c in kubelet.experiment(name)["status"].get("conditions", [])
+                      if c["type"] == "SpecChangeIgnored"), None), what="SpecChangeIgnored"
+    )  # fmt: skip
+    assert "generation 1's spec" in ignored["message"] and "create a new FineTuneExperiment" in ignored["message"]
+    SchedulingV1Api(kube_api).create_priority_class({"metadata": {"name": priority}, "value": 1000})
+    try:
+        annotate = {"metadata": {"annotations": {"ftbench.io/retry": "1"}}}
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, annotate)
+        pending = wait_for(
+            lambda: (s := kubelet.experiment(name)["status"]).get("attempt") == 1 and s.get("job") and s,
+            what="attempt 1 started",
+        )
+        assert pending["acceptedSpec"]["batchSize"] == 4 and pending["acceptedGeneration"] == 1
+        data = CoreV1Api(kube_api).read_namespaced_config_map(f"{name}-a1-plan", namespace).data
+        assert json.loads(data[PLAN_FILENAME])["topology"]["batchSize"] == 4
+        conditions = {c["type"]: c for c in pending["conditions"]}
+        assert "attempt 1 runs the accepted spec of generation 1" in conditions["SpecChangeIgnored"]["message"]
+    finally:
+        SchedulingV1Api(kube_api).delete_priority_class(priority)

@@ -224,7 +224,7 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
     assert patch["phase"] == "Succeeded" and patch["results"]["trainTokensPerSecond"] == 1234.5
     full = FineTuneExperimentStatus.model_validate({**st.strip_empty(started), **st.strip_empty(patch)})
     assert full.is_valid is True
-    retry = st.Builder(full.model_dump(mode="json", by_alias=True, exclude_none=True), 1, NOW).retrying(1)
+    retry = st.Builder(full.model_dump(mode="json", by_alias=True, exclude_none=True), 1, NOW).retrying(1, 1)
     assert retry["results"] is None and retry["attempt"] == 1
     invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"

@@ -56,6 +56,9 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
     except PlanError as err:
         await _invalid(ctx, experiment, builder, NOT_RUNNABLE, str(err))
         return
+    # From here on the spec is accepted: a run that fails before it starts records it too, so a
+    # retry (which runs status.acceptedSpec) runs this spec, never an edit made after it.
+    builder.accept(report.spec, accepted_generation)
     owner, name = experiment.body, experiment.name
     if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
         await children.delete_owned(ctx.kube, owner, children.attempt_selector(name, other_than=attempt))
@@ -117,7 +120,7 @@ async def _not_created(
 async def _failed(
     ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, reason: str, message: str
 ) -> None:
-    desired = builder.observed(Observation(Phase.FAILED, reason, message), trials=1)
+    desired = {**builder.observed(Observation(Phase.FAILED, reason, message), trials=1), **builder.accepted}
     await _write(ctx, experiment, builder, desired, reason, message)
 
 
