@@ -113,3 +113,49 @@ def test_a_retry_after_an_edit_runs_the_accepted_spec_and_says_so(
         assert "attempt 1 runs the accepted spec of generation 1" in conditions["SpecChangeIgnored"]["message"]
     finally:
         SchedulingV1Api(kube_api).delete_priority_class(priority)
+
+
+def _watch_phases(kube_api: Any, namespace: str, name: str, until: Any, timeout: float = 120.0) -> list[str]:
+    """Every phase the experiment `name` shows until `until(status)` holds (polled)."""
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+
+    from ftbench.api.resource import GROUP, PLURAL, VERSION
+
+    seen: list[str] = []
+
+    def done() -> bool:
+        try:
+            fte = CustomObjectsApi(kube_api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException:
+            return False
+        status = fte.get("status") or {}
+        if status.get("phase") and (not seen or seen[-1] != status["phase"]):
+            seen.append(status["phase"])
+        return bool(until(fte))
+
+    wait_for(done, timeout, what=f"{name}: {seen}")
+    return seen
+
+
+def test_delete_and_recreate_at_once_runs_the_new_one(operator, kubelet, create_experiment, kube_api, namespace):
+    """Issue 27.2: the re-created experiment's children must not be confused with the deleted one's
+    (still being garbage-collected): it waits (Pending, WaitingForPredecessor) and then runs, with
+    children owned by its own uid; it never fails with ChildConflict."""
+    from kubernetes.client import CustomObjectsApi
+
+    from ftbench.api.resource import GROUP, PLURAL, VERSION
+
+    custom = CustomObjectsApi(kube_api)
+    first = create_experiment(lora_spec(), name="again")
+    kubelet.wait_phase("again", "Pending")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "again")
+    second = create_experiment(lora_spec(), name="again")
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    uid = second["metadata"]["uid"]
+    phases = _watch_phases(kube_api, namespace, "again", lambda fte: (fte.get("status") or {}).get("job"))
+    assert "Failed" not in phases, phases
+    account = CoreV1Api(kube_api).read_namespaced_service_account("again-trainer", namespace)
+    assert [ref.uid for ref in account.metadata.owner_references] == [uid]
+    job = BatchV1Api(kube_api).read_namespaced_job("again-a0", namespace)
+    assert [ref.uid for ref in job.metadata.owner_references] == [uid]

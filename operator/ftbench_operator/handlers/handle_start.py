@@ -26,6 +26,7 @@ from ftbench_operator.classify import (
     INVALID_SPEC,
     MISSING_DEPENDENCY,
     NOT_RUNNABLE,
+    WAITING_FOR_PREDECESSOR,
     Observation,
 )
 from ftbench_operator.context import OperatorContext, event
@@ -68,6 +69,9 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         return
     try:
         created = await children.create_all(ctx.kube, children.initial_objects(rendered), owner)
+    except children.PredecessorChild as err:
+        await _wait_for_predecessor(ctx, experiment, builder, str(err))
+        raise KubeError(409, "Conflict", str(err)) from err  # temporary: the handler runs again later
     except (KubeError, children.ChildConflict) as err:
         if isinstance(err, KubeError) and err.temporary:
             raise
@@ -115,6 +119,18 @@ async def _not_created(
         await _failed(
             ctx, experiment, builder, CHILD_REJECTED, f"creating the run's objects failed: {err.server_message}"
         )
+
+
+async def _wait_for_predecessor(
+    ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, message: str
+) -> None:
+    """Pending with the reason while an earlier experiment of this name is garbage-collected
+    (deleted and re-created at once); written and announced once, not on every retry."""
+    observed = builder.observed(Observation(Phase.PENDING, WAITING_FOR_PREDECESSOR, message), trials=1)
+    patch = status.diff(builder.current, {**observed, **builder.accepted})
+    if patch:
+        await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch)
+        event(experiment, WAITING_FOR_PREDECESSOR, message)
 
 
 async def _failed(
