@@ -6,6 +6,7 @@ same text reaches a terminal (`ftbench validate`), a status condition and an Eve
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 from ftbench.api.resource import API_VERSION, KIND
 from ftbench.api.rules import all_rules
 from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.wire_keys import name_problem, unknown_keys
 from ftbench.catalog import Catalog, load_catalog
 
 if TYPE_CHECKING:
@@ -56,10 +58,18 @@ def validate_spec_dict(
     catalog = catalog or load_catalog()
     if not isinstance(raw, dict):
         return ValidationReport(None, [Issue(prefix, raw, "schema", "expected a mapping of spec fields")])
+    keys = [
+        Issue(path, key, "schema", message)
+        for path, key, message in unknown_keys(raw, FineTuneExperimentSpec, prefix, "FineTuneExperiment")
+    ]
     try:
-        spec = FineTuneExperimentSpec.model_validate(raw)
+        # Strict JSON types, as the API server checks them: "8" is no integer and "true" no boolean.
+        spec = FineTuneExperimentSpec.model_validate_json(json.dumps(raw, default=str), strict=True)
     except ValidationError as err:
-        return ValidationReport(None, [issue_from_pydantic(e, raw, prefix) for e in err.errors()])
+        typed = [issue_from_pydantic(e, raw, prefix) for e in err.errors() if e["type"] != "extra_forbidden"]
+        return ValidationReport(None, [*keys, *typed])
+    if keys:  # the server would refuse (or drop) them: what it stores is not what was written
+        return ValidationReport(None, keys)
     issues = check_rules(spec, catalog, prefix=prefix)
     if profile is not None:
         issues += check_profile_rules(spec, profile, prefix=prefix)
@@ -100,8 +110,9 @@ def validate_document(
     if doc.get("kind") != KIND:
         issues.append(Issue("kind", doc.get("kind", _MISSING), "schema", f"must be {KIND}"))
     name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-    if not name:
-        issues.append(Issue("metadata.name", _MISSING, "schema", "every experiment needs a name"))
+    problem = name_problem(name, "experiment")
+    if problem:
+        issues.append(Issue("metadata.name", name if name else _MISSING, "schema", problem))
     report = validate_spec_dict(doc.get("spec", _MISSING) if "spec" in doc else {}, catalog, profile=profile)
     if "spec" not in doc:
         return ValidationReport(None, [*issues, Issue("spec", _MISSING, "schema", "spec is required")])

@@ -24,6 +24,7 @@ from ftbench.api.resource import API_VERSION, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
 from ftbench.api.validation import Issue, issue_from_pydantic, validate_spec_dict
+from ftbench.api.wire_keys import name_problem, unknown_keys
 from ftbench.catalog import Catalog
 
 
@@ -193,13 +194,19 @@ def parse_sweep_document(doc: Any) -> SweepDocument:
         issues.append(Issue("kind", doc.get("kind"), "schema", f"must be {SWEEP_KIND}"))
     metadata = doc.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    if not name:
-        issues.append(Issue("metadata.name", None, "schema", "every sweep needs a name"))
+    problem = name_problem(name, "sweep")
+    if problem:
+        issues.append(Issue("metadata.name", name, "schema", problem))
     raw = doc.get("spec")
     if not isinstance(raw, dict):
         return SweepDocument(name, None, (*issues, Issue("spec", raw, "schema", "spec is required (a mapping)")))
+    issues += [
+        Issue(path, key, "schema", message)
+        for path, key, message in unknown_keys(raw, FineTuneSweepSpec, "spec", "FineTuneSweep")
+    ]
     try:
-        spec = FineTuneSweepSpec.model_validate(raw)
+        spec = FineTuneSweepSpec.model_validate_json(json.dumps(raw, default=str), strict=True)  # as the server types
     except ValidationError as err:
-        return SweepDocument(name, None, (*issues, *(issue_from_pydantic(e, raw, "spec") for e in err.errors())))
+        typed = (issue_from_pydantic(e, raw, "spec") for e in err.errors() if e["type"] != "extra_forbidden")
+        return SweepDocument(name, None, (*issues, *typed))
     return SweepDocument(name, spec if not issues else None, tuple(issues))

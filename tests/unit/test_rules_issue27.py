@@ -66,3 +66,16 @@ def test_priority_classes_follow_the_profile_allow_list():
     issue = refused({"run": {"priorityClassName": "batch-low"}}, listed)["profile.priority-class"]
     assert issue.path == "spec.run.priorityClassName" and "batch-high" in issue.message
     assert not refused({"run": {"priorityClassName": "batch-high"}}, listed)
+
+
+def test_validate_reports_what_the_server_refuses_all_at_once():
+    """Issue 27.9: a bad name, a snake_case key, a string for a number and a bad enum in one report."""
+    from ftbench.api.validation import validate_document
+
+    doc = {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneExperiment", "metadata": {"name": "Lora_1"},
+           "spec": {**BASE, "batch_size": 8, "numberGpus": "2", "optim": "adam", "run": {"queue_name": "q"}}}  # fmt: skip
+    paths = {i.path: i for i in validate_document(doc).issues}
+    assert set(paths) == {"metadata.name", "spec.batch_size", "spec.numberGpus", "spec.optim", "spec.run.queue_name"}
+    assert "write batchSize" in paths["spec.batch_size"].message
+    assert "write queueName" in paths["spec.run.queue_name"].message
+    assert "DNS-1123" in paths["metadata.name"].message
