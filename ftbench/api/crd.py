@@ -39,19 +39,23 @@ from ftbench.catalog import Catalog, load_catalog
 CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
 SWEEP_CRD_FILENAME = f"{GROUP}_{SWEEP_PLURAL}.yaml"
 
+# Columns describe what ran and what it measured: the spec the operator accepted (status.acceptedSpec,
+# defaults filled in), never .spec, which an old API server lets a user edit after the run started
+# (the edit is ignored, and a column from .spec would sit next to results measured with another value).
+_ACCEPTED = ".status.acceptedSpec."
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Experiment", "type": "string", "jsonPath": ".spec.experiment"},
-    {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
-    {"name": "GPUs", "type": "integer", "jsonPath": ".spec.numberGpus"},
-    {"name": "Batch", "type": "integer", "jsonPath": ".spec.batchSize"},
+    {"name": "Experiment", "type": "string", "jsonPath": _ACCEPTED + "experiment"},
+    {"name": "Model", "type": "string", "jsonPath": _ACCEPTED + "model"},
+    {"name": "GPUs", "type": "integer", "jsonPath": _ACCEPTED + "numberGpus"},
+    {"name": "Batch", "type": "integer", "jsonPath": _ACCEPTED + "batchSize"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.results.trainTokensPerSecond"},
     {"name": "PeakMem%", "type": "number", "jsonPath": ".status.results.gpuMemoryUtilizationPeakPercent"},
     {"name": "Valid", "type": "boolean", "jsonPath": ".status.isValid"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "Engine", "type": "string", "jsonPath": ".spec.engine", "priority": 1},
-    {"name": "Nodes", "type": "integer", "jsonPath": ".spec.numberNodes", "priority": 1},
-    {"name": "SeqLen", "type": "integer", "jsonPath": ".spec.modelMaxLength", "priority": 1},
+    {"name": "Engine", "type": "string", "jsonPath": _ACCEPTED + "engine", "priority": 1},
+    {"name": "Nodes", "type": "integer", "jsonPath": _ACCEPTED + "numberNodes", "priority": 1},
+    {"name": "SeqLen", "type": "integer", "jsonPath": _ACCEPTED + "modelMaxLength", "priority": 1},
     {"name": "Progress%", "type": "number", "jsonPath": ".status.progress.percent", "priority": 1},
     {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt", "priority": 1},
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},

@@ -224,6 +224,11 @@ class ClusterProfile(ApiModel):
         "pods use this existing account and the per-experiment Role is bound to it, so experiments sharing it can "
         "patch each other's status.progress while they exist.",
     )
+    allowed_priority_classes: list[Annotated[str, Field(max_length=253, pattern=DNS_LABEL)]] | None = Field(
+        None,
+        description="PriorityClasses spec.run.priorityClassName may name; any other is refused. Unset: every class "
+        "except system-* (system-node-critical and system-cluster-critical preempt the cluster's own components).",
+    )
     pending_deadline_seconds: Annotated[int, Field(ge=1)] | None = Field(
         1800,
         description="A run whose pods have not started this many seconds after its workload was created "

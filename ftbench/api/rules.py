@@ -385,11 +385,14 @@ def _cel_literal(value: object) -> str:
 
 
 def all_rules(catalog: Catalog) -> list[Rule]:
-    # Both build on Rule, defined here.
+    from ftbench.api.rules_applied import applied_rules
+    from ftbench.api.rules_bounds import bound_rules  # these build on Rule, defined here
+    from ftbench.api.rules_data import data_rules
     from ftbench.api.rules_distributed import distributed_rules
     from ftbench.api.rules_engines import engine_rules
 
     rules = [*_seed_rules(), *_general_rules(catalog), *engine_rules(catalog), *distributed_rules()]
+    rules += [*bound_rules(), *data_rules(), *applied_rules()]
     for exp in catalog.experiments.values():
         rules.extend(_experiment_rules(exp))
     return rules

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ftbench.api.spec import ApiModel, FineTuneExperimentSpec
+from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.progress import Progress
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment
@@ -22,8 +23,8 @@ class Condition(ApiModel):
 
     type: Annotated[str, Field(max_length=316)] = Field(description="Condition type, e.g. Ready, Valid.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: Annotated[str, Field(max_length=1024)] = Field(description="CamelCase reason.")
-    message: Annotated[str, Field(max_length=32768)] = Field("", description="Human readable details.")
+    reason: BoundedReason = Field(description="CamelCase reason.")
+    message: BoundedMessage = Field("", description="Human readable details.")
     last_transition_time: datetime = Field(description="When status last changed.")
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="metadata.generation the condition was set for."
@@ -39,8 +40,8 @@ class ObjectRef(ApiModel):
 class RuntimeStatus(ApiModel):
     """Which runtime the attempt runs on, and why: the spec, the profile's pin, or what auto found."""
 
-    name: str = Field(description="Job, IndexedJob, PyTorchJob or TrainJob.")
-    reason: str = Field(
+    name: BoundedReason = Field(description="Job, IndexedJob, PyTorchJob or TrainJob.")
+    reason: BoundedMessage = Field(
         "", description="Why, e.g. 'auto: Kubeflow Trainer v2 and ClusterTrainingRuntime ... installed'."
     )
 
@@ -48,8 +49,8 @@ class RuntimeStatus(ApiModel):
 class TrialOutcome(ApiModel):
     index: Annotated[int, Field(ge=0)] = Field(description="Trial number, 0-based.")
     outcome: Outcome = Field(description="Succeeded, GpuOom or Failed.")
-    reason: str = Field("", description="CamelCase reason.")
-    message: str = Field("", description="Error summary for GpuOom/Failed trials.")
+    reason: BoundedReason = Field("", description="CamelCase reason.")
+    message: BoundedMessage = Field("", description="Error summary for GpuOom/Failed trials.")
 
 
 class Stability(ApiModel):
@@ -95,15 +96,16 @@ class FineTuneExperimentStatus(ApiModel):
         None,
         description="Seed is_valid: false for an invalid spec or a GPU out-of-memory run; unset for Failed runs.",
     )
-    invalid_reason: str | None = Field(None, description="Why isValid is false.")
-    message: str | None = Field(None, description="Summary of the current state (failure reason, etc.).")
+    invalid_reason: BoundedMessage | None = Field(None, description="Why isValid is false.")
+    message: BoundedMessage | None = Field(None, description="Summary of the current state (failure reason, etc.).")
     attempt: Annotated[int, Field(ge=0)] = Field(0, description="Run attempt, incremented by ftbench.io/retry.")
     job: ObjectRef | None = Field(None, description="The child that runs the pods.")
     runtime: RuntimeStatus | None = Field(None, description="The runtime the attempt runs on and why it was chosen.")
     accepted_spec: FineTuneExperimentSpec | None = Field(
         None,
-        description="The spec the operator accepted and runs (with defaults filled in), recorded when the run "
-        "started. Only the operator writes status, so nothing a user writes can change what is measured.",
+        description="The spec the operator accepted and runs (with defaults filled in), recorded when it first "
+        "passed validation; every attempt, retries included, runs it, never a later edit. Only the operator "
+        "writes status, so nothing a user writes can change what is measured.",
     )
     accepted_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="metadata.generation of the accepted spec."

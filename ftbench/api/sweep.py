@@ -20,6 +20,7 @@ from pydantic import Field, WithJsonSchema
 
 from ftbench.api.spec import ApiModel, FineTuneExperimentSpec, RunSettings
 from ftbench.api.status import Condition
+from ftbench.contracts.bounded import BoundedMessage
 from ftbench.contracts.results import Metrics
 
 # Bounds: the status table holds one row per point, and a Kubernetes object must stay well under
@@ -165,7 +166,7 @@ class PointRow(ApiModel):
     )
     phase: PointPhase = Field(description="Pending, Running, Succeeded, GpuOom, Failed, Invalid, Skipped or Reused.")
     is_valid: bool | None = Field(None, description="Seed is_valid: false for GpuOom, Invalid and Skipped points.")
-    message: Annotated[str, Field(max_length=1024)] = Field("", description="Why (invalid, skipped, failed).")
+    message: BoundedMessage = Field("", description="Why (invalid, skipped, failed).")
     repeats_done: Annotated[int, Field(ge=0)] = Field(0, description="Runs of this point that have ended.")
     train_tokens_per_second: float | None = Field(None, description="Mean over repeats of trainTokensPerSecond.")
     dataset_tokens_per_second: float | None = Field(None, description="Mean over repeats of datasetTokensPerSecond.")
@@ -220,7 +221,7 @@ class FineTuneSweepStatus(ApiModel):
         None, description="metadata.generation the operator last acted on."
     )
     conditions: list[Condition] = Field(default_factory=list, description="Valid, Complete.")
-    message: str | None = Field(None, description="Summary of the current state.")
+    message: BoundedMessage | None = Field(None, description="Summary of the current state.")
     progress: str | None = Field(None, description="finished/total points, e.g. 3/4.")
     counts: PointCounts | None = Field(None, description="Points per phase.")
     best: BestPoint | None = Field(None, description="The best point so far by spec.objective.")

@@ -6,15 +6,20 @@ same text reaches a terminal (`ftbench validate`), a status condition and an Eve
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ftbench.api.resource import API_VERSION, KIND
 from ftbench.api.rules import all_rules
 from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.wire_keys import name_problem, unknown_keys
 from ftbench.catalog import Catalog, load_catalog
+
+if TYPE_CHECKING:
+    from ftbench.api.profile import ClusterProfile
 
 # Seed 001's is_valid rules 3 and 4 are plain ranges: report them under the seed's rule ids.
 _SEED_RANGE_RULES: dict[tuple[str, ...], str] = {("numberNodes",): "is_valid.3", ("batchSize",): "is_valid.4"}
@@ -46,16 +51,29 @@ class ValidationReport:
         return "; ".join(str(i) for i in self.issues)
 
 
-def validate_spec_dict(raw: Any, catalog: Catalog | None = None, *, prefix: str = "spec") -> ValidationReport:
-    """Parse a wire-format spec and run every rule; never raises on bad input."""
+def validate_spec_dict(
+    raw: Any, catalog: Catalog | None = None, *, prefix: str = "spec", profile: ClusterProfile | None = None
+) -> ValidationReport:
+    """Parse a wire-format spec and run every rule (and the profile's, given one); never raises on bad input."""
     catalog = catalog or load_catalog()
     if not isinstance(raw, dict):
         return ValidationReport(None, [Issue(prefix, raw, "schema", "expected a mapping of spec fields")])
+    keys = [
+        Issue(path, key, "schema", message)
+        for path, key, message in unknown_keys(raw, FineTuneExperimentSpec, prefix, "FineTuneExperiment")
+    ]
     try:
-        spec = FineTuneExperimentSpec.model_validate(raw)
+        # Strict JSON types, as the API server checks them: "8" is no integer and "true" no boolean.
+        spec = FineTuneExperimentSpec.model_validate_json(json.dumps(raw, default=str), strict=True)
     except ValidationError as err:
-        return ValidationReport(None, [issue_from_pydantic(e, raw, prefix) for e in err.errors()])
-    return ValidationReport(spec, check_rules(spec, catalog, prefix=prefix))
+        typed = [issue_from_pydantic(e, raw, prefix) for e in err.errors() if e["type"] != "extra_forbidden"]
+        return ValidationReport(None, [*keys, *typed])
+    if keys:  # the server would refuse (or drop) them: what it stores is not what was written
+        return ValidationReport(None, keys)
+    issues = check_rules(spec, catalog, prefix=prefix)
+    if profile is not None:
+        issues += check_profile_rules(spec, profile, prefix=prefix)
+    return ValidationReport(spec, issues)
 
 
 def check_rules(spec: FineTuneExperimentSpec, catalog: Catalog, *, prefix: str = "spec") -> list[Issue]:
@@ -64,11 +82,25 @@ def check_rules(spec: FineTuneExperimentSpec, catalog: Catalog, *, prefix: str =
     for rule in all_rules(catalog):
         problem = rule.check(spec, catalog)
         if problem:
-            issues.append(Issue(f"{prefix}.{rule.field}", wire.get(rule.field, _MISSING), rule.id, problem))
+            value = _lookup(wire, tuple(rule.field.split(".")))
+            issues.append(Issue(f"{prefix}.{rule.field}", value, rule.id, problem))
     return issues
 
 
-def validate_document(doc: Any, catalog: Catalog | None = None) -> ValidationReport:
+def check_profile_rules(spec: FineTuneExperimentSpec, profile: ClusterProfile, *, prefix: str = "spec") -> list[Issue]:
+    """What this cluster's profile refuses (its allow-lists); needs the profile, so not in `all_rules`."""
+    from ftbench.api.rules_bounds import priority_class_allowed  # it imports the profile, which imports spec
+
+    problem = priority_class_allowed(spec, profile)
+    if problem is None:
+        return []
+    field = "run.priorityClassName"
+    return [Issue(f"{prefix}.{field}", spec.run.priority_class_name, "profile.priority-class", problem)]
+
+
+def validate_document(
+    doc: Any, catalog: Catalog | None = None, *, profile: ClusterProfile | None = None
+) -> ValidationReport:
     """Validate a whole FineTuneExperiment document (as read from YAML)."""
     if not isinstance(doc, dict):
         return ValidationReport(None, [Issue("<document>", doc, "schema", "expected a FineTuneExperiment mapping")])
@@ -78,9 +110,10 @@ def validate_document(doc: Any, catalog: Catalog | None = None) -> ValidationRep
     if doc.get("kind") != KIND:
         issues.append(Issue("kind", doc.get("kind", _MISSING), "schema", f"must be {KIND}"))
     name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-    if not name:
-        issues.append(Issue("metadata.name", _MISSING, "schema", "every experiment needs a name"))
-    report = validate_spec_dict(doc.get("spec", _MISSING) if "spec" in doc else {}, catalog)
+    problem = name_problem(name, "experiment")
+    if problem:
+        issues.append(Issue("metadata.name", name if name else _MISSING, "schema", problem))
+    report = validate_spec_dict(doc.get("spec", _MISSING) if "spec" in doc else {}, catalog, profile=profile)
     if "spec" not in doc:
         return ValidationReport(None, [*issues, Issue("spec", _MISSING, "schema", "spec is required")])
     return ValidationReport(report.spec, [*issues, *report.issues])

@@ -31,6 +31,11 @@ class ModelEntry(WireModel):
     layer_class: str | None = None
     num_local_experts: Annotated[int, Field(ge=1)] | None = None
     vision: bool = False
+    max_position_embeddings: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="The model's max_position_embeddings (config.json): the longest sequence it was built for. "
+        "Unset: not known (no check); the generated model is built for the spec's length.",
+    )
     generated: bool = Field(False, description="Built locally on first use (the tiny test model).")
 
     def weights_for(self, variant: Literal["vanilla", "gptq"]) -> str | None:
@@ -45,6 +50,12 @@ class DatasetEntry(WireModel):
     min_tokens: int | None = None
     image_width: int | None = None
     image_height: int | None = None
+    prompt_tokens_min: Annotated[int, Field(ge=0)] | None = Field(
+        None,
+        description="A lower bound on the tokens of every entry's prompt (up to and including the response "
+        "template), for tokenizers that split at spaces: a modelMaxLength at or below it truncates every "
+        "response away, so nothing is left to train on. Unset: not known (no check).",
+    )
     description: str = ""
 
 

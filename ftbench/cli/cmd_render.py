@@ -11,9 +11,9 @@ import sys
 
 import yaml
 
-from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
+from ftbench.api.profile import catalog_for
 from ftbench.api.validation import validate_document
-from ftbench.cli.cmd_validate import catalog_from_args
+from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.contracts.enums import Engine, Runtime
@@ -60,13 +60,6 @@ def bare_command(plan: LaunchPlan) -> str:
     return "\n".join([*lines, equivalent_command(plan, args, config)])
 
 
-def profile_from_arg(path: str | None) -> ClusterProfile:
-    try:
-        return load_profile(path)
-    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
-        raise UsageError(f"cluster profile {path}: {err}") from err
-
-
 def run(args: argparse.Namespace) -> int:
     profile = profile_from_arg(args.profile)
     catalog = catalog_from_args(args, catalog_for(profile))
@@ -82,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         if args.runtime and isinstance(body, dict) and isinstance(body.get("spec"), dict):
             spec = body["spec"]
             body = {**body, "spec": {**spec, "run": {**(spec.get("run") or {}), "runtime": args.runtime}}}
-        report = validate_document(body, catalog)
+        report = validate_document(body, catalog, profile=profile)
         metadata = body.get("metadata") if isinstance(body, dict) else None
         name = (metadata or {}).get("name", "?") if isinstance(metadata, dict) else "?"
         if not report.ok or report.spec is None:

@@ -14,8 +14,7 @@ from ftbench.api.profile import catalog_for
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_render import profile_from_arg
-from ftbench.cli.cmd_validate import catalog_from_args
+from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table

@@ -16,8 +16,7 @@ from typing import Any
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.sweep import FineTuneSweepSpec, SweepPhase
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_render import profile_from_arg
-from ftbench.cli.cmd_validate import catalog_from_args
+from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ftbench.api.effective import describe_batch
-from ftbench.api.profile import catalog_for
+from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
 from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.validation import Issue, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--profile",
         metavar="FILE",
-        help="the cluster profile to check against (RoCE, model map; default: a plain GPU cluster without RoCE)",
+        help="the cluster profile to check against (RoCE, allow-lists, model map; default: a plain GPU cluster "
+        "without RoCE)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only problems and warnings")
     p.set_defaults(func=run)
@@ -39,9 +40,14 @@ def catalog_from_args(args: argparse.Namespace, base: Catalog | None = None) -> 
     return catalog
 
 
-def run(args: argparse.Namespace) -> int:
-    from ftbench.cli.cmd_render import profile_from_arg
+def profile_from_arg(path: str | None) -> ClusterProfile:
+    try:
+        return load_profile(path)
+    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
+        raise UsageError(f"cluster profile {path}: {err}") from err
 
+
+def run(args: argparse.Namespace) -> int:
     profile = profile_from_arg(args.profile)
     catalog = catalog_from_args(args, catalog_for(profile))
     failed = 0
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(doc.body, dict) and doc.body.get("kind") == SWEEP_KIND:
             failed += _validate_sweep(doc.source, doc.body, catalog, quiet=args.quiet)
             continue
-        report = validate_document(doc.body, catalog)
+        report = validate_document(doc.body, catalog, profile=profile)
         name = (doc.body.get("metadata") or {}).get("name", "?") if isinstance(doc.body, dict) else "?"
         if report.ok and report.spec is not None:
             if not args.quiet:

@@ -14,6 +14,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from ftbench.contracts.bounded import BoundedMessage, BoundedName, BoundedReason
 from ftbench.contracts.wire import WireModel
 
 RESULT_SCHEMA_VERSION = "ftbench.io/result/v1"
@@ -186,7 +187,7 @@ class Metrics(WireModel):
         description=f"Training loss as the Trainer logged it (mean over ranks) for the first {LOSS_CURVE_LIMIT} "
         "optimizer steps, 6 significant digits: compares runs of the same work on different ranks or backends.",
     )
-    stopped_by: str = Field(
+    stopped_by: BoundedReason = Field(
         "completed",
         description="What ended training: completed, maxSteps, stopAfterSeconds or autoStop.",
     )
@@ -195,23 +196,23 @@ class Metrics(WireModel):
 class RunEnvironment(WireModel):
     """What actually ran: versions and the distributed mode read at run time, not from the spec."""
 
-    engine: str = Field(description="fms-hf-tuning or trl.")
-    engine_version: str = Field("", description="Version of the training library.")
-    image: str = Field("", description="Container image, from the FTBENCH_IMAGE env var when set.")
-    torch_version: str = Field("", description="torch.__version__.")
-    transformers_version: str = Field("", description="transformers.__version__.")
-    trl_version: str = Field("", description="trl.__version__.")
-    peft_version: str = Field("", description="peft.__version__.")
-    accelerate_version: str = Field("", description="accelerate.__version__.")
-    gpu_name: str = Field("", description="Name NVML reports for GPU 0 of rank 0; empty on CPU.")
+    engine: BoundedReason = Field(description="fms-hf-tuning or trl.")
+    engine_version: BoundedName = Field("", description="Version of the training library.")
+    image: BoundedName = Field("", description="Container image, from the FTBENCH_IMAGE env var when set.")
+    torch_version: BoundedName = Field("", description="torch.__version__.")
+    transformers_version: BoundedName = Field("", description="transformers.__version__.")
+    trl_version: BoundedName = Field("", description="trl.__version__.")
+    peft_version: BoundedName = Field("", description="peft.__version__.")
+    accelerate_version: BoundedName = Field("", description="accelerate.__version__.")
+    gpu_name: BoundedName = Field("", description="Name NVML reports for GPU 0 of rank 0; empty on CPU.")
     number_nodes: Annotated[int, Field(ge=1)] = Field(1, description="Machines that took part.")
     world_size: Annotated[int, Field(ge=1)] = Field(1, description="Training processes that took part.")
-    distributed_mode: str = Field(
+    distributed_mode: BoundedReason = Field(
         "NO",
         description="accelerate's distributed type in effect (NO, MULTI_GPU, MULTI_CPU, FSDP, ...), "
         "read from the running Accelerator; may differ from the requested backend (FSDP on CPU runs as DDP).",
     )
-    device: str = Field("cpu", description="cuda or cpu.")
+    device: BoundedReason = Field("cpu", description="cuda or cpu.")
     dataset_file: Annotated[str, Field(max_length=512)] = Field(
         "", description="The dataset file trained on: seed 002's <dataDir>/<datasetId>.jsonl|parquet when present."
     )
@@ -235,8 +236,8 @@ class RunEnvironment(WireModel):
 class RunError(WireModel):
     """Why a run did not produce metrics."""
 
-    type: str = Field(description="Exception type, e.g. torch.OutOfMemoryError.")
-    message: str = Field(description="First line(s) of the exception message, truncated.")
+    type: BoundedName = Field(description="Exception type, e.g. torch.OutOfMemoryError.")
+    message: BoundedMessage = Field(description="First line(s) of the exception message, truncated.")
 
 
 class TrainerResult(WireModel):
@@ -247,7 +248,7 @@ class TrainerResult(WireModel):
     is_valid: bool | None = Field(
         None, description="True for Succeeded, False for GpuOom, None (not recorded) for Failed (seed semantics)."
     )
-    reason: str = Field("", description="CamelCase reason, e.g. GpuOutOfMemory or TrainingError.")
+    reason: BoundedReason = Field("", description="CamelCase reason, e.g. GpuOutOfMemory or TrainingError.")
     metrics: Metrics | None = None
     environment: RunEnvironment | None = None
     error: RunError | None = None

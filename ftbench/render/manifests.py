@@ -83,16 +83,21 @@ def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: Clus
     choice = choose_runtime_for(spec, catalog, profile)
     runtime = choice.runtime
     trials = effective.trials(spec, catalog)
+    chosen = f"spec.run.runtime {spec.run.runtime.value} means {runtime.value} here ({choice.reason})"
     if runtime == Runtime.JOB and spec.number_nodes > 1:
         raise RenderError(
-            f"runtime Job runs one pod but numberNodes is {spec.number_nodes}; use IndexedJob or PyTorchJob"
+            f"{chosen}, which runs one pod, but spec.numberNodes is {spec.number_nodes}; "
+            + _multi_node_fix(spec, profile)
         )
     if runtime == Runtime.INDEXED_JOB and not profile.features.indexed_jobs:
-        raise RenderError("runtime IndexedJob needs Kubernetes >= 1.24 (cluster profile features.indexedJobs)")
+        raise RenderError(
+            f"{chosen}, but this cluster has no Indexed Jobs (they need Kubernetes >= 1.24; cluster profile "
+            "features.indexedJobs is false); " + _multi_node_fix(spec, profile)
+        )
     if runtime == Runtime.PYTORCH_JOB and trials > 1:
         raise RenderError(
-            f"{spec.experiment.value} runs {trials} sequential trials, which a PyTorchJob cannot ({choice.reason}); "
-            "use runtime IndexedJob, Job or TrainJob"
+            f"{chosen}, but {spec.experiment.value} runs {trials} sequential trials, which a PyTorchJob cannot; "
+            "set spec.run.runtime to IndexedJob, Job or TrainJob"
         )
     if runtime == Runtime.TRAIN_JOB and spec.run.priority_class_name:
         raise RenderError(
@@ -101,6 +106,19 @@ def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: Clus
             "through Kueue (kueue.x-k8s.io/priority-class), or choose spec.run.runtime IndexedJob or PyTorchJob"
         )
     return choice
+
+
+def _multi_node_fix(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str:
+    """What to change so several nodes can run: a runtime this cluster has, or one node."""
+    if profile.features.training_operator or profile.features.trainer_v2:
+        runtimes = [r for r, on in (("PyTorchJob", profile.features.training_operator),
+                                    ("TrainJob", profile.features.trainer_v2)) if on]  # fmt: skip
+        return f"set spec.run.runtime to {' or '.join(runtimes)}, or spec.numberNodes to 1"
+    return (
+        "this cluster has no multi-node runtime: install the Kubeflow training operator (PyTorchJob) or "
+        "Kubeflow Trainer v2 (TrainJob), or upgrade to Kubernetes >= 1.24 for Indexed Jobs, then restart the "
+        f"operator; or set spec.numberNodes to 1 (with up to {spec.number_gpus} GPUs on one node)"
+    )
 
 
 def _names(

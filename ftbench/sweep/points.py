@@ -24,6 +24,7 @@ from ftbench.api.resource import API_VERSION, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
 from ftbench.api.validation import Issue, issue_from_pydantic, validate_spec_dict
+from ftbench.api.wire_keys import name_problem, unknown_keys
 from ftbench.catalog import Catalog
 
 
@@ -81,6 +82,23 @@ def _key_issues(where: str, keys: Any, allowed: frozenset[str]) -> list[Issue]:
     ]  # fmt: skip
 
 
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+def _empty_value_issues(where: str, values: list[Any], *, single: bool = False) -> list[Issue]:
+    """A null or empty value is refused, never dropped: null would silently mean "the default" (and
+    vanish from the point's values), and an empty string or list is no value of any spec field."""
+    return [
+        Issue(where if single else f"{where}[{i}]", value, "sweep.empty-value",
+              f"{json.dumps(value)} is not a value: a null or empty entry would silently run the template's "
+              "value instead; remove it, or write the value to run (for the template's or the default value, "
+              "write that value)")
+        for i, value in enumerate(values)
+        if _is_empty(value)
+    ]  # fmt: skip
+
+
 def structural_issues(spec: FineTuneSweepSpec) -> list[Issue]:
     """What makes the whole sweep unusable, before any point is built."""
     allowed = spec_fields()
@@ -105,6 +123,10 @@ def structural_issues(spec: FineTuneSweepSpec) -> list[Issue]:
     for key, values in spec.matrix.items():
         if not values:
             issues.append(Issue(f"spec.matrix.{key}", values, "sweep.matrix", "needs at least one value"))
+        issues += _empty_value_issues(f"spec.matrix.{key}", values)
+    for i, entry in enumerate(spec.include):
+        for key, value in entry.items():
+            issues += _empty_value_issues(f"spec.include[{i}].{key}", [value], single=True)
     product = math.prod(len(v) for v in spec.matrix.values()) if spec.matrix else (0 if spec.include else 1)
     if product + len(spec.include) > MAX_POINTS:
         issues.append(
@@ -172,13 +194,19 @@ def parse_sweep_document(doc: Any) -> SweepDocument:
         issues.append(Issue("kind", doc.get("kind"), "schema", f"must be {SWEEP_KIND}"))
     metadata = doc.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    if not name:
-        issues.append(Issue("metadata.name", None, "schema", "every sweep needs a name"))
+    problem = name_problem(name, "sweep")
+    if problem:
+        issues.append(Issue("metadata.name", name, "schema", problem))
     raw = doc.get("spec")
     if not isinstance(raw, dict):
         return SweepDocument(name, None, (*issues, Issue("spec", raw, "schema", "spec is required (a mapping)")))
+    issues += [
+        Issue(path, key, "schema", message)
+        for path, key, message in unknown_keys(raw, FineTuneSweepSpec, "spec", "FineTuneSweep")
+    ]
     try:
-        spec = FineTuneSweepSpec.model_validate(raw)
+        spec = FineTuneSweepSpec.model_validate_json(json.dumps(raw, default=str), strict=True)  # as the server types
     except ValidationError as err:
-        return SweepDocument(name, None, (*issues, *(issue_from_pydantic(e, raw, "spec") for e in err.errors())))
+        typed = (issue_from_pydantic(e, raw, "spec") for e in err.errors() if e["type"] != "extra_forbidden")
+        return SweepDocument(name, None, (*issues, *typed))
     return SweepDocument(name, spec if not issues else None, tuple(issues))

@@ -92,6 +92,30 @@ class ChildConflict(Exception):
         )
 
 
+class PredecessorChild(Exception):
+    """An object with a child's name belongs to an earlier object of the same kind and name: that
+    one was deleted (names are unique), and the garbage collector has not removed its children yet.
+    Never adopted (its output is not ours); the new owner waits until it is gone."""
+
+    def __init__(self, obj: Mapping[str, Any], owner: Mapping[str, Any], old_uid: str) -> None:
+        self.kind, self.name = obj["kind"], obj["metadata"]["name"]
+        super().__init__(
+            f"{self.kind} {self.name} still belongs to the deleted {owner['kind']} {owner['metadata']['name']} "
+            f"(uid {old_uid}) that had this name, and is being garbage-collected; this run starts when it is gone"
+        )
+
+
+def predecessor_uid(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> str | None:
+    """The uid of an earlier incarnation of `owner` (same apiVersion, kind and name) that owns `obj`."""
+    meta = owner["metadata"]
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        same = (ref.get("apiVersion"), ref.get("kind"), ref.get("name")) == (
+            owner.get("apiVersion"), owner.get("kind"), meta.get("name"))  # fmt: skip
+        if same and ref.get("uid") != meta.get("uid"):
+            return str(ref.get("uid"))
+    return None
+
+
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     """Ours only if an owner reference says so: labels and names can be written by anyone."""
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
@@ -139,7 +163,8 @@ async def missing_dependencies(kube: Kube, objects: Iterable[Obj], namespace: st
 async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any]) -> int:
     """Create in order (ConfigMap before the pods that mount it); returns how many were new.
 
-    Raises `ChildConflict` when a name is taken by an object this experiment does not own."""
+    Raises `PredecessorChild` when a name is still held by a child of a deleted owner of the same
+    name (wait), and `ChildConflict` when anything else holds it (never adopted)."""
     created = 0
     uid = owner["metadata"]["uid"]
     for obj in objects:
@@ -155,6 +180,9 @@ async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any
         if existing is None:  # deleted in between (a predecessor being collected): try again later
             raise KubeError(409, "Conflict", f"{child['kind']} {meta['name']} is being deleted; retrying")
         if not owned_by(existing, uid):
+            old = predecessor_uid(existing, owner)
+            if old is not None:
+                raise PredecessorChild(child, owner, old)
             raise ChildConflict(child, existing)
     return created
 

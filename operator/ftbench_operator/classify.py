@@ -46,6 +46,8 @@ DEADLINE_EXCEEDED = "DeadlineExceeded"
 CHILD_DELETED = "ChildDeleted"
 CHILD_REJECTED = "ChildRejected"
 CHILD_CONFLICT = "ChildConflict"
+# A child name is still held by the children of a deleted experiment of the same name.
+WAITING_FOR_PREDECESSOR = "WaitingForPredecessor"
 UNKNOWN_WORKLOAD = "UnknownWorkload"
 MISSING_DEPENDENCY = "MissingDependency"
 BACKOFF_LIMIT = "BackoffLimitExceeded"

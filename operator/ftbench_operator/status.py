@@ -21,6 +21,7 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.stability import aggregate_trials
 from ftbench.api.status import BatchStatus, Condition, FineTuneExperimentStatus, Phase, TrialOutcome
+from ftbench.contracts.bounded import bounded
 from ftbench.render.plan import roce_unconfigured
 from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation
 
@@ -34,9 +35,6 @@ SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 ROCE_CONFIGURED = "RoceConfigured"
 CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, ROCE_CONFIGURED, SPEC_CHANGE_IGNORED)
 
-# Every message the status holds is cut to this: a status is read by every watcher on every
-# change, and one spec with a huge list of problems once produced a 187 KB status.
-MESSAGE_MAX = 4096
 Status = dict[str, Any]
 
 
@@ -47,14 +45,6 @@ def timestamp(now: datetime) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def bounded(text: str, limit: int = MESSAGE_MAX) -> str:
-    """`text` cut to `limit` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    tail = f" ... ({len(text) - limit} more characters; see the experiment's Events or `ftbench validate`)"
-    return text[: limit - len(tail)] + tail
 
 
 def set_condition(
@@ -133,11 +123,17 @@ class Builder:
         self.generation = generation
         self.now = now
         self.conditions: list[dict[str, Any]] = list(self.current.get("conditions") or [])
+        self.accepted: Status = {}
 
     def cond(self, type_: str, status: str, reason: str, message: str = "") -> None:
         self.conditions = set_condition(
             self.conditions, type_, status, reason, message, generation=self.generation, now=self.now
         )
+
+    def accept(self, spec: FineTuneExperimentSpec, generation: int | None) -> None:
+        """The spec passed validation: `accepted` holds the fields that record it (a run failing before
+        it starts writes them with its outcome, so a retry runs this spec)."""
+        self.accepted = patch(accepted_spec=spec, accepted_generation=generation)
 
     def invalid_spec(self, reason: str, message: str) -> Status:
         """Nothing was created: the spec breaks a rule (reason InvalidSpec) or cannot run here (NotRunnable)."""
@@ -191,10 +187,17 @@ class Builder:
             self.cond(ROCE_CONFIGURED, "True", "RoceNetwork", f"the pods attach to network {profile.roce.network}")
         return problem
 
-    def retrying(self, attempt: int) -> Status:
-        """Forget the previous attempt's outcome (results, times, progress) and start `attempt`."""
-        self.cond(RUNNING, "False", PENDING, f"retry: attempt {attempt} is starting")
-        self.cond(SUCCEEDED, "Unknown", "Retrying", f"retry requested: attempt {attempt}")
+    def retrying(self, attempt: int, accepted_generation: int | None) -> Status:
+        """Forget the previous attempt's outcome (results, times, progress) and start `attempt`.
+
+        A retry re-runs the accepted spec (status.acceptedSpec), never a later edit: the status
+        and an edit's SpecChangeIgnored condition say which generation attempt `attempt` runs.
+        """
+        runs = f"attempt {attempt} runs the accepted spec of generation {accepted_generation} (status.acceptedSpec)"
+        self.cond(RUNNING, "False", PENDING, f"retry: {runs}")
+        self.cond(SUCCEEDED, "Unknown", "Retrying", f"retry requested: {runs}")
+        if accepted_generation is not None and self.generation != accepted_generation:
+            self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
         cleared = ("job", "runtime", "results", "environment", "stability", "progress", "start_time", "completion_time")
         return patch(
             **dict.fromkeys(cleared),
@@ -202,16 +205,13 @@ class Builder:
             attempt=attempt,
             is_valid=None,
             invalid_reason=None,
-            message=f"retry: attempt {attempt} is starting",
+            message=f"retry: {runs}",
             conditions=self.conditions,
         )
 
     def spec_change_ignored(self, accepted_generation: int | None) -> Status:
-        msg = (
-            f"the spec changed after creation (generation {self.generation}); it is a record of what was "
-            f"measured, so the operator keeps running generation {accepted_generation}'s spec"
-        )
-        self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", msg)
+        runs = f"the operator keeps running generation {accepted_generation}'s spec (status.acceptedSpec)"
+        self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
         return patch(observed_generation=self.generation, conditions=self.conditions)
 
     def observed(self, obs: Observation, *, trials: int) -> Status:
@@ -249,6 +249,13 @@ class Builder:
             self.cond(QUEUED, "True", QUEUED_REASON, obs.message)
         elif (old := condition({"conditions": self.conditions}, QUEUED)) and old.get("status") == "True":
             self.cond(QUEUED, "False", "Admitted", "the workload was admitted and unsuspended")
+
+
+def _edit_not_run(generation: int | None, runs: str) -> str:
+    return (
+        f"the spec changed after creation (generation {generation}); it is the record of what was measured, "
+        f"so {runs}, retries included; to measure the edited spec, create a new FineTuneExperiment"
+    )
 
 
 def stability(done: tuple[TrialOutcome, ...], planned: int) -> Status:

@@ -121,7 +121,28 @@ def test_printer_columns_in_table_request(custom, control_plane, namespace: str)
     for column in ("Phase", "Experiment", "Model", "GPUs", "Batch", "Tokens/s", "PeakMem%", "Valid", "Age"):
         assert column in names
     row = dict(zip(names, response["rows"][0]["cells"], strict=True))
-    assert row["Model"] == "llama3.1-8b" and row["GPUs"] == 2
+    assert row["Model"] is None and row["Batch"] is None  # nothing accepted yet: nothing shown as run
+
+
+def test_printer_columns_show_the_accepted_spec_not_a_later_edit(custom, control_plane, namespace: str) -> None:
+    """Issue 27.3: an edit an old server stores (and the operator ignores) must not change the columns."""
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("acc"))
+    accepted = {**body("acc")["spec"], "experiment": "finetune_full_benchmark-v1.0.0", "engine": "fms-hf-tuning"}
+    results = {"trainTokensPerSecond": 400.0, "trainRuntimeSeconds": 1.0, "trainSteps": 1, "trainSamples": 4,
+               "trainTokens": 400, "trainNonPaddingTokens": 400, "trainSamplesPerSecond": 4.0,
+               "trainStepsPerSecond": 1.0, "trainTokensPerGpuPerSecond": 200.0, "datasetTokensPerSecond": 400.0,
+               "datasetTokensPerSecondPerGpu": 200.0}  # fmt: skip
+    status = {"phase": "Succeeded", "acceptedSpec": accepted, "results": results}
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "acc", {"status": status})
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "acc", {"spec": {"batchSize": 8}})
+    response = control_plane.request(
+        "GET",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/acc",
+        accept="application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    names = [c["name"] for c in response["columnDefinitions"]]
+    row = dict(zip(names, response["rows"][0]["cells"], strict=True))
+    assert row["Batch"] == 4 and row["Model"] == "llama3.1-8b" and row["GPUs"] == 2 and row["Tokens/s"] == 400.0
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")

@@ -10,6 +10,7 @@ from operator_testkit import failed_result, oom_result, success_result
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ftbench.api.status import FineTuneExperimentStatus, Phase
+from ftbench.contracts.bounded import MESSAGE_MAX, bounded
 from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv
 from ftbench_operator.classify import (
@@ -223,7 +224,7 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
     assert patch["phase"] == "Succeeded" and patch["results"]["trainTokensPerSecond"] == 1234.5
     full = FineTuneExperimentStatus.model_validate({**st.strip_empty(started), **st.strip_empty(patch)})
     assert full.is_valid is True
-    retry = st.Builder(full.model_dump(mode="json", by_alias=True, exclude_none=True), 1, NOW).retrying(1)
+    retry = st.Builder(full.model_dump(mode="json", by_alias=True, exclude_none=True), 1, NOW).retrying(1, 1)
     assert retry["results"] is None and retry["attempt"] == 1
     invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
@@ -258,11 +259,42 @@ def test_status_messages_are_bounded():
     """Issue 12: a 60 KB list of problems must not become a 187 KB status."""
     huge = "spec.targetModules[0]: bad; " * 3000
     invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", huge)
-    assert len(json.dumps(invalid)) < 5 * st.MESSAGE_MAX
-    assert invalid["message"].endswith("`ftbench validate`)") and len(invalid["message"]) == st.MESSAGE_MAX
+    assert len(json.dumps(invalid)) < 5 * MESSAGE_MAX
+    assert invalid["message"].endswith("`ftbench validate`)") and len(invalid["message"]) == MESSAGE_MAX
     failed = st.Builder({}, 1, NOW).observed(Observation(Phase.FAILED, "PodFailed", huge), trials=1)
-    assert len(json.dumps(failed)) < 5 * st.MESSAGE_MAX
-    assert st.bounded("short") == "short"
+    assert len(json.dumps(failed)) < 5 * MESSAGE_MAX
+    assert bounded("short") == "short"
+
+
+def test_every_string_a_trainer_writes_is_cut_to_its_crd_max_length():
+    """Issue 27.7: a termination message with huge strings is truncated when read, never patched whole."""
+    from ftbench.api.crd import crd
+    from ftbench.contracts.results import TrainerResult
+
+    big = "x" * 100_000
+    result = TrainerResult.model_validate(
+        {
+            "outcome": "Failed",
+            "reason": big,
+            "error": {"type": big, "message": big},
+            "environment": {"engine": big, "engineVersion": big, "image": big, "gpuName": big, "device": big},
+        }
+    )
+    status_schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    environment = status_schema["properties"]["environment"]["properties"]
+    assert result.environment is not None and result.error is not None
+    for field, value in (
+        ("engine", result.environment.engine),
+        ("image", result.environment.image),
+        ("gpuName", result.environment.gpu_name),
+        ("device", result.environment.device),
+    ):
+        assert len(value) == environment[field]["maxLength"], field
+    assert len(result.reason) < 200 and len(result.error.message) <= MESSAGE_MAX
+    trial = status_schema["properties"]["stability"]["properties"]["trials"]["items"]["properties"]
+    assert trial["message"]["maxLength"] == MESSAGE_MAX and trial["reason"]["maxLength"] < 200
+    for field in ("message", "invalidReason"):
+        assert status_schema["properties"][field]["maxLength"] == MESSAGE_MAX
 
 
 def test_metrics_track_phases_and_headline_results():

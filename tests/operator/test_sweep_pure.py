@@ -110,3 +110,23 @@ def test_sweep_metrics_follow_the_status_and_go_with_the_sweep():
     metrics.forget_sweep("ns", "sw")
     text = generate_latest(metrics.registry).decode()
     assert 'sweep="sw"' not in text
+
+
+def test_null_and_empty_matrix_values_are_refused_with_axis_and_index():
+    spec = FineTuneSweepSpec.model_validate(
+        {
+            "template": lora_spec(),
+            "matrix": {"batchSize": [4, None], "run.queueName": ["q", ""], "targetModules": [[]]},
+            "include": [{"gpuModel": None}],
+        }
+    )
+    expansion = expand(spec, catalog_for(PROFILE))
+    assert expansion.points == ()
+    refused = {(i.path, i.rule) for i in expansion.issues}
+    assert refused == {
+        ("spec.matrix.batchSize[1]", "sweep.empty-value"),
+        ("spec.matrix.run.queueName[1]", "sweep.empty-value"),
+        ("spec.matrix.targetModules[0]", "sweep.empty-value"),
+        ("spec.include[0].gpuModel", "sweep.empty-value"),
+    }
+    assert all("remove it, or write the value to run" in i.message for i in expansion.issues)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes.client import CustomObjectsApi
+from kubernetes.client import BatchV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
 from operator_testkit import Kubelet, lora_spec, oom_result, success_result, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,6 +52,19 @@ class Sweeps:
         self.custom = CustomObjectsApi(kube_api)
         self.namespace = namespace
         self.kubelet = Kubelet(kube_api, namespace)
+        self.batch = BatchV1Api(kube_api)
+
+    def pods_of(self, job: str, experiment_uid: str) -> list[Any]:
+        """The pods of Job `job` when it belongs to the experiment with `experiment_uid` (a deleted
+        experiment of the same name may still own a Job of that name, being collected)."""
+        try:
+            workload = self.batch.read_namespaced_job(job, self.namespace)
+        except ApiException:
+            return []
+        if not any(r.uid == experiment_uid for r in workload.metadata.owner_references or []):
+            return []
+        pods = self.kubelet.pods(f"job-name={job}")
+        return [p for p in pods if any(r.uid == workload.metadata.uid for r in p.metadata.owner_references or [])]
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, SWEEP_PLURAL, body)
@@ -84,13 +98,14 @@ class Sweeps:
             most = max(most, len(unfinished))
             for child in unfinished:
                 job = (child.get("status") or {}).get("job", {}).get("name")
-                if not job or child["metadata"]["name"] in finished:
+                if not job or child["metadata"]["uid"] in finished:  # by uid: a child may be re-created
                     continue
-                pods = self.kubelet.pods(f"job-name={job}")
+                uid = child["metadata"]["uid"]
+                pods = self.pods_of(job, uid)
                 if pods:
                     point = int(child["metadata"]["labels"][SWEEP_POINT_LABEL])
                     self.kubelet.finish(pods[0], result(point, pods[0]))
-                    finished.add(child["metadata"]["name"])
+                    finished.add(uid)
             time.sleep(0.3)
         raise AssertionError(f"sweep {name} not finished after {timeout}s: {self.get(name).get('status')}")
 
@@ -199,6 +214,48 @@ def test_a_structurally_bad_sweep_is_invalid(operator, sweeps):
     assert (valid["type"], valid["status"], valid["reason"]) == ("Valid", "False", "InvalidSweep")
     time.sleep(1)
     assert sweeps.children("bad") == []
+
+
+def test_a_null_matrix_value_makes_the_sweep_invalid_not_a_smaller_sweep(operator, sweeps):
+    """The server stores a null in a matrix list; the operator refuses it by axis and index."""
+    body = grid("nulls")
+    body["spec"]["matrix"] = {"batchSize": [4, None], "modelMaxLength": [1024]}
+    sweeps.create(body)
+    invalid = sweeps.wait_phase("nulls", "Invalid")
+    assert "spec.matrix.batchSize[1]" in invalid["status"]["message"]
+    assert "sweep.empty-value" in invalid["status"]["message"]
+    assert sweeps.children("nulls") == []
+
+
+def test_a_child_deleted_by_hand_is_recreated_and_its_point_runs(operator, sweeps, namespace):
+    """Issue 27.2: the recreated child has the deleted one's name while the deleted one's own children
+    are still being collected; it waits for them and runs, and the point succeeds (not ChildConflict)."""
+    body = grid("handdel")
+    body["spec"]["matrix"] = {"batchSize": [4], "modelMaxLength": [1024]}
+    sweeps.create(body)
+    first = wait_for(lambda: next(iter(c for c in sweeps.children("handdel")
+                                       if (c.get("status") or {}).get("job")), None), what="child started")  # fmt: skip
+    sweeps.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, first["metadata"]["name"])
+    wait_for(lambda: any(c["metadata"]["uid"] != first["metadata"]["uid"] for c in sweeps.children("handdel")),
+             what="child recreated")  # fmt: skip
+    done, _ = sweeps.drive("handdel")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["points"][0]["phase"] == "Succeeded"
+
+
+def test_a_sweep_deleted_and_recreated_at_once_runs_again(operator, sweeps, namespace):
+    """Issue 27.2: the new sweep's children must not be taken for the deleted sweep's (same names)."""
+    body = grid("again")
+    body["spec"]["matrix"] = {"batchSize": [4], "modelMaxLength": [1024]}
+    old = sweeps.create(body)
+    wait_for(lambda: sweeps.children("again"), what="first child")
+    sweeps.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL, "again")
+    new = sweeps.create(body)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    done, _ = sweeps.drive("again")
+    assert done["status"]["phase"] == "Succeeded", done["status"]["points"]
+    (child,) = sweeps.children("again")
+    assert [r["uid"] for r in child["metadata"]["ownerReferences"]] == [new["metadata"]["uid"]]
 
 
 def test_operator_restart_mid_sweep_duplicates_nothing(operator, sweeps):

@@ -361,3 +361,20 @@ def test_note3_counts_text_rows_and_refuses_chat_rows(tmp_path: Path) -> None:
     assert list(read_texts(text, "output")) == ["a b c"]
     with pytest.raises(TypeError, match="'output' holds list, not text"):
         list(read_texts(chat, "output"))
+
+
+def test_catalog_prompt_tokens_min_is_a_lower_bound_of_every_prompt():
+    """Issue 27.1: the rule data.response-fits refuses modelMaxLength <= promptTokensMin, so the
+    catalog value must never exceed a prompt's words (a lower bound on its tokens)."""
+    from itertools import islice
+
+    from ftbench_trainer.datasets import iter_chars_rows, iter_tokens_rows
+
+    for entry in load_catalog().datasets.values():
+        if entry.prompt_tokens_min is None:
+            continue
+        params = dataset_params(entry.name)
+        rows = iter_chars_rows if entry.kind == "text-chars" else iter_tokens_rows
+        sample = islice(rows(entry.name, params, 0), None if entry.kind == "text-chars" else 16)
+        fewest = min(len(row["output"].split(RESPONSE_HEADER)[0].split()) for row in sample)
+        assert entry.prompt_tokens_min <= fewest, (entry.name, fewest)

@@ -1,6 +1,8 @@
 """Retry: the `ftbench.io/retry` annotation re-runs a failed experiment as attempt N + 1.
 
-The status is reset to the new attempt *before* the old children are deleted, so the deletion
+A retry runs the accepted spec (`status.acceptedSpec`, recorded when the spec first passed
+validation, even if that attempt failed before it started), never an edit made since: the status
+message and the SpecChangeIgnored condition say which generation runs. The status is reset to the new attempt *before* the old children are deleted, so the deletion
 events of attempt N are not mistaken for a child deleted by hand. The annotation is removed
 when the retry is done (or refused), which makes it a one-shot request.
 """
@@ -43,9 +45,10 @@ async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch
             )
             return
         attempt = fresh.attempt + 1
+        _, accepted_generation = fresh.accepted_spec()
         builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
         await ctx.kube.patch_experiment_status(
-            fresh.namespace, fresh.name, status.diff(fresh.status, builder.retrying(attempt))
+            fresh.namespace, fresh.name, status.diff(fresh.status, builder.retrying(attempt, accepted_generation))
         )
         await children.delete_owned(ctx.kube, fresh.body, children.attempt_selector(fresh.name, other_than=attempt))
         event(fresh, "Retrying", f"attempt {attempt} replaces attempt {attempt - 1}")

@@ -26,6 +26,7 @@ from ftbench_operator.classify import (
     INVALID_SPEC,
     MISSING_DEPENDENCY,
     NOT_RUNNABLE,
+    WAITING_FOR_PREDECESSOR,
     Observation,
 )
 from ftbench_operator.context import OperatorContext, event
@@ -47,7 +48,7 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
     spec_dict, accepted_generation = experiment.accepted_spec()
     builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
     profile = ctx.profiles.current()
-    report = validate_spec_dict(spec_dict, catalog_for(profile))
+    report = validate_spec_dict(spec_dict, catalog_for(profile), profile=profile)
     if not report.ok or report.spec is None:
         await _invalid(ctx, experiment, builder, INVALID_SPEC, report.summary())
         return
@@ -56,6 +57,9 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
     except PlanError as err:
         await _invalid(ctx, experiment, builder, NOT_RUNNABLE, str(err))
         return
+    # From here on the spec is accepted: a run that fails before it starts records it too, so a
+    # retry (which runs status.acceptedSpec) runs this spec, never an edit made after it.
+    builder.accept(report.spec, accepted_generation)
     owner, name = experiment.body, experiment.name
     if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
         await children.delete_owned(ctx.kube, owner, children.attempt_selector(name, other_than=attempt))
@@ -65,6 +69,9 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         return
     try:
         created = await children.create_all(ctx.kube, children.initial_objects(rendered), owner)
+    except children.PredecessorChild as err:
+        await _wait_for_predecessor(ctx, experiment, builder, str(err))
+        raise KubeError(409, "Conflict", str(err)) from err  # temporary: the handler runs again later
     except (KubeError, children.ChildConflict) as err:
         if isinstance(err, KubeError) and err.temporary:
             raise
@@ -117,10 +124,22 @@ async def _not_created(
         )
 
 
+async def _wait_for_predecessor(
+    ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, message: str
+) -> None:
+    """Pending with the reason while an earlier experiment of this name is garbage-collected
+    (deleted and re-created at once); written and announced once, not on every retry."""
+    observed = builder.observed(Observation(Phase.PENDING, WAITING_FOR_PREDECESSOR, message), trials=1)
+    patch = status.diff(builder.current, {**observed, **builder.accepted})
+    if patch:
+        await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch)
+        event(experiment, WAITING_FOR_PREDECESSOR, message)
+
+
 async def _failed(
     ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, reason: str, message: str
 ) -> None:
-    desired = builder.observed(Observation(Phase.FAILED, reason, message), trials=1)
+    desired = {**builder.observed(Observation(Phase.FAILED, reason, message), trials=1), **builder.accepted}
     await _write(ctx, experiment, builder, desired, reason, message)
 
 

@@ -236,6 +236,12 @@ async def _start_runs(
             child = body["metadata"]["name"]
             try:
                 created = await children.create_all(ctx.kube, [body], sweep)
+            except children.PredecessorChild as err:
+                # A deleted sweep of this name still owns that child: its deletion event brings the
+                # next pass, which creates the run then. Counted as started so nothing else jumps in.
+                log.info("sweep %s: %s", sweep["metadata"]["name"], err)
+                runs.append(RunState(child, run.point.index, run.repeat, message=str(err)))
+                continue
             except children.ChildConflict as err:
                 log.warning("sweep %s: %s", sweep["metadata"]["name"], err)
                 runs.append(RunState(child, run.point.index, run.repeat, Phase.FAILED, CHILD_CONFLICT, str(err)))

@@ -1,0 +1,120 @@
+"""Rules for options a run would accept but not apply where it runs.
+
+A spec is the record of what was measured (`status.acceptedSpec`): a field that is accepted and
+recorded but has no effect makes that record wrong. Each option below acts only under some
+condition (a launcher, a backend, a GPU, a second node, a package the images lack); outside it
+the spec is refused with why and what to change, so what the status records was in effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ftbench.api import effective
+from ftbench.api.rules import Rule
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+from ftbench.contracts.enums import DistributedBackend, MixedPrecision
+
+_FSDP_FIELDS = {
+    "fsdp_sharding_strategy": "fsdpShardingStrategy",
+    "fsdp_state_dict_type": "fsdpStateDictType",
+    "fsdp_use_orig_params": "fsdpUseOrigParams",
+    "accelerate_config_fsdp_transformer_layer_cls_to_wrap": "accelerateConfigFsdpTransformerLayerClsToWrap",
+}
+
+
+def applied_rules() -> Iterator[Rule]:
+    def fp8(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.accelerate_config_mixed_precision != MixedPrecision.FP8:
+            return None
+        return (
+            "accelerateConfigMixedPrecision fp8 needs GPUs with fp8 tensor cores (compute capability >= 8.9: "
+            "H100, H200, L40S, B200) and NVIDIA transformer-engine in the trainer image, which ftbench's images "
+            "do not include, so it would not be applied; use bf16 (or fp16)"
+        )
+
+    yield Rule("applied.fp8", "accelerateConfigMixedPrecision", "fp8 mixed precision is not available", fp8)
+
+    def mixed_precision_launcher(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        value = s.accelerate_config_mixed_precision
+        if value == MixedPrecision.NO or effective.distributed_backend(s) is not None:
+            return None
+        return (
+            f"accelerateConfigMixedPrecision {value.value} is a setting of accelerate launch, but this run is one "
+            f"process (numberGpus {s.number_gpus} on one node) and starts without accelerate, so it would not be "
+            "applied; remove it (set bf16: true for bf16 mixed precision in a single process)"
+        )
+
+    yield Rule(
+        "applied.mixed-precision-launcher",
+        "accelerateConfigMixedPrecision",
+        "accelerateConfigMixedPrecision needs a run launched by accelerate (several processes)",
+        mixed_precision_launcher,
+    )
+
+    def fp16_on_cpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.number_gpus > 0 or s.accelerate_config_mixed_precision != MixedPrecision.FP16:
+            return None
+        return (
+            "accelerateConfigMixedPrecision fp16 needs GPUs (CPU autocast is bf16 only), and numberGpus is 0; "
+            "use bf16 or no"
+        )
+
+    yield Rule("applied.fp16-gpu", "accelerateConfigMixedPrecision", "fp16 mixed precision needs GPUs", fp16_on_cpu)
+
+    def fsdp_settings(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        backend = effective.distributed_backend(s)
+        if backend == DistributedBackend.FSDP:
+            return None
+        changed = [
+            alias
+            for name, alias in _FSDP_FIELDS.items()
+            if getattr(s, name) != FineTuneExperimentSpec.model_fields[name].get_default(call_default_factory=True)
+        ]
+        if not changed:
+            return None
+        runs = backend.value if backend is not None else "one process"
+        return (
+            f"{', '.join(changed)} configure FSDP, but this run uses {runs}, so they would not be applied; "
+            "remove them, or run FSDP (distributedBackend FSDP with numberGpus > 1)"
+        )
+
+    yield Rule("applied.fsdp-settings", "distributedBackend", "FSDP settings need the FSDP backend", fsdp_settings)
+
+    def reentrant(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.gradient_checkpointing or not s.gradient_checkpointing_use_reentrant:
+            return None
+        return (
+            "gradientCheckpointingUseReentrant true chooses how gradient checkpointing runs, but "
+            "gradientCheckpointing is false; remove it or set gradientCheckpointing true"
+        )
+
+    yield Rule(
+        "applied.reentrant",
+        "gradientCheckpointingUseReentrant",
+        "gradientCheckpointingUseReentrant needs gradientCheckpointing",
+        reentrant,
+    )
+
+    def image_field(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        dataset = c.datasets.get(s.dataset_id)
+        if s.dataset_image_field is None or dataset is None or dataset.kind == "vision":
+            return None
+        return (
+            f"datasetImageField {s.dataset_image_field} names an image column, but {s.dataset_id} is a text "
+            "dataset; remove it, or use a vision-* dataset with a vision model"
+        )
+
+    yield Rule("applied.image-field", "datasetImageField", "datasetImageField needs a vision dataset", image_field)
+
+    def gpu_kernels(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        kernels = s.fast_kernels is not None and any(s.fast_kernels)
+        if s.number_gpus > 0 or not (kernels or s.fast_moe):
+            return None
+        return (
+            "fastKernels and fastMoe are fms-acceleration GPU kernels (triton), and numberGpus is 0; "
+            "remove them or run on GPUs"
+        )
+
+    yield Rule("applied.gpu-kernels", "numberGpus", "fastKernels and fastMoe need GPUs", gpu_kernels)

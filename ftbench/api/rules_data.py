@@ -1,0 +1,79 @@
+"""Rules that a spec can train at all, from the catalog's facts about its dataset and model.
+
+Everything here would otherwise pass validation and `kubectl apply`, start pods, load the model
+and then fail (or train on nothing) inside the training library: too few entries for one
+optimizer step, a sequence length that truncates every response away, or one beyond what the
+model was built for. The catalog knows the numbers (datasets.yaml `entries`, `promptTokensMin`;
+models.yaml `maxPositionEmbeddings`), so the refusal comes before any pod, with them in the message.
+A user-extended catalog may leave a fact unset: then that check is skipped, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ftbench.api import effective
+from ftbench.api.rules import Rule
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+
+
+def data_rules() -> Iterator[Rule]:
+    def whole_step(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        dataset = c.datasets.get(s.dataset_id)
+        needed = s.batch_size * s.gradient_accumulation_steps
+        if dataset is None or dataset.entries >= needed:
+            return None
+        fit = max(1, dataset.entries // s.gradient_accumulation_steps)
+        return (
+            f"datasetId {s.dataset_id} has {dataset.entries} entries, but one optimizer step takes batchSize "
+            f"{s.batch_size} x gradientAccumulationSteps {s.gradient_accumulation_steps} = {needed}, so not one "
+            f"whole step can run; lower batchSize (at most {fit} with this accumulation) or "
+            "gradientAccumulationSteps, or use a dataset with more entries"
+        )
+
+    yield Rule(
+        "data.whole-step",
+        "batchSize",
+        "the dataset holds at least batchSize x gradientAccumulationSteps entries (one whole optimizer step)",
+        whole_step,
+    )
+
+    def response_survives(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        dataset = c.datasets.get(s.dataset_id)
+        if dataset is None or dataset.prompt_tokens_min is None or s.model_max_length > dataset.prompt_tokens_min:
+            return None
+        return (
+            f"modelMaxLength {s.model_max_length} cuts every entry of {s.dataset_id} before its response (each "
+            f"prompt has at least {dataset.prompt_tokens_min} tokens), so no token is left to train on; use "
+            f"modelMaxLength above {dataset.prompt_tokens_min} (e.g. {_next_power_of_two(dataset.prompt_tokens_min)})"
+        )
+
+    yield Rule(
+        "data.response-fits",
+        "modelMaxLength",
+        "modelMaxLength is longer than the dataset's prompts (some response token survives truncation)",
+        response_survives,
+    )
+
+    def within_positions(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        model = effective.model_of(s, c)
+        limit = model.max_position_embeddings if model is not None else None
+        if limit is None or s.model_max_length <= limit:
+            return None
+        return (
+            f"modelMaxLength {s.model_max_length} is beyond model {s.model}'s {limit} position embeddings "
+            f"(max_position_embeddings): positions past it were never trained, and models with learned position "
+            f"tables fail on them; use modelMaxLength {limit} or less, or a model built for longer sequences"
+        )
+
+    yield Rule(
+        "model.positions",
+        "modelMaxLength",
+        "modelMaxLength is within the model's max_position_embeddings",
+        within_positions,
+    )
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << n.bit_length()
