@@ -20,6 +20,10 @@ _FSDP_FIELDS = {
     "fsdp_sharding_strategy": "fsdpShardingStrategy",
     "fsdp_state_dict_type": "fsdpStateDictType",
     "fsdp_use_orig_params": "fsdpUseOrigParams",
+    "fsdp_version": "fsdpVersion",
+    "fsdp_offload_params": "fsdpOffloadParams",
+    "fsdp_forward_prefetch": "fsdpForwardPrefetch",
+    "fsdp_backward_prefetch": "fsdpBackwardPrefetch",
     "accelerate_config_fsdp_transformer_layer_cls_to_wrap": "accelerateConfigFsdpTransformerLayerClsToWrap",
 }
 
@@ -54,11 +58,11 @@ def applied_rules() -> Iterator[Rule]:
     )
 
     def fp16_on_cpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        if s.number_gpus > 0 or s.accelerate_config_mixed_precision != MixedPrecision.FP16:
+        if not effective.uses_cpu(s) or s.accelerate_config_mixed_precision != MixedPrecision.FP16:
             return None
         return (
-            "accelerateConfigMixedPrecision fp16 needs GPUs (CPU autocast is bf16 only), and numberGpus is 0; "
-            "use bf16 or no"
+            "accelerateConfigMixedPrecision fp16 needs GPUs (CPU autocast is bf16 only), and this run trains on CPU "
+            f"(numberGpus {s.number_gpus}, device cpu); use bf16 or no, or device gpu"
         )
 
     yield Rule("applied.fp16-gpu", "accelerateConfigMixedPrecision", "fp16 mixed precision needs GPUs", fp16_on_cpu)
@@ -110,11 +114,11 @@ def applied_rules() -> Iterator[Rule]:
 
     def gpu_kernels(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         kernels = s.fast_kernels is not None and any(s.fast_kernels)
-        if s.number_gpus > 0 or not (kernels or s.fast_moe):
+        if not effective.uses_cpu(s) or not (kernels or s.fast_moe):
             return None
         return (
-            "fastKernels and fastMoe are fms-acceleration GPU kernels (triton), and numberGpus is 0; "
-            "remove them or run on GPUs"
+            "fastKernels and fastMoe are fms-acceleration GPU kernels (triton), and this run trains on CPU "
+            f"(numberGpus {s.number_gpus}, device cpu); remove them or run on GPUs"
         )
 
     yield Rule("applied.gpu-kernels", "numberGpus", "fastKernels and fastMoe need GPUs", gpu_kernels)

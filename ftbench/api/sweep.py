@@ -45,7 +45,10 @@ def spec_fields() -> frozenset[str]:
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(
     field.alias or name
     for name, field in Metrics.model_fields.items()
-    if field.annotation is not None and "float" in str(field.annotation) and field.alias
+    if field.annotation is not None
+    and "float" in str(field.annotation)
+    and "list" not in str(field.annotation)
+    and field.alias
 )
 ObjectiveMetric = Literal[OBJECTIVE_METRICS]  # type: ignore[valid-type]
 
