@@ -20,6 +20,7 @@ from pathlib import Path
 from ftbench.api.effective import per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
+from ftbench.report import scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
 from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
 
@@ -129,7 +130,80 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
         values = ", ".join(f"{k}={v}" for k, v in best.values.items())
         blocks.append(Paragraph(f"Best: point {best.point} ({values}) with {sweep.objective} {_num(best.objective)}."))
     blocks.append(_sweep_table(sweep))
-    return blocks + _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
+    blocks += _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
+    return blocks + _scaling_blocks(sweep, fmt)
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,}"
+
+
+def _scaling_blocks(sweep: SweepData, fmt: str) -> list[Block]:
+    """Seed 004's scaling study (ftbench.report.scaling), for sweeps over the number of ranks."""
+    if not scaling.applies(sweep):
+        return []
+    rows = scaling.scaling_rows(sweep.runs)
+    device = "CPU" if scaling.on_cpu(sweep) else "GPU"
+    note = (
+        "These are CPU figures: CPU ranks with gloo, one thread each, sharing this machine's cores; they show "
+        "that sharding and scaling work and what each rank holds, not GPU speed. "
+        if device == "CPU"
+        else ""
+    )
+    blocks: list[Block] = [
+        Heading("Scaling and per-rank memory", 3),
+        Paragraph(
+            note + "Efficiency = tokens/s at N / (N x tokens/s at 1 rank); ± is half the range over repeats. "
+            "Bytes per rank are read from the running model and optimizer (the largest rank); "
+            "share = parameter bytes per rank / the whole model's."
+        ),
+        Table(
+            (
+                "ranks",
+                "configuration",
+                "tokens/s",
+                "±",
+                "repeats",
+                "efficiency",
+                "param bytes/rank",
+                "share",
+                "optimizer bytes/rank",
+            ),
+            tuple(
+                (
+                    str(r.ranks),
+                    r.config,
+                    _num(r.tokens_per_second),
+                    _num(r.spread),
+                    str(r.repeats),
+                    _num(r.efficiency, 2),
+                    _bytes(r.parameter_bytes_per_rank),
+                    _num(r.shard_fraction, 3),
+                    _bytes(r.optimizer_bytes_per_rank),
+                )
+                for r in rows
+            ),
+        ),
+    ]
+    if trade := scaling.tradeoff(rows):
+        blocks += [
+            Paragraph(f"Strategy x offload at {trade[0].ranks} ranks:"),
+            Table(
+                ("configuration", "tokens/s", "±", "efficiency", "param bytes/rank", "optimizer bytes/rank"),
+                tuple(
+                    (
+                        r.config,
+                        _num(r.tokens_per_second),
+                        _num(r.spread),
+                        _num(r.efficiency, 2),
+                        _bytes(r.parameter_bytes_per_rank),
+                        _bytes(r.optimizer_bytes_per_rank),
+                    )
+                    for r in trade
+                ),
+            ),
+        ]
+    return blocks + _plots(_slug(sweep.name), scaling.figures(rows, device, fmt))
 
 
 def document(data: ReportData, fmt: str = "png", now: datetime | None = None) -> list[Block]:
