@@ -49,8 +49,8 @@ def test_sweep_example_is_valid_in_every_point(path: Path) -> None:
     assert all(p.valid for p in expansion.points), [p.issues for p in expansion.points]
 
 
-def test_there_is_a_sweep_example() -> None:
-    assert [p.name for p in SWEEP_FILES] == ["sweep.yaml"]
+def test_the_sweep_examples_are_found() -> None:
+    assert sorted(p.name for p in SWEEP_FILES) == ["fsdp-scaling.yaml", "sweep.yaml"]
 
 
 @pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.name)
