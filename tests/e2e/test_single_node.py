@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from e2e_kit import Cluster, tiny_lora_spec
 
 from ftbench.api.profile import ClusterProfile
@@ -57,3 +60,17 @@ def test_stability_experiment_records_five_trials(cluster: Cluster, ns: str) -> 
     assert [t["outcome"] for t in stability["trials"]] == ["Succeeded"] * 5 and stability["fNoError"] == 1.0
     jobs = sorted(j.metadata.name for j in cluster.batch.list_namespaced_job(ns).items)
     assert len(jobs) == 5, jobs
+
+
+def test_fsdp_on_two_cpu_ranks_is_in_effect_on_the_cluster(cluster: Cluster, ns: str) -> None:
+    """examples/fsdp-cpu.yaml applied as is: one pod runs two gloo ranks under FSDP2, and the status
+    says so from the wrapped model, with each rank holding half of the parameters."""
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "fsdp-cpu.yaml").read_text())
+    cluster.apply(ns, "fsdp-cpu", doc["spec"])
+    run = cluster.follow(ns, "fsdp-cpu", timeout=240)
+    assert run.final["phase"] == "Succeeded", run.final
+    env, results = run.final["environment"], run.final["results"]
+    assert env["distributedMode"] == "FSDP" and env["worldSize"] == 2 and env["device"] == "cpu"
+    assert env["fsdp"]["version"] == 2 and env["fsdp"]["shardingStrategy"] == "FULL_SHARD"
+    shares = [r["parameterBytes"] / results["modelParameterBytes"] for r in results["rankMemory"]]
+    assert shares == pytest.approx([0.5, 0.5], rel=0.05)
