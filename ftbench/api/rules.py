@@ -122,6 +122,22 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
 
     yield Rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", max_steps_nonzero, "self.maxSteps != 0")
 
+    def warmup_below_steps(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.warmup_steps is None or s.max_steps < 1 or s.warmup_steps < s.max_steps:
+            return None
+        return (
+            f"warmupSteps {s.warmup_steps} leaves no measured step of maxSteps {s.max_steps}; "
+            f"use at most {s.max_steps - 1}, or raise maxSteps"
+        )
+
+    yield Rule(
+        "steps.warmup",
+        "warmupSteps",
+        "warmupSteps is below maxSteps, so some steps are measured",
+        warmup_below_steps,
+        "!has(self.warmupSteps) || self.maxSteps < 1 || self.warmupSteps < self.maxSteps",
+    )
+
     # Seed rule 1 spreads the batch over max(1, numberGpus) devices; a multi-node CPU run (an
     # ftbench extension: ado refuses 0 GPUs on several nodes) has one process per node instead, so
     # the batch must split over the nodes or the effective batch would silently change.

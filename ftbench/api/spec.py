@@ -201,6 +201,12 @@ class FineTuneExperimentSpec(ApiModel):
         "120 s or 10 optimization steps, and excludes the warmup from throughput and system metrics. "
         "Unset: no automatic stop.",
     )
+    warmup_steps: Annotated[int, Field(ge=0, le=MAX_STEPS)] | None = Field(
+        default=None,
+        description="Optimizer steps at the start of the measured window left out of the steady-state "
+        "throughput, its 95% interval and the noise flags (allocator, compilation and data-loader start). "
+        "Unset: the first 10% of the measured steps, at least 1 when there are two or more.",
+    )
     distributed_backend: DistributedBackend | None = Field(
         default=None,
         description="PyTorch distributed backend for multi-GPU runs: FSDP, DDP, or None (one process drives "

@@ -41,13 +41,15 @@ def spec_fields() -> frozenset[str]:
     return frozenset((top - {"run"}) | nested)
 
 
-# The numeric metrics an objective may name: Metrics' float fields (the results' own names).
+# The numeric metrics an objective may name: Metrics' float fields that every result has (the
+# results' own names); the intervals, unset for short runs, are for comparing, not for ranking.
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(
     field.alias or name
     for name, field in Metrics.model_fields.items()
     if field.annotation is not None
     and "float" in str(field.annotation)
     and "list" not in str(field.annotation)
+    and "None" not in str(field.annotation)
     and field.alias
 )
 ObjectiveMetric = Literal[OBJECTIVE_METRICS]  # type: ignore[valid-type]

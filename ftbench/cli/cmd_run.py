@@ -21,6 +21,7 @@ from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
+from ftbench.stats import text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -101,6 +102,12 @@ def results_table(outcome: RunOutcome) -> str:
     if result.metrics:
         metrics = result.metrics.model_dump(by_alias=True)
         rows += [(label, _fmt(metrics[key])) for key, label in HEADLINE]
+        rows += [
+            ("steady tokens/s (after warmup)", text.steady_throughput(result.metrics)),
+            ("measured", f"{result.metrics.measured_steps} steps, {result.metrics.measured_seconds:.1f} s "
+                         f"after {result.metrics.warmup_steps} warmup steps"),
+            ("noise", text.noise(result.metrics)),
+        ]  # fmt: skip
     if result.environment:
         env = result.environment
         rows += [("distributed mode", env.distributed_mode), ("world size", env.world_size), ("device", env.device)]

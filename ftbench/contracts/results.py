@@ -57,6 +57,22 @@ RANK_MEMORY_LIMIT = 16
 LOSS_CURVE_LIMIT = 16
 
 
+class NoiseFlag(StrEnum):
+    """Why a measurement should not be trusted as it stands (rules and thresholds: ftbench.stats.noise)."""
+
+    SHORT_WINDOW = "shortWindow"  # too few measured steps or seconds to say anything
+    HIGH_STEP_TIME_CV = "highStepTimeCv"  # measured step times scatter
+    HOST_CONTENTION = "hostContention"  # CPU steal, or other runnable threads beyond the CPUs
+    GPU_THROTTLED = "gpuThrottled"  # NVML reported power/thermal clock throttling
+
+
+class MeasurementQuality(StrEnum):
+    """What `kubectl get fte` shows in its Noise column."""
+
+    CLEAN = "clean"
+    FLAGGED = "flagged"
+
+
 class RankMemory(WireModel):
     """One rank's tensors, counted from the running model and optimizer (local shards only)."""
 
@@ -158,14 +174,54 @@ class Metrics(WireModel):
     )
     dataset_tokens_per_second_per_gpu: NonNegative = Field(description="datasetTokensPerSecond / max(1, numberGpus).")
     # Beyond the seeds.
-    step_time_p50_seconds: NonNegative = Field(0.0, description="Median optimizer-step time.")
-    step_time_p95_seconds: NonNegative = Field(0.0, description="95th percentile optimizer-step time.")
-    step_time_cv: NonNegative = Field(0.0, description="Coefficient of variation of step times (stdev / mean).")
+    step_time_p50_seconds: NonNegative = Field(0.0, description="Median measured (steady-state) step time.")
+    step_time_p95_seconds: NonNegative = Field(0.0, description="95th percentile measured step time.")
+    step_time_cv: NonNegative = Field(
+        0.0, description="Coefficient of variation of the measured step times (stdev / mean)."
+    )
     steady_state_tokens_per_second: NonNegative = Field(
-        0.0, description="trainTokensPerSecond over the steps after warmup (first 10% of steps, at least 1)."
+        0.0,
+        description="trainTokensPerSecond over the measured steps: after warmupSteps (unset: the first 10% of "
+        "steps, at least 1).",
     )
     warmup_excluded_seconds: NonNegative = Field(
         0.0, description="Training time excluded from the metrics by autoStopMethod's warmup."
+    )
+    # How sure the numbers are (docs/measurements.md "How sure a number is"; ftbench.stats).
+    warmup_steps: Annotated[int, Field(ge=0)] = Field(
+        0, description="Steps at the start of the window left out of the steady state (spec warmupSteps, else 10%)."
+    )
+    measured_steps: Annotated[int, Field(ge=0)] = Field(
+        0, description="Steady-state steps measured: the steady throughput, step times and intervals rest on them."
+    )
+    measured_seconds: NonNegative = Field(0.0, description="Wall-clock seconds of the steady-state steps.")
+    steady_state_tokens_per_second_ci95_low: NonNegative | None = Field(
+        None,
+        description="Lower end of the 95% confidence interval of steadyStateTokensPerSecond (batch means over "
+        "rank 0's steps); unset when fewer than 4 steps were measured.",
+    )
+    steady_state_tokens_per_second_ci95_high: NonNegative | None = Field(
+        None, description="Upper end of the 95% confidence interval of steadyStateTokensPerSecond."
+    )
+    throughput_ci95_relative: NonNegative | None = Field(
+        None,
+        description="Half-width / estimate of that interval: the +- fraction of every per-second rate of the "
+        "steady window (per GPU and MFU alike).",
+    )
+    step_time_mean_seconds: NonNegative = Field(0.0, description="Mean of the measured step times.")
+    step_time_mean_ci95_low_seconds: NonNegative | None = Field(
+        None, description="Lower end of the 95% confidence interval of stepTimeMeanSeconds (batch means)."
+    )
+    step_time_mean_ci95_high_seconds: NonNegative | None = Field(
+        None, description="Upper end of the 95% confidence interval of stepTimeMeanSeconds."
+    )
+    noise_flags: Annotated[list[NoiseFlag], Field(max_length=len(NoiseFlag))] = Field(
+        default_factory=list,
+        description="Why the measurement may not be trusted as it stands: shortWindow, highStepTimeCv, "
+        "hostContention, gpuThrottled (rules in docs/measurements.md); empty for a clean measurement.",
+    )
+    measurement_quality: MeasurementQuality = Field(
+        MeasurementQuality.CLEAN, description="clean without noise flags, flagged with any."
     )
     mfu_percent: NonNegative = Field(
         0.0,

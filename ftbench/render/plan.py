@@ -314,6 +314,7 @@ def build_plan(
         stop=StopSettings(
             stop_after_seconds=spec.stop_after_seconds,
             auto_stop_method=spec.auto_stop_method.value if spec.auto_stop_method else None,
+            warmup_steps=spec.warmup_steps,
         ),
         trials=effective.trials(spec, catalog),
         use_cpu=use_cpu,

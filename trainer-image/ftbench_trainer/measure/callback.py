@@ -18,6 +18,7 @@ from transformers import TrainerCallback
 from ftbench.contracts import env as E
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import LOSS_CURVE_LIMIT, FsdpInEffect, Metrics
+from ftbench.stats.noise import HostLoad
 from ftbench_trainer.measure import distributed, shards
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
 from ftbench_trainer.measure.stop import StopController
@@ -184,7 +185,7 @@ class MeasureCallback(TrainerCallback):
     # ------------------------------------------------------------------ results
 
     def _rank_report(self) -> RankReport:
-        window = step_window(self.timer, self.stop.warmup_end_step)
+        window = step_window(self.timer, self.stop.warmup_end_step, self.plan.stop.warmup_steps)
         if not window.step_times:  # no step ended: nothing was measured
             return RankReport(uncounted_forwards=self.tokens.uncounted_forwards)
         cpu = self.sampler.cpu_summary(window.start, window.end)
@@ -196,6 +197,7 @@ class MeasureCallback(TrainerCallback):
             cpu_percent=cpu.cpu_percent,
             cpu_memory_percent=cpu.memory_percent,
             node_memory_percent=cpu.node_memory_percent,
+            host=HostLoad(steal_percent=cpu.steal_percent, contended_threads=cpu.contended_threads),
             gpus=tuple(self.sampler.gpu_summaries(window.start, window.end)),
             gpu_name=self.sampler.gpu_name,
             max_memory_allocated=allocated,

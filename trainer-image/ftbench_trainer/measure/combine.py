@@ -3,7 +3,8 @@
 All cross-rank formulas live here (docs/measurements.md defines each number): the runtime is the
 slowest rank's window, counts are summed over ranks, rates divide by that runtime, per-GPU rates
 by max(1, numberGpus), GPU figures are min/avg/max across GPUs of each GPU's mean (seed note 1),
-step-time statistics come from rank 0, and MFU from the model's size and the GPU's peak. Nothing
+step-time statistics, their batch-means intervals and the noise flags come from rank 0's
+measured (steady-state) steps, and MFU from the model's size and the GPU's peak. Nothing
 here imports torch or transformers: the callback collects observations, this module does the
 arithmetic, so hand-computed multi-rank cases are unit tests.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ftbench.contracts.results import RANK_MEMORY_LIMIT, Metrics, RankMemory
+from ftbench.contracts.results import RANK_MEMORY_LIMIT, MeasurementQuality, Metrics, RankMemory
+from ftbench.stats.intervals import Interval, mean_interval, rate_interval
+from ftbench.stats.noise import HostLoad, WindowFacts, noise_flags
 from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
 from ftbench_trainer.measure.system import GpuSummary
 from ftbench_trainer.measure.timing import coefficient_of_variation, percentile
@@ -28,6 +31,7 @@ class RankReport:
     cpu_percent: float = 0.0
     cpu_memory_percent: float = 0.0
     node_memory_percent: float = 0.0
+    host: HostLoad = field(default_factory=HostLoad)
     gpus: tuple[GpuSummary, ...] = ()
     gpu_name: str = ""
     max_memory_allocated: int = 0
@@ -87,6 +91,27 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
     peak = peak_flops(reports[0].gpu_name, run.torch_dtype)
     tokens_per_second = rate(tokens)
     dataset_tps = rate(samples * run.dataset_tokens_per_sample)
+    steady_seconds = max(w.steady_seconds for w in windows)
+    steady = rate(sum(w.steady_tokens for w in windows), steady_seconds)
+    measured = r0.steady_step_times
+    # Rank 0's series sets the relative width; all ranks step together, so it holds for their sum.
+    relative = rate_interval(r0.steady_step_tokens, measured)
+    throughput = relative.scaled(steady / relative.estimate) if relative and relative.estimate else None
+    step_time = mean_interval(measured)
+    cv = coefficient_of_variation(measured)
+    flags = noise_flags(
+        WindowFacts(
+            measured_steps=len(measured),
+            measured_seconds=sum(measured),
+            has_interval=throughput is not None,
+            step_time_cv=cv,
+            host=HostLoad(
+                steal_percent=max(r.host.steal_percent for r in reports),
+                contended_threads=max(r.host.contended_threads for r in reports),
+            ),
+            gpu_throttled_fraction=max((g.throttled_fraction for g in gpu), default=0.0),
+        )
+    )
     return Metrics(
         **gpu_spread(gpu),  # type: ignore[arg-type]  # floats only; mypy checks them against every field
         gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=0.0),
@@ -106,13 +131,22 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         train_tokens_per_gpu_per_second=tokens_per_second / gpus,
         dataset_tokens_per_second=dataset_tps,
         dataset_tokens_per_second_per_gpu=dataset_tps / gpus,
-        step_time_p50_seconds=percentile(r0.step_times, 50),
-        step_time_p95_seconds=percentile(r0.step_times, 95),
-        step_time_cv=coefficient_of_variation(r0.step_times),
-        steady_state_tokens_per_second=rate(
-            sum(w.steady_tokens for w in windows), max(w.steady_seconds for w in windows)
-        ),
+        step_time_p50_seconds=percentile(measured, 50),
+        step_time_p95_seconds=percentile(measured, 95),
+        step_time_cv=cv,
+        steady_state_tokens_per_second=steady,
         warmup_excluded_seconds=r0.warmup_seconds,
+        warmup_steps=r0.steady_start,
+        measured_steps=len(measured),
+        measured_seconds=sum(measured),
+        steady_state_tokens_per_second_ci95_low=_low(throughput),
+        steady_state_tokens_per_second_ci95_high=_high(throughput),
+        throughput_ci95_relative=throughput.relative_half_width if throughput else None,
+        step_time_mean_seconds=step_time.estimate if step_time else 0.0,
+        step_time_mean_ci95_low_seconds=_low(step_time),
+        step_time_mean_ci95_high_seconds=_high(step_time),
+        noise_flags=flags,
+        measurement_quality=MeasurementQuality.FLAGGED if flags else MeasurementQuality.CLEAN,
         mfu_percent=mfu_percent(flops, runtime, run.number_gpus, peak),
         model_parameters=run.model.parameters,
         trainable_parameters=run.model.trainable,
@@ -128,6 +162,15 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         ],
         stopped_by=run.stopped_by,
     )
+
+
+def _low(interval: Interval | None) -> float | None:
+    """The interval's lower end, never below 0 (a rate or a time cannot be negative)."""
+    return max(0.0, interval.low) if interval else None
+
+
+def _high(interval: Interval | None) -> float | None:
+    return interval.high if interval else None
 
 
 def _avg(values: list[float]) -> float:

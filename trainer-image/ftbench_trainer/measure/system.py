@@ -5,7 +5,9 @@ uses (one per rank; every GPU of the node for the single DataParallel process of
 None): compute utilisation, memory used / total, power draw and power / enforced limit; and the
 process's CPU use (100 = one core) and resident memory (% of the node's memory), and the node's
 memory used (% of its memory, every process counted: the quantity ado reports as
-cpu_memory_utilization, kept beside seed note 2's process figure). The thread only
+cpu_memory_utilization, kept beside seed note 2's process figure); the host's CPU steal and
+runnable threads of other processes (`host_load`), and each GPU's clock-throttle reasons, for the
+noise flags. The thread only
 appends to lists; statistics are computed after training over the samples inside the measured
 window, so warmup samples can be excluded. NVML calls take ~10-100 us and never synchronise the
 GPU stream, so sampling at 1 s costs far below 1% of any step.
@@ -23,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ftbench_trainer.measure import host_load
+
 log = logging.getLogger(__name__)
 
 
@@ -34,6 +38,7 @@ class GpuSample:
     power_watts: float
     power_percent: float
     gpu: int = 0  # which of this process's GPUs (DataParallel drives several)
+    throttled: bool = False  # NVML reported a power or thermal clock-throttle reason
 
 
 @dataclass
@@ -45,12 +50,20 @@ class CpuSample:
 
 
 @dataclass
+class HostSample:
+    t: float
+    reading: host_load.HostReading
+
+
+@dataclass
 class CpuSummary:
     """This process's CPU samples averaged over the measured window (0.0 without psutil)."""
 
     cpu_percent: float = 0.0
     memory_percent: float = 0.0
     node_memory_percent: float = 0.0
+    steal_percent: float = 0.0  # of the host's CPU time over the window
+    contended_threads: float = 0.0  # mean runnable threads of others beyond the CPUs
 
 
 @dataclass
@@ -62,6 +75,7 @@ class GpuSummary:
     power_watts: float = 0.0
     power_percent: float = 0.0
     memory_peak_percent: float = 0.0
+    throttled_fraction: float = 0.0  # of the samples with a power or thermal throttle reason
 
 
 def _mean(values: list[float]) -> float:
@@ -88,6 +102,8 @@ class SystemSampler:
         self.interval = interval
         self.gpu_samples: list[GpuSample] = []
         self.cpu_samples: list[CpuSample] = []
+        self.host_samples: list[HostSample] = []
+        self._run_pids = host_load.run_pids()
         self.gpu_name = ""
         self._gpus: list[Any] = []
         self._nvml: Any = None
@@ -137,6 +153,7 @@ class SystemSampler:
         except Exception as exc:
             log.warning("NVML sampling failed, GPU sampling disabled: %s", exc)
             self._gpus = []
+        self.host_samples.append(HostSample(now, host_load.read_host(self._run_pids)))
         if self._process is not None:
             try:
                 self.cpu_samples.append(
@@ -161,6 +178,7 @@ class SystemSampler:
             power_watts=power_mw / 1000.0,
             power_percent=100.0 * power_mw / limit_mw if limit_mw else 0.0,
             gpu=index,
+            throttled=throttled(nv, handle),
         )
 
     def _run(self) -> None:
@@ -198,14 +216,38 @@ class SystemSampler:
             power_watts=_mean([s.power_watts for s in window]),
             power_percent=_mean([s.power_percent for s in window]),
             memory_peak_percent=max(s.memory_percent for s in samples),
+            throttled_fraction=_mean([float(s.throttled) for s in window]),
         )
 
     def cpu_summary(self, start: float, end: float) -> CpuSummary:
         """This process's CPU % and memory %, and its node's memory used %, averaged over the
         samples in [start, end]."""
         window = [s for s in self.cpu_samples if start <= s.t <= end + self.interval] or self.cpu_samples
+        host = [h.reading for h in self.host_samples if start <= h.t <= end + self.interval]
+        steal, contended = host_load.summarize(host or [h.reading for h in self.host_samples])
         return CpuSummary(
             cpu_percent=_mean([s.cpu_percent for s in window]),
             memory_percent=_mean([s.memory_percent for s in window]),
             node_memory_percent=_mean([s.node_memory_percent for s in window]),
+            steal_percent=steal,
+            contended_threads=contended,
         )
+
+
+# NVML clock-event (throttle) reasons that slow the clocks for power or heat: SW power cap 0x4,
+# HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80. Idle (0x1), application
+# clock settings (0x2) and sync boost (0x10) are not noise.
+THROTTLE_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def throttled(nv: Any, handle: Any) -> bool:
+    """Whether NVML reports a power or thermal throttle reason now (False where the driver can't say)."""
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        call = getattr(nv, name, None)
+        if call is None:
+            continue
+        try:
+            return bool(int(call(handle)) & THROTTLE_REASONS)
+        except Exception:  # not supported on this GPU or driver: no throttle information
+            return False
+    return False
