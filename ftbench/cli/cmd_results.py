@@ -48,7 +48,7 @@ def compare_runs(args: argparse.Namespace) -> int:
         a, b = find_run(runs, args.a), find_run(runs, args.b)
     except RunLookupError as err:
         raise UsageError(str(err)) from err
-    print(format_table(("", "A", "B", "B/A-1"), compare(a, b).rows))
+    print(format_table(("", "A", "B", "B/A-1", "NOISE"), compare(a, b).rows))
     return 0
 
 

@@ -220,3 +220,26 @@ def test_a_run_of_three_steps_has_no_interval_and_says_so() -> None:
     m = combine([RankReport(window=step_window(_timer([1.0, 1.0, 1.0]), None))], RunFacts(1, "float32", 10.0))
     assert m.steady_state_tokens_per_second_ci95_low is None and m.throughput_ci95_relative is None
     assert m.noise_flags == [NoiseFlag.SHORT_WINDOW]
+
+
+class _Nvml:
+    """A stand-in for pynvml (a throttling GPU is a fault these machines cannot produce)."""
+
+    def __init__(self, reasons: int | Exception, name: str = "nvmlDeviceGetCurrentClocksEventReasons") -> None:
+        self.reasons = reasons
+        setattr(self, name, self._call)
+
+    def _call(self, handle: object) -> int:
+        if isinstance(self.reasons, Exception):
+            raise self.reasons
+        return self.reasons
+
+
+def test_only_power_and_thermal_throttling_counts() -> None:
+    from ftbench_trainer.measure.system import throttled
+
+    assert throttled(_Nvml(0x4), None)  # SW power cap
+    assert throttled(_Nvml(0x40, "nvmlDeviceGetCurrentClocksThrottleReasons"), None)  # HW thermal, older name
+    assert not throttled(_Nvml(0x1 | 0x2 | 0x10), None)  # idle, application clocks, sync boost
+    assert not throttled(_Nvml(RuntimeError("not supported")), None)
+    assert not throttled(object(), None)
