@@ -41,6 +41,13 @@ ADO_PROPERTIES: dict[str, str] = {
 #: the node's memory in use, while ftbench's, following seed note 2, is the training processes'.
 FTBENCH_EXTRAS: dict[str, str] = {
     "ftbench_node_memory_used_percent": "node_memory_used_percent",
+    # How sure the throughput is (docs/measurements.md "How sure a number is").
+    "ftbench_steady_state_tokens_per_second": "steady_state_tokens_per_second",
+    "ftbench_steady_state_tokens_per_second_ci95_low": "steady_state_tokens_per_second_ci95_low",
+    "ftbench_steady_state_tokens_per_second_ci95_high": "steady_state_tokens_per_second_ci95_high",
+    "ftbench_throughput_ci95_relative": "throughput_ci95_relative",
+    "ftbench_measured_steps": "measured_steps",
+    "ftbench_noise_flags": "noise_flags",
 }
 
 #: ado entity-space parameter -> ftbench spec field (camelCase, as stored with each run).
@@ -80,6 +87,11 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
+def _cell(value: Any) -> Any:
+    """A list (the noise flags) as one `;`-joined cell, so CSV and JSON rows read alike."""
+    return ";".join(map(str, value)) if isinstance(value, list) else value
+
+
 def ado_rows(
     experiment: str,
     spec: dict[str, Any],
@@ -106,7 +118,9 @@ def ado_rows(
         fms = (ran or params["fms_hf_tuning_version"]) if engine == FMS_HF_TUNING else None
         row: dict[str, Any] = {"experiment_id": ado_id, **params, "fms_hf_tuning_version": fms}
         row["is_valid"] = result.get("isValid")
-        row.update({name: metrics.get(_camel(field)) for name, field in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()})
+        row.update(
+            {name: _cell(metrics.get(_camel(field))) for name, field in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()}
+        )
         row.update(zip(RUN_COLUMNS, (run_id, status, engine, ran), strict=True))
         rows.append(row)
     return rows

@@ -183,7 +183,9 @@ def crd_reference(catalog: Catalog | None = None) -> str:
         "(`finetune_gptq-lora_benchmark-v1.0.0` for GPTQ-LoRA). Columns whose name starts with "
         "`ftbench_` come last and are ftbench's, not ado's: `ftbench_node_memory_used_percent` is the "
         "node's memory in use, the quantity ado's `cpu_memory_utilization` measures (that column "
-        "carries ftbench's figure, the training processes' memory, seed note 2). The run columns follow: "
+        "carries ftbench's figure, the training processes' memory, seed note 2); the `ftbench_steady_state_*`, "
+        "`ftbench_throughput_ci95_relative`, `ftbench_measured_steps` and `ftbench_noise_flags` (`;`-joined) "
+        "columns say how sure the throughput is. The run columns follow: "
         "the run id (a FineTuneExperiment's uid with `--from-cluster`), its status (Succeeded, Invalid, "
         "Failed, Interrupted, ...: rows of runs that measured nothing have empty properties), the engine "
         "and the version of it that ran; `fms_hf_tuning_version` is empty for trl runs.\n\n",

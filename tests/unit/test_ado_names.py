@@ -32,7 +32,7 @@ def test_every_ado_property_maps_to_a_metrics_field() -> None:
 
 def test_rows_use_ados_names_and_experiment_id() -> None:
     metrics = {"trainTokensPerSecond": 12.5, "gpuPowerMinWatts": 80.0, "cpuMemoryUtilizationPercent": 3.0,
-               "nodeMemoryUsedPercent": 41.0}  # fmt: skip
+               "nodeMemoryUsedPercent": 41.0, "noiseFlags": ["shortWindow", "hostContention"]}  # fmt: skip
     spec = {"model": "llama-7b", "numberGpus": 2, "batchSize": 4}
     rows = ado_rows("finetune_gtpq-lora_benchmark-v1.0.0", spec, [{"isValid": True, "metrics": metrics}, {}])
     assert [list(r) for r in rows] == [list(ADO_COLUMNS)] * 2
@@ -42,6 +42,8 @@ def test_rows_use_ados_names_and_experiment_id() -> None:
         12.5, 80.0, 3.0,
     )  # fmt: skip
     assert first["ftbench_node_memory_used_percent"] == 41.0  # the node's figure, ado's quantity, beside it
+    assert first["ftbench_noise_flags"] == "shortWindow;hostContention"  # a list metric is one cell
+    assert first["ftbench_steady_state_tokens_per_second_ci95_low"] is None  # no interval recorded
     assert first["is_valid"] is True and second["is_valid"] is None and second["train_runtime"] is None
     assert first["model_name"] == "llama-7b" and set(ADO_PARAMETERS) < set(first)
 
