@@ -22,7 +22,9 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.stability import aggregate_trials
 from ftbench.api.status import BatchStatus, Condition, FineTuneExperimentStatus, Phase, TrialOutcome
 from ftbench.contracts.bounded import bounded
+from ftbench.contracts.results import Metrics
 from ftbench.render.plan import roce_unconfigured
+from ftbench.stats import text
 from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation
 
 VALID = "Valid"
@@ -33,7 +35,10 @@ SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 # Set on multi-node enableRoce runs only: False when the profile gives the pods no RDMA network, so
 # nobody reads a result as a RoCE measurement when NCCL could not use RoCE.
 ROCE_CONFIGURED = "RoceConfigured"
-CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, ROCE_CONFIGURED, SPEC_CHANGE_IGNORED)
+# Set with the results: False (reason NoiseFlagged) when status.results.noiseFlags is not empty, its
+# message saying what each flag means and what to do, so a flagged number is not read as clean.
+MEASUREMENT_CLEAN = "MeasurementClean"
+CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, MEASUREMENT_CLEAN, ROCE_CONFIGURED, SPEC_CHANGE_IGNORED)
 
 Status = dict[str, Any]
 
@@ -236,12 +241,20 @@ class Builder:
         if obs.result is not None:
             if obs.phase == Phase.SUCCEEDED and obs.result.metrics is not None:
                 fields["results"] = rounded(obs.result.metrics)
+                self.measurement(obs.result.metrics)
             if obs.result.environment is not None:
                 fields["environment"] = obs.result.environment
         if trials > 1:
             fields["stability"] = stability(obs.trials, trials)
         fields["conditions"] = self.conditions
         return patch(**fields)
+
+    def measurement(self, metrics: Metrics) -> None:
+        """MeasurementClean from the noise flags (ftbench.stats.noise has the rules)."""
+        if metrics.noise_flags:
+            self.cond(MEASUREMENT_CLEAN, "False", "NoiseFlagged", text.noise(metrics))
+        else:
+            self.cond(MEASUREMENT_CLEAN, "True", "Clean", "no noise flag: " + text.steady_throughput(metrics))
 
     def queued(self, obs: Observation) -> None:
         """Queued: True while the workload is suspended (Kueue has not admitted it), then False."""

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.contracts.bounded import MESSAGE_MAX, bounded
+from ftbench.contracts.results import NoiseFlag
 from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv
 from ftbench_operator.classify import (
@@ -228,6 +229,21 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
     assert retry["results"] is None and retry["attempt"] == 1
     invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
+    clean = st.condition(done, st.MEASUREMENT_CLEAN)
+    assert clean is not None and (clean["status"], clean["reason"]) == ("True", "Clean")
+
+
+def test_a_flagged_measurement_says_why_in_a_condition():
+    result = success_result()
+    metrics = result.metrics.model_copy(update={"noise_flags": [NoiseFlag.SHORT_WINDOW, NoiseFlag.HOST_CONTENTION]})
+    done = st.Builder({}, 1, NOW).observed(run([terminated(result.model_copy(update={"metrics": metrics}))]), trials=1)
+    flagged = st.condition(done, st.MEASUREMENT_CLEAN)
+    assert flagged is not None and (flagged["status"], flagged["reason"]) == ("False", "NoiseFlagged")
+    assert (
+        flagged["message"].startswith("shortWindow: fewer than 20 measured steps")
+        and "hostContention" in flagged["message"]
+    )
+    assert done["results"]["noiseFlags"] == ["shortWindow", "hostContention"]
 
 
 def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
