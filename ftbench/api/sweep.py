@@ -185,6 +185,12 @@ class PointRow(ApiModel):
         "(stepTimeP50Seconds); unset with fewer than 2 successful repeats.",
     )
     objective: float | None = Field(None, description="Mean over repeats of the objective's metric.")
+    objective_ci95_low: float | None = Field(
+        None,
+        description="Lower end of the objective's 95% interval: across repeats (t interval) with 2 or more, "
+        "else the run's throughputCi95Relative for a per-second or MFU objective; unset otherwise.",
+    )
+    objective_ci95_high: float | None = Field(None, description="Upper end of the objective's 95% interval.")
     experiments: Annotated[list[str], Field(max_length=MAX_REPEATS)] = Field(
         default_factory=list, description="The child FineTuneExperiments (or the reused one)."
     )
@@ -214,6 +220,13 @@ class BestPoint(ApiModel):
     )
     metric: str = Field(description="The objective's metric.")
     value: float = Field(description="Its mean over repeats.")
+    ci95_low: float | None = Field(None, description="Lower end of its 95% interval (unset: none known).")
+    ci95_high: float | None = Field(None, description="Upper end of its 95% interval.")
+    within_noise_of: Annotated[list[int], Field(max_length=MAX_POINTS)] = Field(
+        default_factory=list,
+        description="Points whose objective interval overlaps the best's: they cannot be told from it, so the "
+        "choice among them is not measured (empty: the best is ahead beyond the noise, or no intervals).",
+    )
     train_tokens_per_second: float | None = Field(None, description="Its mean trainTokensPerSecond.")
     experiments: list[str] = Field(default_factory=list, description="Its child experiments.")
 

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from ftbench.api.effective import per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts.results import Metrics
 from ftbench.report.data import RunMeasurement, SweepData
+from ftbench.stats.results import metric_interval
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -50,6 +52,7 @@ class PlotPoint:
     memory_peak_percent: float | None = None
     mfu_percent: float | None = None
     step_times: tuple[float, ...] = ()  # each successful repeat's median step time
+    tokens_ci95: tuple[float, float] | None = None  # 95% interval of tokens_per_second (error bars)
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,11 @@ def _series(spec: FineTuneExperimentSpec, values: dict[str, Any]) -> str:
 def sweep_points(sweep: SweepData) -> list[PlotPoint]:
     """The sweep's valid points with their table numbers and each repeat's step time."""
     steps: dict[int, list[float]] = {}
+    measured: dict[int, list[Metrics]] = {}
     for run in sweep.runs:
         if run.metrics is not None and run.point is not None:
             steps.setdefault(run.point, []).append(run.metrics.step_time_p50_seconds)
+            measured.setdefault(run.point, []).append(run.metrics)
     found = []
     for row in sweep.rows:
         spec = sweep.point_specs.get(row.point)
@@ -94,6 +99,7 @@ def sweep_points(sweep: SweepData) -> list[PlotPoint]:
                 memory_peak_percent=row.gpu_memory_peak_percent,
                 mfu_percent=row.mfu_percent,
                 step_times=tuple(steps.get(row.point, ())),
+                tokens_ci95=_tokens_ci95(measured.get(row.point, [])),
             )
         )
     return found
@@ -125,9 +131,15 @@ def run_points(runs: Iterable[RunMeasurement]) -> list[PlotPoint]:
                 memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in measured), default=None),
                 mfu_percent=_mean([m.mfu_percent for m in measured]),
                 step_times=tuple(m.step_time_p50_seconds for m in measured),
+                tokens_ci95=_tokens_ci95(measured),
             )
         )
     return found
+
+
+def _tokens_ci95(measured: Sequence[Metrics]) -> tuple[float, float] | None:
+    interval = metric_interval(measured, "trainTokensPerSecond")
+    return (max(0.0, interval.low), interval.high) if interval else None
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -169,14 +181,21 @@ def _note(ax: Axes, text: str) -> None:
 
 
 def _line_plot(ax: Axes, points: Sequence[PlotPoint], value: Callable[[PlotPoint], float | None],
-               colors: dict[str, Any], empty: str) -> float:  # fmt: skip
-    """One line per series over the points with a positive value; the largest value (0: none)."""
+               colors: dict[str, Any], empty: str,
+               error: Callable[[PlotPoint], tuple[float, float] | None] | None = None) -> float:  # fmt: skip
+    """One line per series over the points with a positive value, with `error`'s (low, high) as
+    error bars where a point has them; the largest value drawn (0: none)."""
     top = 0.0
     for series, group in _by_series(_measured(points)).items():
         xy = [(p.batch, v) for p in group if (v := value(p)) is not None and v > 0]
         if xy:
             ax.plot(*zip(*xy, strict=True), marker="o", color=colors[series], label=series)
             top = max(top, *(v for _, v in xy))
+        bars = [(p.batch, v, e) for p in group if (v := value(p)) and error and (e := error(p))]
+        if bars:
+            ax.errorbar([b for b, _, _ in bars], [v for _, v, _ in bars], fmt="none", capsize=4,
+                        ecolor=colors[series], yerr=[[v - e[0] for _, v, e in bars], [e[1] - v for _, v, e in bars]])  # fmt: skip
+            top = max(top, *(e[1] for _, _, e in bars))
     if not top:
         _note(ax, empty)
     return top
@@ -270,7 +289,8 @@ def figures(points: Sequence[PlotPoint], fmt: str = "png", point_label: str = PO
     colors = {s: palette(i % 10) for i, s in enumerate(sorted({p.series for p in points}))}
 
     def throughput(ax: Axes) -> None:
-        _from_zero(ax, _line_plot(ax, points, lambda p: p.tokens_per_second, colors, "no successful run yet"))
+        _from_zero(ax, _line_plot(ax, points, lambda p: p.tokens_per_second, colors, "no successful run yet",
+                                  lambda p: p.tokens_ci95))  # fmt: skip
         _batch_axis(ax, points)
 
     def memory(ax: Axes) -> None:
@@ -283,7 +303,7 @@ def figures(points: Sequence[PlotPoint], fmt: str = "png", point_label: str = PO
         _batch_axis(ax, points)
 
     return [
-        _render(throughput, name="throughput", title="Training throughput", xlabel=BATCH_LABEL,
+        _render(throughput, name="throughput", title="Training throughput (bars: 95% interval)", xlabel=BATCH_LABEL,
                 ylabel=TOKENS_LABEL, fmt=fmt),
         _render(memory, name="memory", title="Peak GPU memory and the OOM frontier", xlabel=BATCH_LABEL,
                 ylabel=MEMORY_LABEL, fmt=fmt),

@@ -23,6 +23,7 @@ from ftbench.api.sweep import PointRow
 from ftbench.report import scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
 from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
+from ftbench.sweep.schedule import within_noise_of
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,23 @@ def _sweep_table(sweep: SweepData) -> Table:
             str(r.point), *(str(r.values.get(k, "")) for k in varied),
             str(per_device_batch_size(spec)) if spec else "",
             *([] if "numberGpus" in varied else [str(spec.number_gpus) if spec else ""]),
-            str(r.phase), f"{r.repeats_done}", _num(r.train_tokens_per_second), _num(r.dataset_tokens_per_second),
+            str(r.phase), f"{r.repeats_done}", _num(r.train_tokens_per_second), _ci(r),
+            _num(r.dataset_tokens_per_second),
             _num(r.gpu_memory_peak_percent), _num(r.mfu_percent, 2),
             "" if r.step_time_cv_across_repeats is None else f"{r.step_time_cv_across_repeats:.1%}",
             _cut(r.message), ", ".join(r.experiments),
         ))  # fmt: skip
     gpus = () if "numberGpus" in varied else ("GPUs",)
-    headers = ("point", *varied, "per-device batch", *gpus, "phase", "repeats", "tokens/s", "dataset tokens/s",
+    headers = ("point", *varied, "per-device batch", *gpus, "phase", "repeats", "tokens/s",
+               f"{sweep.objective} 95% CI", "dataset tokens/s",
                "peak GPU mem %", "MFU %", "step-time CV", "note", "runs")  # fmt: skip
     return Table(headers, tuple(rows))
+
+
+def _ci(row: PointRow) -> str:
+    if row.objective_ci95_low is None or row.objective_ci95_high is None:
+        return ""
+    return f"{_num(row.objective_ci95_low)}-{_num(row.objective_ci95_high)}"
 
 
 def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
@@ -128,7 +137,16 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
                             f"objective: {sweep.direction} {sweep.objective}."))  # fmt: skip
     if (best := _best(sweep)) is not None:
         values = ", ".join(f"{k}={v}" for k, v in best.values.items())
-        blocks.append(Paragraph(f"Best: point {best.point} ({values}) with {sweep.objective} {_num(best.objective)}."))
+        text = f"Best: point {best.point} ({values}) with {sweep.objective} {_num(best.objective)}"
+        if best.objective_ci95_low is not None and best.objective_ci95_high is not None:
+            text += f" (95% interval {_num(best.objective_ci95_low)}-{_num(best.objective_ci95_high)})"
+        measured = [r for r in sweep.rows if r.phase in ("Succeeded", "Reused")]
+        if ties := within_noise_of(best, measured):
+            text += (f". Within noise of point{'s' * (len(ties) > 1)} {', '.join(map(str, ties))}: their intervals "
+                     "overlap, so these points cannot be told apart; more repeats or longer runs would")  # fmt: skip
+        elif best.objective_ci95_low is None:
+            text += ". No interval: run repeats (or longer runs) to know whether it is ahead beyond the noise"
+        blocks.append(Paragraph(text + "."))
     blocks.append(_sweep_table(sweep))
     blocks += _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
     return blocks + _scaling_blocks(sweep, fmt)

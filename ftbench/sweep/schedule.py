@@ -27,6 +27,8 @@ from ftbench.api.sweep import (
 )
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
 from ftbench.contracts.results import Metrics, Outcome
+from ftbench.stats.intervals import Interval, separated
+from ftbench.stats.results import metric_interval
 from ftbench.sweep.frontier import memory_order, needs_at_least
 from ftbench.sweep.points import SweepPoint
 
@@ -130,6 +132,7 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
         return _mean([float(getattr(m, name)) for m in metrics])
 
     dumped = [m.model_dump(by_alias=True) for m in metrics]
+    interval = metric_interval(metrics, objective)
     return PointRow(
         point=point.index,
         values=dict(point.values),
@@ -143,8 +146,24 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
         mfu_percent=mean_of("mfu_percent"),
         step_time_cv_across_repeats=_cv([m.step_time_p50_seconds for m in metrics]),
         objective=_mean([float(d[objective]) for d in dumped]),
+        objective_ci95_low=interval.low if interval else None,
+        objective_ci95_high=interval.high if interval else None,
         experiments=list(names),
     )
+
+
+def _interval(row: PointRow) -> Interval | None:
+    if row.objective is None or row.objective_ci95_low is None or row.objective_ci95_high is None:
+        return None
+    return Interval(row.objective, row.objective_ci95_low, row.objective_ci95_high)
+
+
+def within_noise_of(top: PointRow, rows: Sequence[PointRow]) -> list[int]:
+    """The other measured points whose objective interval overlaps `top`'s (none without intervals)."""
+    interval = _interval(top)
+    if interval is None:
+        return []
+    return sorted(r.point for r in rows if r.point != top.point and (i := _interval(r)) and not separated(interval, i))
 
 
 def plan_sweep(
@@ -248,6 +267,9 @@ def _best(rows: Sequence[PointRow], spec: FineTuneSweepSpec) -> BestPoint | None
         values=top.values,
         metric=spec.objective.metric,
         value=top.objective,
+        ci95_low=top.objective_ci95_low,
+        ci95_high=top.objective_ci95_high,
+        within_noise_of=within_noise_of(top, scored),
         train_tokens_per_second=top.train_tokens_per_second,
         experiments=top.experiments,
     )
@@ -264,6 +286,9 @@ def _message(counts: PointCounts, best: BestPoint | None, phase: SweepPhase) -> 
     text = f"{counts.finished}/{counts.total} points finished ({', '.join(parts)})"
     if best is not None:
         text += f"; best {best.metric} {best.value:.6g} at point {best.point}"
+        if best.within_noise_of:
+            text += f" (within noise of point{'s' * (len(best.within_noise_of) > 1)} "
+            text += ", ".join(map(str, best.within_noise_of[:5])) + ", ..." * (len(best.within_noise_of) > 5) + ")"
     if phase == SweepPhase.FAILED:
         text += "; some points failed: see status.points"
     return text

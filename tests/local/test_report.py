@@ -97,16 +97,20 @@ def test_report_tables_and_plot_files(recorded: Recorder, tmp_path: Path, capsys
     # the table is plan_sweep's: means over repeats, CV of the repeats' median step times
     assert rows["0"]["tokens/s"] == f"{1000 * 2**0.5 * 1.01:,.1f}" and rows["0"]["step-time CV"] == "1.4%"
     assert "Best: point 8 (numberGpus=2, batchSize=16)" in md
+    # two repeats per point: each objective has its t interval, and the best says what it is within noise of
+    assert rows["8"]["trainTokensPerSecond 95% CI"] and rows["2"]["trainTokensPerSecond 95% CI"] == ""
+    assert "with trainTokensPerSecond 5,713.4 (95% interval 4,994.7-6,432.2)." in md  # ahead beyond the noise
     cpu = table(md, "## Sweep cpu-sweep")
     assert [r["peak GPU mem %"] for r in cpu] == ["0.0", "0.0"] and cpu[1]["tokens/s"] == "400.0"
     plain = table(md, "## Runs outside sweeps")
     assert [r["tokens/s"] for r in plain] == ["400.0", "440.0"]
     images = re.findall(r"!\[([^\]]*)\]\(([^)]+)\)", md)
-    assert len(images) == 12 and all((out / file).stat().st_size > 5000 for _, file in images)
+    # 4 plots per sweep and for the runs outside sweeps, 2 of the scaling section (gpu-sweep varies numberGpus)
+    assert len(images) == 14 and all((out / file).stat().st_size > 5000 for _, file in images)
     assert ("Peak GPU memory and the OOM frontier: peak GPU memory (% of device memory) vs per-device batch "
             "(samples per GPU per step)", "gpu-sweep-memory.png") in images  # fmt: skip
     page = (out / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 12
+    assert page.count('src="data:image/png;base64,') == 14
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing outside the file
 
 
@@ -206,7 +210,7 @@ def test_html_report_renders_in_chromium(recorded: Recorder, tmp_path: Path, chr
     assert main(["report", "-o", str(out)]) == 0
     page = out / "report.html"
     plots = probe(chromium, page, tmp_path)
-    assert len(plots) == 12
+    assert len(plots) == 14
     assert all(p["img"] == [True, 700, 420] for p in plots), plots  # every PNG decoded at its size
 
     shot = tmp_path / "report.png"
@@ -227,7 +231,9 @@ def test_svg_report_shows_axis_labels_in_chromium(recorded: Recorder, tmp_path: 
     out = tmp_path / "svg"
     assert main(["report", "--sweep", "gpu-sweep", "--format", "svg", "-o", str(out)]) == 0
     plots = probe(chromium, out / "report.html", tmp_path)
-    assert [p["name"] for p in plots] == ["throughput", "memory", "mfu", "step-time-spread"]
+    assert [p["name"] for p in plots] == [
+        "throughput", "memory", "mfu", "step-time-spread", "scaling-throughput", "scaling-memory",
+    ]  # fmt: skip
     for plot in plots:
         assert plot["svg"] > 300, plot  # laid out at a readable width
         # both axis labels are text the browser laid out with a size (not missing, not empty)
@@ -235,7 +241,8 @@ def test_svg_report_shows_axis_labels_in_chromium(recorded: Recorder, tmp_path: 
             plot_labels(plot["name"])[0],
             plot_labels(plot["name"])[1],
         ]
-        assert all(label["width"] > 100 and label["height"] > 5 for label in plot["labels"]), plot
+        # laid out with a size: more than 3 px per character, so no label is squeezed or empty
+        assert all(label["width"] > 3 * len(label["label"]) and label["height"] > 5 for label in plot["labels"]), plot
 
 
 def plot_labels(name: str) -> tuple[str, str]:
@@ -244,6 +251,8 @@ def plot_labels(name: str) -> tuple[str, str]:
         "memory": (BATCH_LABEL, MEMORY_LABEL),
         "mfu": (BATCH_LABEL, MFU_LABEL),
         "step-time-spread": (POINT_LABEL, STEP_LABEL),
+        "scaling-throughput": ("ranks", "train tokens/s (all ranks, GPU)"),
+        "scaling-memory": ("ranks", "bytes per rank (largest rank)"),
     }[name]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -203,6 +204,45 @@ def test_repeats_and_their_spread() -> None:
     assert row.train_tokens_per_second == pytest.approx(100.0)
     assert row.step_time_cv_across_repeats == pytest.approx(0.2)
     assert row.experiments == ["c0-0", "c0-1", "c0-2"]
+
+
+def test_the_best_point_carries_its_interval_and_the_points_within_its_noise() -> None:
+    spec = sweep(matrix={"batchSize": [2, 4, 8], "modelMaxLength": [512]}, repeats=2, parallelism=6)
+    points = expand(spec, CATALOG).points
+    # point 0: 100 +- a lot; point 1: 104, 106 (best); point 2: 80, 81 (clearly behind)
+    runs = [
+        done(0, 0, 90.0),
+        done(0, 1, 110.0),
+        done(1, 0, 104.0),
+        done(1, 1, 106.0),
+        done(2, 0, 80.0),
+        done(2, 1, 81.0),
+    ]
+    plan = plan_sweep(spec, points, runs)
+    half = 12.706 * statistics.stdev([104.0, 106.0]) / 2**0.5
+    assert plan.rows[1].objective_ci95_low == pytest.approx(105.0 - half)
+    assert plan.best is not None and plan.best.point == 1
+    assert (plan.best.ci95_low, plan.best.ci95_high) == (
+        plan.rows[1].objective_ci95_low,
+        plan.rows[1].objective_ci95_high,
+    )
+    assert plan.best.within_noise_of == [0]  # 90..110 overlaps; 80..81 does not
+    assert "(within noise of point 0)" in plan.message
+
+
+def test_one_repeat_uses_the_runs_own_interval_for_rates_only() -> None:
+    spec = sweep(matrix={"batchSize": [2, 4], "modelMaxLength": [512]}, parallelism=2)
+    points = expand(spec, CATALOG).points
+    runs = [done(0, 0, 100.0), done(1, 0, 103.0)]
+    runs = [RunState(r.name, r.point, r.repeat, r.phase, r.reason, r.message,
+                     metrics(r.metrics.train_tokens_per_second).model_copy(update={"throughput_ci95_relative": 0.02}))
+            for r in runs if r.metrics]  # fmt: skip
+    plan = plan_sweep(spec, points, runs)
+    assert (plan.rows[0].objective_ci95_low, plan.rows[0].objective_ci95_high) == pytest.approx((98.0, 102.0))
+    assert plan.best is not None and plan.best.point == 1 and plan.best.within_noise_of == [0]
+    by_step_time = sweep(matrix=spec.matrix, objective={"metric": "stepTimeP50Seconds", "direction": "min"})
+    rows = plan_sweep(by_step_time, points, runs).rows
+    assert rows[0].objective_ci95_low is None  # a step time has no per-run interval of its own here
 
 
 def test_a_failed_repeat_fails_the_point_and_the_sweep() -> None:
