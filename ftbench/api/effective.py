@@ -173,7 +173,16 @@ def max_steps(spec: FineTuneExperimentSpec, catalog: Catalog) -> int:
 
 
 def trials(spec: FineTuneExperimentSpec, catalog: Catalog) -> int:
-    return experiment_of(spec, catalog).trials
+    """Runs of the same work one after another, each in a fresh process: the stability
+    experiment's trials, or the spec's repeats (1 when unset)."""
+    fixed = experiment_of(spec, catalog).trials
+    return fixed if fixed > 1 else (spec.repeats or 1)
+
+
+def is_repeated(spec: FineTuneExperimentSpec, catalog: Catalog) -> bool:
+    """Several repeats whose outcomes decide the experiment's (the stability experiment's trials
+    are its measurement instead: an OOM there is a counted outcome, not the result)."""
+    return experiment_of(spec, catalog).trials == 1 and trials(spec, catalog) > 1
 
 
 def dataset_text_field(spec: FineTuneExperimentSpec) -> str:

@@ -130,6 +130,22 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             f"use at most {s.max_steps - 1}, or raise maxSteps"
         )
 
+    def repeats_one_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if (s.repeats or 1) == 1 or s.number_nodes == 1:
+            return None
+        return (
+            f"repeats {s.repeats} run one after another on one node, but numberNodes is {s.number_nodes}; "
+            "use a FineTuneSweep with repeats for multi-node runs, or numberNodes 1"
+        )
+
+    yield Rule(
+        "repeats.one-node",
+        "repeats",
+        "repeats run on one node",
+        repeats_one_node,
+        "!has(self.repeats) || self.repeats == 1 || self.numberNodes == 1",
+    )
+
     yield Rule(
         "steps.warmup",
         "warmupSteps",

@@ -66,6 +66,7 @@ MAX_BATCH = 65_536
 MAX_STEPS = 10_000_000
 MAX_EPOCHS = 10_000
 MAX_SECONDS = 31_536_000  # one year
+MAX_REPEATS = 10  # runs of the same work (an experiment's repeats, a sweep point's)
 
 
 class ApiModel(WireModel):
@@ -200,6 +201,14 @@ class FineTuneExperimentSpec(ApiModel):
         description="WARMUP_60S_STABLE_120S_OR_10_STEPS stops after >= 60 s of warmup plus the longer of "
         "120 s or 10 optimization steps, and excludes the warmup from throughput and system metrics. "
         "Unset: no automatic stop.",
+    )
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] | None = Field(
+        default=None,
+        description="Run the same work this many times, one after another on one node, each in a fresh "
+        "process. status.results is then the mean over the repeats with 95% intervals across them, and "
+        "status.repeats lists each repeat's throughput with the mean, interval and CV. A repeat that runs "
+        "out of GPU memory or fails decides the outcome. Unset: 1 (the stability experiment runs its 5 trials "
+        "this way and fixes it).",
     )
     warmup_steps: Annotated[int, Field(ge=0, le=MAX_STEPS)] | None = Field(
         default=None,

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ftbench.api.spec import ApiModel, FineTuneExperimentSpec
+from ftbench.api.spec import MAX_REPEATS, ApiModel, FineTuneExperimentSpec
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.progress import Progress
@@ -68,6 +68,23 @@ class Stability(ApiModel):
     trials: list[TrialOutcome] = Field(default_factory=list, description="Per-trial outcomes.")
 
 
+class RepeatsStatus(ApiModel):
+    """The same work run several times in fresh processes (spec.repeats, or the stability trials):
+    each repeat's steady-state throughput and what they say together (docs/measurements.md)."""
+
+    planned: Annotated[int, Field(ge=1)] = Field(description="Repeats the experiment runs.")
+    finished: Annotated[int, Field(ge=0)] = Field(0, description="Repeats that ended so far.")
+    steady_state_tokens_per_second: Annotated[list[float], Field(max_length=MAX_REPEATS)] = Field(
+        default_factory=list, description="steadyStateTokensPerSecond of each repeat that succeeded, in order."
+    )
+    mean: float | None = Field(None, description="Their mean (unset before one succeeded).")
+    ci95_low: float | None = Field(
+        None, description="Lower end of the 95% t interval of the mean across repeats (2 or more succeeded)."
+    )
+    ci95_high: float | None = Field(None, description="Upper end of that interval.")
+    cv: float | None = Field(None, description="Sample stdev / mean across repeats (2 or more succeeded).")
+
+
 class BatchStatus(ApiModel):
     """The batch of the accepted spec in HF/TRL's terms (spec.batchSize is ado's batch_size)."""
 
@@ -120,4 +137,7 @@ class FineTuneExperimentStatus(ApiModel):
     progress: Progress | None = Field(None, description="Live progress.")
     results: Metrics | None = Field(None, description="Measured properties (Succeeded runs only).")
     stability: Stability | None = Field(None, description="Trial aggregation (stability experiment only).")
+    repeats: RepeatsStatus | None = Field(
+        None, description="Throughput of each repeat with the mean, 95% interval and CV across them (repeats > 1)."
+    )
     environment: RunEnvironment | None = Field(None, description="What actually ran.")

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from ftbench.api.spec import ApiModel, FineTuneExperimentSpec, RunSettings
+from ftbench.api.spec import MAX_REPEATS, ApiModel, FineTuneExperimentSpec, RunSettings
 from ftbench.api.status import Condition
 from ftbench.contracts.bounded import BoundedMessage
 from ftbench.contracts.results import Metrics
@@ -26,7 +26,6 @@ from ftbench.contracts.results import Metrics
 # Bounds: the status table holds one row per point, and a Kubernetes object must stay well under
 # etcd's 1.5 MiB; a row is at most ~1 KiB with its values, so 500 points x 10 repeats fit.
 MAX_POINTS = 500
-MAX_REPEATS = 10
 MAX_PARALLELISM = 256
 MAX_MATRIX_VALUES = 100
 MAX_LIST_ENTRIES = 100

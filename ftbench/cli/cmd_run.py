@@ -11,6 +11,7 @@ import yaml
 
 from ftbench.api.effective import describe_batch
 from ftbench.api.profile import catalog_for
+from ftbench.api.repeats import combined_result, repeats_status
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
@@ -18,6 +19,7 @@ from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
+from ftbench.contracts.results import TrainerResult
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
@@ -83,8 +85,8 @@ HEADLINE = (
 )
 
 
-def results_table(outcome: RunOutcome) -> str:
-    if len(outcome.results) > 1:
+def results_table(outcome: RunOutcome, repeated: bool = False) -> str:
+    if len(outcome.results) > 1 and not repeated:
         stability = aggregate_trials(
             [trial_outcome(r.trial if r.trial is not None else i, r) for i, r in enumerate(outcome.results)],
             planned=len(outcome.results),
@@ -95,7 +97,7 @@ def results_table(outcome: RunOutcome) -> str:
             f"f_other_error={stability.f_other_error:.2f}"
         )
         return format_table(("TRIAL", "OUTCOME", "REASON", "MESSAGE"), trial_rows) + "\n" + summary
-    result = outcome.results[0]
+    result = combined_result(outcome.results) if repeated else outcome.results[0]
     rows: list[tuple[str, object]] = [("outcome", result.outcome.value), ("is_valid", result.is_valid)]
     if result.error:
         rows.append(("error", f"{result.error.type}: {result.error.message[:200]}"))
@@ -111,7 +113,23 @@ def results_table(outcome: RunOutcome) -> str:
     if result.environment:
         env = result.environment
         rows += [("distributed mode", env.distributed_mode), ("world size", env.world_size), ("device", env.device)]
-    return format_table(("PROPERTY", "VALUE"), rows)
+    table = format_table(("PROPERTY", "VALUE"), rows)
+    return repeats_table(outcome.results) + "\n" + table if repeated else table
+
+
+def repeats_table(results: list[TrainerResult]) -> str:
+    """Each repeat's outcome and steady throughput, then the mean, interval and CV across them."""
+    rows = [
+        (i, r.outcome.value, text.steady_throughput(r.metrics) if r.metrics else "", text.flag_names(r.metrics))
+        for i, r in enumerate(results)
+    ]
+    across = repeats_status(len(results), results)
+    line = "across repeats: no successful repeat"
+    if across.mean is not None:
+        line = f"across repeats: mean {across.mean:,.0f} tokens/s"
+        if across.ci95_low is not None and across.ci95_high is not None and across.cv is not None:
+            line += f" (95% CI {across.ci95_low:,.0f}-{across.ci95_high:,.0f}, CV {across.cv:.1%})"
+    return format_table(("REPEAT", "OUTCOME", "STEADY TOKENS/S", "NOISE"), rows) + "\n" + line + "\n"
 
 
 def _fmt(value: object) -> str:
@@ -183,7 +201,11 @@ def summary(local: LocalRun) -> list[str]:
     topology = plan.topology
     device = f"{spec.number_gpus} GPU(s)" if spec.number_gpus else "CPU"
     steps = f"{plan.training.max_steps} steps" if plan.training.max_steps > 0 else f"{spec.num_train_epochs} epoch(s)"
-    trials = f", {plan.trials} trials" if plan.trials > 1 else ""
+    trials = (
+        f", {plan.trials} {'repeats' if local.repeated else 'trials'} (each in a fresh process)"
+        if plan.trials > 1
+        else ""
+    )
     return [
         f"run {local.run_id}: {local.name} ({spec.experiment.value})",
         f"  model {spec.model}, engine {engine}, {topology.world_size} rank(s) on {device}, {steps}{trials}",
@@ -216,7 +238,7 @@ def _report(local: LocalRun, outcome: RunOutcome, fmt: str) -> int:
     elif fmt == "yaml":
         print(yaml.safe_dump(payload if len(payload) > 1 else payload[0], sort_keys=False), end="")
     else:
-        print(results_table(outcome))
+        print(results_table(outcome, local.repeated))
     print(f"{outcome.status}: run {local.run_id} stored in {local.run_dir.parent.parent / 'results.db'}",
           file=sys.stderr)  # fmt: skip
     return 0 if outcome.status in ("Succeeded", "Invalid") else 1

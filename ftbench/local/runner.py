@@ -24,6 +24,7 @@ from typing import Any
 
 from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
+from ftbench.api.repeats import combined_result
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Engine, Runtime
@@ -59,6 +60,7 @@ class LocalRun:
     run_dir: Path
     plan_path: Path
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    repeated: bool = False  # spec.repeats > 1: the repeats' outcomes decide the run's (api.repeats)
 
     @property
     def log_path(self) -> Path:
@@ -121,7 +123,15 @@ def prepare(
     plan_path = run_dir / "plan.json"
     plan_path.write_text(plan.to_json())
     (run_dir / "spec.json").write_text(json.dumps(spec.to_wire(), indent=2))
-    return LocalRun(run_id=run_id, name=name, spec=spec, plan=plan, run_dir=run_dir, plan_path=plan_path)
+    return LocalRun(
+        run_id=run_id,
+        name=name,
+        spec=spec,
+        plan=plan,
+        run_dir=run_dir,
+        plan_path=plan_path,
+        repeated=effective.is_repeated(spec, catalog),
+    )
 
 
 @dataclass(frozen=True)
@@ -172,13 +182,16 @@ def execute(
 ) -> RunOutcome:
     """Run the trainer, follow its event file, and stop it cleanly on Ctrl-C (exit status 'Interrupted').
 
+    Several trials (the stability experiment's, or spec.repeats) run one after another, each in a
+    fresh trainer process (`--trial N`), as the cluster runs each in its own pod.
     `on_progress` gets each progress line's JSON while the trainer runs; `on_output` each line of
     the trainer's own output (which also goes to the run's log).
     """
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     if python.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
-    command = [python.path, "-m", TRAINER_MODULE, "--plan", str(run.plan_path)]
+    base = [python.path, "-m", TRAINER_MODULE, "--plan", str(run.plan_path)]
+    trials = [None] if run.plan.trials <= 1 else list(range(run.plan.trials))
     events = EventTail(run.events_path)
     results: list[TrainerResult] = []
 
@@ -189,24 +202,27 @@ def execute(
             elif (result := TrainerResult.from_line(line)) is not None:
                 results.append(result)
 
+    returncode: int | None = 0
     with run.log_path.open("w") as log:
-        # A new session: Ctrl-C reaches us only, and we forward one SIGINT to the whole trainer group
-        # (accelerate and its ranks) so it stops between steps instead of dying mid-write.
-        proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-        )
-        assert proc.stdout is not None
-        drain = threading.Thread(target=_copy_output, args=(proc.stdout, log, on_output), daemon=True)
-        drain.start()
-        try:
-            while (returncode := _wait(proc, EVENT_POLL_SECONDS)) is None:
+        for trial in trials:
+            command = base if trial is None else [*base, "--trial", str(trial)]
+            # A new session: Ctrl-C reaches us only, and we forward one SIGINT to the whole trainer group
+            # (accelerate and its ranks) so it stops between steps instead of dying mid-write.
+            proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+            )
+            assert proc.stdout is not None
+            drain = threading.Thread(target=_copy_output, args=(proc.stdout, log, on_output), daemon=True)
+            drain.start()
+            try:
+                while (returncode := _wait(proc, EVENT_POLL_SECONDS)) is None:
+                    read_events()
+                drain.join()
                 read_events()
-            drain.join()
-            read_events()
-        except KeyboardInterrupt:
-            _stop(proc)
-            return RunOutcome("Interrupted", results, 130)
-    return RunOutcome(_status(results), results, returncode)
+            except KeyboardInterrupt:
+                _stop(proc)
+                return RunOutcome("Interrupted", results, 130)
+    return RunOutcome(_status(results, run.repeated), results, returncode or 0)
 
 
 def _wait(proc: subprocess.Popen, seconds: float) -> int | None:
@@ -230,13 +246,15 @@ def _stop(proc: subprocess.Popen) -> None:
     stop_process_group(proc, ((signal.SIGINT, INTERRUPT_GRACE_SECONDS), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)))
 
 
-def _status(results: list[TrainerResult]) -> str:
+def _status(results: list[TrainerResult], repeated: bool = False) -> str:
     """The phase the operator would give the run (the outcome table), so `ftbench run` and the
     cluster agree. Several results are stability trials, whose OOMs and errors are themselves the
-    measurement.
+    measurement, or repeats, whose worst outcome is the run's (api.repeats).
     """
     if not results:
         return Phase.FAILED.value
+    if repeated:
+        return OUTCOMES[combined_result(results).outcome].phase.value
     if len(results) > 1:
         return Phase.SUCCEEDED.value
     return OUTCOMES[results[0].outcome].phase.value

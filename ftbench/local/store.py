@@ -148,7 +148,8 @@ class ResultsStore:
         slot: SweepSlot | None = None,
     ) -> None:
         """Insert or update a run (called at start with no results, and again at the end)."""
-        headline = next((r for r in results if r.metrics is not None), None)
+        # The headline is the mean over results (the repeats or trials of one run).
+        measured = [r.metrics.train_tokens_per_second for r in results if r.metrics is not None]
         valid = [r.is_valid for r in results if r.is_valid is not None]
         is_valid = None if not valid else all(valid)
         row = (
@@ -164,7 +165,7 @@ class ResultsStore:
             spec.model_max_length,
             status,
             None if is_valid is None else int(is_valid),
-            headline.metrics.train_tokens_per_second if headline and headline.metrics else None,
+            sum(measured) / len(measured) if measured else None,
             str(run_dir),
             json.dumps(spec.to_wire()),
             json.dumps([json.loads(r.to_json()) for r in results]),

@@ -96,8 +96,10 @@ def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: Clus
         )
     if runtime == Runtime.PYTORCH_JOB and trials > 1:
         raise RenderError(
-            f"{chosen}, but {spec.experiment.value} runs {trials} sequential trials, which a PyTorchJob cannot; "
-            "set spec.run.runtime to IndexedJob, Job or TrainJob"
+            f"{chosen}, but "
+            + (f"repeats {trials} run" if spec.repeats else f"{spec.experiment.value} runs {trials}")
+            + " sequential trials in fresh pods, which a PyTorchJob cannot; set spec.run.runtime to IndexedJob, "
+            "Job or TrainJob"
         )
     if runtime == Runtime.TRAIN_JOB and spec.run.priority_class_name:
         raise RenderError(

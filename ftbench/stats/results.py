@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ftbench.contracts.results import Metrics
+from ftbench.contracts.results import MeasurementQuality, Metrics, NoiseFlag
 from ftbench.stats.intervals import Interval, repeats_interval
 
 
@@ -26,3 +26,31 @@ def metric_interval(metrics: Sequence[Metrics], metric: str) -> Interval | None:
     if rel is None or not (name.endswith("_per_second") or name == "mfu_percent"):
         return None
     return Interval(values[0], values[0] * (1 - rel), values[0] * (1 + rel), 1)
+
+
+def mean_of_repeats(metrics: Sequence[Metrics]) -> Metrics:
+    """One result for repeats of the same work: every number the mean over them (counts rounded),
+    the noise flags of any repeat, the per-rank lists of the first, and the intervals of the
+    steady-state throughput and step time *across* the repeats (t interval, batches = repeats)."""
+    first = metrics[0]
+    if len(metrics) == 1:
+        return first
+    update: dict[str, object] = {}
+    for name, value in first:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        mean = sum(float(getattr(m, name) or 0.0) for m in metrics) / len(metrics)
+        update[name] = round(mean) if isinstance(value, int) else mean
+    flags = sorted({f for m in metrics for f in m.noise_flags}, key=list(NoiseFlag).index)
+    steady = repeats_interval([m.steady_state_tokens_per_second for m in metrics])
+    step = repeats_interval([m.step_time_mean_seconds for m in metrics])
+    update |= {
+        "noise_flags": flags,
+        "measurement_quality": MeasurementQuality.FLAGGED if flags else MeasurementQuality.CLEAN,
+        "steady_state_tokens_per_second_ci95_low": max(0.0, steady.low) if steady else None,
+        "steady_state_tokens_per_second_ci95_high": steady.high if steady else None,
+        "throughput_ci95_relative": steady.relative_half_width if steady else None,
+        "step_time_mean_ci95_low_seconds": max(0.0, step.low) if step else None,
+        "step_time_mean_ci95_high_seconds": step.high if step else None,
+    }
+    return first.model_copy(update=update)

@@ -15,6 +15,11 @@ def steady_throughput(m: Metrics) -> str:
     return f"{value} ±{m.throughput_ci95_relative:.1%} (95% CI {low:,.0f}-{high:,.0f}, {m.measured_steps} steps)"
 
 
+def flag_names(m: Metrics | None) -> str:
+    """`clean` or the flags' names, comma-separated (a table cell)."""
+    return "" if m is None else ",".join(f.value for f in m.noise_flags) or "clean"
+
+
 def noise(m: Metrics) -> str:
     """`clean`, or each flag with what it means and what to do, `; `-separated."""
     if not m.noise_flags:

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ftbench.api import stability
+from ftbench.api.repeats import combined_result
 from ftbench.api.status import Phase, TrialOutcome
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
 from ftbench.contracts.labels import TRIAL_LABEL
@@ -62,6 +63,7 @@ PENDING_TIMEOUT = "PendingTimeout"
 RUNNING = "Running"
 QUEUED_REASON = "Suspended"
 TRIALS_COMPLETED = "TrialsCompleted"
+REPEATS_COMPLETED = "RepeatsCompleted"
 
 PYTORCH_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 PYTORCH_REPLICA_INDEX = "training.kubeflow.org/replica-index"
@@ -129,6 +131,7 @@ class Observation:
     start_time: str | None = None
     trials: tuple[TrialOutcome, ...] = ()
     next_trial: int | None = None
+    trial_results: tuple[TrainerResult, ...] = ()  # the finished trials' trainer results, in order
 
     @property
     def finished(self) -> bool:
@@ -446,6 +449,28 @@ def trial_outcome(pod: PodSummary, index: int) -> TrialOutcome | None:
     return stability.trial(index, outcome, verdict.reason, verdict.message)
 
 
+def repeats_verdict(
+    done: tuple[TrialOutcome, ...], results: tuple[TrainerResult, ...], start: str | None
+) -> Observation:
+    """Every repeat ended: the first that ran out of GPU memory makes the experiment Invalid (the
+    configuration does not fit), else the first that failed makes it Failed, else it succeeded with
+    the mean over the repeats (api.repeats)."""
+    for outcome in (Outcome.GPU_OOM, Outcome.FAILED):
+        if bad := next((t for t in done if t.outcome == outcome), None):
+            phase = OUTCOMES[outcome].phase
+            message = f"repeat {bad.index} of {len(done)}: {bad.message}".rstrip(": ")
+            return Observation(phase, bad.reason, message, start_time=start, trials=done, trial_results=results)
+    return Observation(
+        Phase.SUCCEEDED,
+        REPEATS_COMPLETED,
+        f"{len(done)} repeats finished",
+        result=combined_result(results) if results else None,
+        start_time=start,
+        trials=done,
+        trial_results=results,
+    )
+
+
 def classify_trials(
     workloads: Iterable[WorkloadSummary],
     pods: Iterable[PodSummary],
@@ -455,11 +480,14 @@ def classify_trials(
     one_job_per_trial: bool,
     now: datetime,
     image_pull_grace_seconds: float = 300.0,
+    repeated: bool = False,
 ) -> Observation:
-    """The stability experiment: `trials` sequential single-node runs, aggregated as they finish.
+    """`trials` sequential single-node runs, aggregated as they finish: the stability experiment's
+    trials, or with `repeated` an experiment's repeats.
 
-    A trial that fails is a measurement, not the end of the experiment. With one Job per trial
-    (clusters without Indexed Jobs) `next_trial` tells the caller which Job to create next.
+    A trial that fails is a measurement, not the end of the experiment; repeats end as their worst
+    outcome (`repeats_verdict`). With one Job per trial (clusters without Indexed Jobs) `next_trial`
+    tells the caller which Job to create next.
     """
     if workload_missing:
         return Observation(Phase.FAILED, CHILD_DELETED, "a trial workload was deleted by hand; retry to run again")
@@ -469,9 +497,21 @@ def classify_trials(
         outcome for i, pod in sorted(by_trial.items()) if i < trials and (outcome := trial_outcome(pod, i)) is not None
     )
     start = min((p.start_time for p in by_trial.values() if p.start_time), default=None)
+    results = tuple(
+        r
+        for i, pod in sorted(by_trial.items())
+        if i < trials and pod.container.state == "terminated" and (r := parse_result(pod.container.message))
+    )
     if len(done) >= trials:
+        if repeated:
+            return repeats_verdict(done, results, start)
         return Observation(
-            Phase.SUCCEEDED, TRIALS_COMPLETED, f"{trials} trials finished", start_time=start, trials=done
+            Phase.SUCCEEDED,
+            TRIALS_COMPLETED,
+            f"{trials} trials finished",
+            start_time=start,
+            trials=done,
+            trial_results=results,
         )
     workloads = list(workloads)
     if one_job_per_trial:
@@ -485,6 +525,7 @@ def classify_trials(
                 start_time=start,
                 trials=done,
                 next_trial=nxt,
+                trial_results=results,
             )
     elif any(w.failed for w in workloads) and not any(
         p.container.state in ("", "waiting", "running") for p in by_trial.values()
@@ -509,4 +550,5 @@ def classify_trials(
         f"{len(done)} of {trials} trials finished",
         start_time=start or progress.start_time,
         trials=done,
+        trial_results=results,
     )

@@ -18,6 +18,7 @@ from typing import Any
 from ftbench.api import effective
 from ftbench.api.display import rounded
 from ftbench.api.profile import ClusterProfile
+from ftbench.api.repeats import repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.stability import aggregate_trials
 from ftbench.api.status import BatchStatus, Condition, FineTuneExperimentStatus, Phase, TrialOutcome
@@ -203,7 +204,8 @@ class Builder:
         self.cond(SUCCEEDED, "Unknown", "Retrying", f"retry requested: {runs}")
         if accepted_generation is not None and self.generation != accepted_generation:
             self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
-        cleared = ("job", "runtime", "results", "environment", "stability", "progress", "start_time", "completion_time")
+        cleared = ("job", "runtime", "results", "environment", "stability", "repeats", "progress", "start_time",
+                   "completion_time")  # fmt: skip
         return patch(
             **dict.fromkeys(cleared),
             phase=Phase.PENDING,
@@ -219,7 +221,7 @@ class Builder:
         self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
         return patch(observed_generation=self.generation, conditions=self.conditions)
 
-    def observed(self, obs: Observation, *, trials: int) -> Status:
+    def observed(self, obs: Observation, *, trials: int, repeated: bool = False) -> Status:
         """Status for what the children show (`classify`)."""
         fields: dict[str, Any] = {"phase": obs.phase, "message": bounded(obs.message)}
         if obs.start_time and not self.current.get("startTime"):
@@ -245,7 +247,9 @@ class Builder:
             if obs.result.environment is not None:
                 fields["environment"] = obs.result.environment
         if trials > 1:
-            fields["stability"] = stability(obs.trials, trials)
+            fields["repeats"] = repeats_status(trials, obs.trial_results)
+            if not repeated:
+                fields["stability"] = stability(obs.trials, trials)
         fields["conditions"] = self.conditions
         return patch(**fields)
 

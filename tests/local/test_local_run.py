@@ -143,6 +143,26 @@ def test_run_trains_prints_and_stores(home: Path, tmp_path: Path, capsys: pytest
     assert named["ftbench_run_id"] == stored.id and named["ftbench_engine_version"] == result.environment.engine_version
 
 
+def test_repeats_run_in_fresh_processes_and_report_across_them(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("trl")
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT.format(name="repeated", steps=6) + "  repeats: 2\n  warmupSteps: 2\n")
+    assert main(["run", str(path), "--dataset-entries", "32"]) == 0
+    out, err = capsys.readouterr()
+    assert "2 repeats (each in a fresh process)" in err
+    assert re.search(r"across repeats: mean [\d,]+ tokens/s \(95% CI [\d,]+-[\d,]+, CV [\d.]+%\)", out), out
+    [stored] = ResultsStore(home / "results.db").runs()
+    results = [TrainerResult.model_validate(r) for r in stored.results]
+    assert stored.status == "Succeeded" and [r.trial for r in results] == [0, 1]
+    assert all(r.metrics and (r.metrics.warmup_steps, r.metrics.measured_steps) == (2, 4) for r in results)
+    tps = [r.metrics.train_tokens_per_second for r in results if r.metrics]
+    assert stored.train_tokens_per_second == pytest.approx(sum(tps) / 2)  # the headline is their mean
+    # two trainer processes, one after another: each printed its own result into the one log
+    assert (stored_log := Path(stored.run_dir) / "trainer.log").read_text().count("FTBENCH_RESULT ") == 2, stored_log
+
+
 @pytest.mark.training
 def test_progress_arrives_while_the_trainer_runs_with_tqdm_drawing(home: Path) -> None:
     """tqdm redraws its bar with carriage returns on the trainer's stderr, which `ftbench run` keeps

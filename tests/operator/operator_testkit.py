@@ -76,6 +76,7 @@ def success_result(trial: int | None = None, tokens_per_second: float = 1234.5) 
         train_steps_per_second=0.5,
         train_tokens_per_second=tokens_per_second,
         train_tokens_per_gpu_per_second=tokens_per_second,
+        steady_state_tokens_per_second=tokens_per_second,
         dataset_tokens_per_second=1000.0,
         dataset_tokens_per_second_per_gpu=1000.0,
         gpu_memory_utilization_peak_percent=87.5,

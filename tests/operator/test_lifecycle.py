@@ -212,6 +212,34 @@ def test_stability_aggregates_five_trials(operator, kubelet, create_experiment):
     assert [t["outcome"] for t in stability["trials"]] == ["Succeeded", "GpuOom", "Succeeded", "Failed", "Succeeded"]
 
 
+def test_repeats_run_one_after_another_and_report_across_them(operator, kubelet, create_experiment):
+    name = create_experiment(lora_spec(repeats=3))["metadata"]["name"]
+    for repeat, tokens in enumerate((1000.0, 1100.0, 1200.0)):
+        pod = kubelet.wait_pods(1, selector=f"ftbench.io/trial={repeat}")[0]
+        kubelet.run(pod)
+        kubelet.finish(pod, success_result(trial=repeat, tokens_per_second=tokens), exit_code=0)
+    fte = kubelet.wait_phase(name, "Succeeded")
+    repeats, results = fte["status"]["repeats"], fte["status"]["results"]
+    assert (repeats["planned"], repeats["finished"]) == (3, 3) and "stability" not in fte["status"]
+    assert repeats["steadyStateTokensPerSecond"] == [1000.0, 1100.0, 1200.0] and repeats["mean"] == 1100.0
+    assert results["trainTokensPerSecond"] == 1100.0 and results["steadyStateTokensPerSecondCi95High"] > 1200.0
+    assert conditions(fte)["Succeeded"]["reason"] == "RepeatsCompleted"
+    assert conditions(fte)["MeasurementClean"]["status"] == "True"
+
+
+def test_a_repeat_out_of_memory_makes_the_experiment_invalid(operator, kubelet, create_experiment):
+    name = create_experiment(lora_spec(repeats=2))["metadata"]["name"]
+    for repeat, make in enumerate((success_result, oom_result)):
+        pod = kubelet.wait_pods(1, selector=f"ftbench.io/trial={repeat}")[0]
+        kubelet.run(pod)
+        kubelet.finish(pod, make(trial=repeat), exit_code=0)
+    fte = kubelet.wait_phase(name, "Invalid")
+    assert fte["status"]["isValid"] is False and fte["status"]["message"].startswith(
+        "repeat 1 of 2: CUDA out of memory"
+    )
+    assert fte["status"]["repeats"]["finished"] == 2 and "results" not in fte["status"]
+
+
 def test_child_deleted_by_hand_fails_and_is_not_recreated(operator, kubelet, create_experiment, kube_api, namespace):
     name = create_experiment(lora_spec())["metadata"]["name"]
     kubelet.wait_phase(name, "Pending")

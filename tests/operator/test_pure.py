@@ -182,6 +182,43 @@ def test_trials_aggregate_and_ask_for_the_next_job():
     FineTuneExperimentStatus.model_validate({"stability": stability})  # the CRD's schema
 
 
+def _repeat_pods(*results):
+    return [terminated(r, trial_label=i, name=f"p{i}") for i, r in enumerate(results)]
+
+
+def test_repeats_end_with_the_mean_and_an_interval_across_them():
+    pods = _repeat_pods(success_result(0, 1000.0), success_result(1, 1100.0), success_result(2, 1200.0))
+    obs = classify_trials([], pods, trials=3, workload_missing=False, one_job_per_trial=False, now=NOW, repeated=True)
+    assert (obs.phase, obs.reason, obs.message) == (Phase.SUCCEEDED, "RepeatsCompleted", "3 repeats finished")
+    assert obs.result is not None and obs.result.metrics is not None
+    assert obs.result.metrics.train_tokens_per_second == pytest.approx(1100.0)
+    done = st.Builder({}, 1, NOW).observed(obs, trials=3, repeated=True)
+    assert "stability" not in done and done["results"]["trainTokensPerSecond"] == 1100.0
+    repeats = done["repeats"]
+    assert (repeats["planned"], repeats["finished"]) == (3, 3)
+    assert repeats["steadyStateTokensPerSecond"] == [1000.0, 1100.0, 1200.0]
+    assert repeats["cv"] == pytest.approx(100 / 1100)
+    half = 4.303 * 100 / 3**0.5  # t(0.975, 2) x stdev / sqrt(3)
+    assert (repeats["ci95Low"], repeats["ci95High"]) == pytest.approx((1100 - half, 1100 + half), abs=0.01)
+    # the result's interval is the one across repeats, not one run's
+    assert done["results"]["steadyStateTokensPerSecondCi95Low"] == pytest.approx(1100 - half, abs=0.01)
+    FineTuneExperimentStatus.model_validate(done)  # the CRD's schema
+
+
+def test_a_repeat_out_of_memory_makes_the_experiment_invalid():
+    pods = _repeat_pods(success_result(0), oom_result(1), failed_result(2))
+    obs = classify_trials([], pods, trials=3, workload_missing=False, one_job_per_trial=False, now=NOW, repeated=True)
+    assert obs.phase == Phase.INVALID and obs.message.startswith("repeat 1 of 3: ")
+    failed = classify_trials([], _repeat_pods(success_result(0), failed_result(1)), trials=2,
+                             workload_missing=False, one_job_per_trial=False, now=NOW, repeated=True)  # fmt: skip
+    assert failed.phase == Phase.FAILED and failed.message.startswith("repeat 1 of 2")
+    running = classify_trials([], _repeat_pods(success_result(0)), trials=2, workload_missing=False,
+                              one_job_per_trial=False, now=NOW, repeated=True)  # fmt: skip
+    assert running.phase != Phase.SUCCEEDED and len(running.trial_results) == 1
+    status = st.Builder({}, 1, NOW).observed(running, trials=2, repeated=True)
+    assert status["repeats"]["finished"] == 1 and "results" not in status
+
+
 def test_summaries_tolerate_odd_input():
     assert summarize_pod({}).phase == "Pending"
     assert (

@@ -59,6 +59,14 @@ def trials_of(spec: Mapping[str, Any]) -> int:
         return 1
 
 
+def repeated_of(spec: Mapping[str, Any]) -> bool:
+    """Whether the trials are spec.repeats (their worst outcome is the experiment's), not stability trials."""
+    try:
+        return effective.is_repeated(FineTuneExperimentSpec.model_validate(spec), load_catalog())
+    except Exception:  # as trials_of: an unparsable spec never started a run
+        return False
+
+
 SyncFn = Callable[[OperatorContext, str, str], Awaitable[None]]
 
 
@@ -138,6 +146,7 @@ def observe(
     pods: list[PodSummary],
     trials: int,
     failed_create: Sequence[Mapping[str, Any]] | None = None,
+    repeated: bool = False,
 ) -> Observation:
     """Classify one attempt from its workloads, pods and the workloads' FailedCreate Events
     (pure apart from the clock)."""
@@ -163,6 +172,7 @@ def observe(
             one_job_per_trial=per_trial,
             now=now,
             image_pull_grace_seconds=grace,
+            repeated=repeated,
         )
         if obs.trials:
             return obs
@@ -187,19 +197,19 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
         await _record(ctx, experiment, Observation(Phase.FAILED, UNKNOWN_WORKLOAD, message))
         return
     spec, _ = experiment.accepted_spec()
-    trials = trials_of(spec)
+    trials, repeated = trials_of(spec), repeated_of(spec)
     selector = children.attempt_selector(name, attempt)
     workloads = await ctx.kube.list(job.api_version, job.kind, namespace, selector)
     index: Mapping[Any, Any] = ctx.pods or {}
     pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
     failed_create = await _failed_create(ctx, experiment, workloads) if not pods else []
-    obs = observe(ctx, experiment, workloads, pods, trials, failed_create)
+    obs = observe(ctx, experiment, workloads, pods, trials, failed_create, repeated)
     if obs.finished:
         # A verdict is final, so it is made on what the API server holds: the Job's watch can be
         # ahead of the pods' (a completed Job seen before its pod's termination message).
         listed = await ctx.kube.list("v1", "Pod", namespace, selector)
         pods = [summarize_pod(p) for p in listed]
-        obs = observe(ctx, experiment, workloads, pods, trials, failed_create)
+        obs = observe(ctx, experiment, workloads, pods, trials, failed_create, repeated)
     log.debug(
         "sync %s/%s: %d workloads, %d pods -> %s (%s)",
         namespace,
@@ -220,7 +230,7 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
         ctx.request_sync_later(namespace, name, NO_PODS_RECHECK_SECONDS)
     elif obs.phase == Phase.PENDING and deadline is not None and ctx.request_sync_later is not None:
         ctx.request_sync_later(namespace, name, float(deadline) + 1.0)
-    await _record(ctx, experiment, obs, trials)
+    await _record(ctx, experiment, obs, trials, repeated)
 
 
 async def _failed_create(ctx: OperatorContext, experiment: ExperimentView, workloads: list[Obj]) -> list[Obj]:
@@ -235,11 +245,13 @@ async def _failed_create(ctx: OperatorContext, experiment: ExperimentView, workl
     return found
 
 
-async def _record(ctx: OperatorContext, experiment: ExperimentView, obs: Observation, trials: int = 1) -> None:
+async def _record(
+    ctx: OperatorContext, experiment: ExperimentView, obs: Observation, trials: int = 1, repeated: bool = False
+) -> None:
     """Write the status for `obs` and, on a phase change, its Event."""
     namespace, name = experiment.namespace, experiment.name
     builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
-    patch = status.diff(experiment.status, builder.observed(obs, trials=trials))
+    patch = status.diff(experiment.status, builder.observed(obs, trials=trials, repeated=repeated))
     if not patch:
         return
     await ctx.kube.patch_experiment_status(namespace, name, patch)
