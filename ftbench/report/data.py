@@ -18,6 +18,7 @@ from ftbench.catalog import Catalog
 from ftbench.contracts.results import Metrics, TrainerResult
 from ftbench.local.store import ResultsStore, RunRecord
 from ftbench.local.sweeps import stored_sweep, sweep_runs
+from ftbench.stats.results import mean_of_repeats
 from ftbench.sweep.points import Expansion
 from ftbench.sweep.schedule import RunState
 
@@ -71,9 +72,10 @@ def _phase(state: RunState) -> str:
 
 
 def _record_metrics(record: RunRecord) -> Metrics | None:
-    """The first result with metrics: the store's own headline rule (`ResultsStore.record`)."""
-    results = [TrainerResult.model_validate(r) for r in record.results]
-    return next((r.metrics for r in results if r.metrics is not None), None)
+    """The mean over the results with metrics (a run's repeats or trials; the store's headline rule,
+    `ResultsStore.record`), with the intervals across them where there are several."""
+    measured = [r.metrics for r in map(TrainerResult.model_validate, record.results) if r.metrics is not None]
+    return mean_of_repeats(measured) if measured else None
 
 
 def _record_phase(record: RunRecord) -> str:

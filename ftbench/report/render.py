@@ -23,6 +23,7 @@ from ftbench.api.sweep import PointRow
 from ftbench.report import scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
 from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
+from ftbench.stats import text
 from ftbench.sweep.schedule import within_noise_of
 
 
@@ -117,9 +118,10 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
             str(per_device_batch_size(spec)) if spec else "", str(spec.model_max_length) if spec else "", run.phase,
             _num(m.train_tokens_per_second if m else None), _num(m.gpu_memory_utilization_peak_percent if m else None),
             _num(m.mfu_percent if m else None, 2), _num(m.step_time_p50_seconds if m else None, 3),
+            text.steady_short(m) if m else "", text.flag_names(m),
         ))  # fmt: skip
     headers = ("run", "experiment", "model", "GPUs", "batch", "per-device batch", "seq length", "phase", "tokens/s",
-               "peak GPU mem %", "MFU %", "step p50 s")  # fmt: skip
+               "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise")  # fmt: skip
     return Table(headers, tuple(rows))
 
 

@@ -15,6 +15,12 @@ def steady_throughput(m: Metrics) -> str:
     return f"{value} ±{m.throughput_ci95_relative:.1%} (95% CI {low:,.0f}-{high:,.0f}, {m.measured_steps} steps)"
 
 
+def steady_short(m: Metrics) -> str:
+    """`12,345 ±2.1%` (a table cell); the bare value without an interval."""
+    value = f"{m.steady_state_tokens_per_second:,.1f}"
+    return value if m.throughput_ci95_relative is None else f"{value} ±{m.throughput_ci95_relative:.1%}"
+
+
 def flag_names(m: Metrics | None) -> str:
     """`clean` or the flags' names, comma-separated (a table cell)."""
     return "" if m is None else ",".join(f.value for f in m.noise_flags) or "clean"

@@ -104,6 +104,8 @@ def test_report_tables_and_plot_files(recorded: Recorder, tmp_path: Path, capsys
     assert [r["peak GPU mem %"] for r in cpu] == ["0.0", "0.0"] and cpu[1]["tokens/s"] == "400.0"
     plain = table(md, "## Runs outside sweeps")
     assert [r["tokens/s"] for r in plain] == ["400.0", "440.0"]
+    assert [r["noise"] for r in plain] == ["clean", "clean"]  # the runs' noise flags and intervals have columns
+    assert "steady tokens/s ±95%" in plain[0]
     images = re.findall(r"!\[([^\]]*)\]\(([^)]+)\)", md)
     # 4 plots per sweep and for the runs outside sweeps, 2 of the scaling section (gpu-sweep varies numberGpus)
     assert len(images) == 14 and all((out / file).stat().st_size > 5000 for _, file in images)
