@@ -105,7 +105,7 @@ def test_ados_generated_dataset_trains_in_ftbench(
     exp.write_text(
         "apiVersion: ftbench.io/v1alpha1\nkind: FineTuneExperiment\nmetadata: {name: ado-data}\nspec:\n"
         "  experiment: finetune_lora_benchmark-v1.0.0\n  engine: trl\n  model: ftbench-tiny-llama\n"
-        "  datasetId: news-tokens-16384plus-entries-4096\n  modelMaxLength: 128\n  numberGpus: 0\n"
+        "  datasetId: news-tokens-16384plus-entries-4096\n  modelMaxLength: 256\n  numberGpus: 0\n"
         "  batchSize: 2\n  gradientAccumulationSteps: 1\n  maxSteps: 2\n"
     )
     assert main(["run", str(exp), "-o", "json"]) == 0

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.validation import ValidationReport, validate_spec_dict
 from ftbench.catalog import Catalog, load_catalog
+from ftbench.catalog.loader import DatasetEntry
 from ftbench.contracts.ado_names import ADO_PARAMETERS
 from ftbench.contracts.enums import (
     DEFAULT_FMS_HF_TUNING_VERSION,
@@ -150,6 +151,33 @@ def _vision_release(c: Case) -> bool:
     )
 
 
+def _dataset(c: Case) -> DatasetEntry | None:
+    return c.catalog.datasets.get(c.get("dataset_id", "news-tokens-16384plus-entries-4096"))
+
+
+def _no_whole_step(c: Case) -> bool:
+    dataset = _dataset(c)
+    needed = int(c.get("batch_size", 1)) * int(c.get("gradient_accumulation_steps", 4))
+    return dataset is not None and dataset.entries < needed
+
+
+def _response_cut(c: Case) -> bool:
+    dataset = _dataset(c)
+    least = dataset.prompt_tokens_min if dataset else None
+    return least is not None and int(c.get("model_max_length", 0)) <= least
+
+
+def _beyond_positions(c: Case) -> bool:
+    model = c.catalog.models.get(c.get("model_name"))
+    limit = model.max_position_embeddings if model else None
+    return limit is not None and int(c.get("model_max_length", 0)) > limit
+
+
+def _gpu_kernels_on_cpu(c: Case) -> bool:
+    kernels = c.get("fast_kernels") is not None and any(c.get("fast_kernels"))
+    return c.gpus == 0 and bool(kernels or c.get("fast_moe", 0))
+
+
 def _stability_beyond_seed(c: Case) -> bool:
     """Seed 001's stability entity space: single node, FSDP, none of the other experiments' knobs."""
     if c.experiment != STABILITY:
@@ -165,7 +193,6 @@ DIFFERENCES: tuple[Difference, ...] = (
         (FULL, {"number_gpus": 64, "batch_size": 128}),
         "ado's exploration domain stops at 32 GPUs; ftbench takes up to 1024",
     ),
-    _bound("batch_size", (FULL, {"batch_size": 8192}), "ado's domain stops at 4096; ftbench takes up to 65536"),
     _bound(
         "model_max_length",
         (FULL, {"model_max_length": 262144}),
@@ -311,6 +338,52 @@ DIFFERENCES: tuple[Difference, ...] = (
         "ado passes max_steps 0 on to transformers, which then trains num_train_epochs; ftbench refuses the "
         "ambiguous value (the seed asks for epochs with -1)",
         (FULL, {"max_steps": 0}),
+    ),
+    Difference(
+        "data-whole-step",
+        "ftbench",
+        _no_whole_step,
+        r"^data\.whole-step$",
+        "one optimizer step needs batch_size x gradient_accumulation_steps entries and the dataset has fewer "
+        "(every catalog dataset has at most 4096, so this also bounds batch_size below ado's 4096); ado "
+        "launches it and the trainer never completes one step",
+        (FULL, {"batch_size": 2048}),
+    ),
+    Difference(
+        "data-response-fits",
+        "ftbench",
+        _response_cut,
+        r"^data\.response-fits$",
+        "a model_max_length no longer than the dataset's prompts truncates every response away, leaving no "
+        "token to train on; ado launches it",
+        (FULL, {"model_max_length": 128}),
+    ),
+    Difference(
+        "model-positions",
+        "ftbench",
+        _beyond_positions,
+        r"^model\.positions$",
+        "a model_max_length beyond the model's max_position_embeddings (where the catalog records it) uses "
+        "positions the model never trained; ado launches it",
+        (FULL, {"model_name": "granite-7b-base", "model_max_length": 8192}),
+    ),
+    Difference(
+        "gpu-kernels-on-cpu",
+        "ftbench",
+        _gpu_kernels_on_cpu,
+        r"^applied\.gpu-kernels$",
+        "fast_kernels and fast_moe are fms-acceleration triton kernels, which need a GPU; ado launches them "
+        "with number_gpus 0 and the run fails",
+        (
+            LORA,
+            {
+                "number_gpus": 0,
+                "gpu_model": None,
+                "fast_moe": 1,
+                "model_name": "mixtral-8x7b-instruct-v0.1",
+                "fms_hf_tuning_version": "2.8.2",
+            },
+        ),
     ),
     Difference(
         "stability-as-seed",
