@@ -1,0 +1,85 @@
+"""bench/gpu/run.py, the GPU matrix in one command, run end to end in its CPU dry mode.
+
+No GPU is lent to this project, so CI proves the command on CPU ranks with the tiny model: every
+point of bench/gpu/matrix.yaml gets a row (runs, or a refusal with its reason), the results file and
+the docs table are written, and the table replaces only its own section of the docs page.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+RUN = ROOT / "bench" / "gpu" / "run.py"
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_bench_run", RUN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_matrix_is_what_a_gpu_node_runs() -> None:
+    bench = _module()
+    doc = bench.matrix_document(8, dry_run=False)
+    spec = doc["spec"]
+    assert spec["matrix"]["numberGpus"] == [1, 8] and spec["repeats"] == 3
+    assert spec["template"]["model"] == "llama-7b" and spec["template"]["gpuModel"]
+    assert len(spec["matrix"]["experiment"]) == 4 and spec["matrix"]["distributedBackend"] == ["DDP", "FSDP"]
+    oom = spec["include"][0]
+    assert (oom["numberGpus"], oom["batchSize"], oom["modelMaxLength"]) == (1, 128, 4096)
+    from ftbench.catalog import load_catalog
+    from ftbench.sweep.points import expand, parse_sweep_document
+
+    parsed = parse_sweep_document(doc)
+    assert parsed.spec is not None and not parsed.issues
+    points = expand(parsed.spec, load_catalog()).points
+    assert len(points) == 13 and all(p.valid for p in points)  # every GPU point passes validation
+
+
+@pytest.mark.training
+@pytest.mark.slow
+def test_the_dry_run_writes_every_point_the_results_and_the_docs_table(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(
+        "# Benchmarks\n\nbefore\n\n<!-- gpu-matrix:start -->\nold table\n<!-- gpu-matrix:end -->\n\nafter\n"
+    )
+    out = tmp_path / "results.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(RUN), "--dry-run", "--home", str(tmp_path / "home"), "--out", str(out),
+         "--write-docs", str(docs)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["dryRun"] is True and results["device"].startswith("CPU ranks (dry run")
+    points = results["points"]
+    assert len(points) == 13
+    by_phase: dict[str, list[dict]] = {}
+    for p in points:
+        by_phase.setdefault(p["phase"], []).append(p)
+    # GPTQ-LoRA needs pre-quantized weights, which the tiny model has not: refused with the reason
+    assert {p["experiment"] for p in by_phase["Invalid"]} == {"finetune_gtpq-lora_benchmark-v1.0.0"}
+    assert all("GPTQ" in p["note"] for p in by_phase["Invalid"])
+    assert len(by_phase["Succeeded"]) == 10
+    for p in by_phase["Succeeded"]:
+        assert p["tokensPerSecond"] > 0 and p["repeats"] == 1
+        low, high = p["ci95"]
+        assert low < p["tokensPerSecond"] < high  # every figure with its interval
+    [oom] = [p for p in points if p["note"].startswith("the deliberate OOM point")]
+    assert (oom["experiment"], oom["gpus"]) == ("finetune_full_benchmark-v1.0.0", 1)
+    text = docs.read_text()
+    assert text.startswith("# Benchmarks\n\nbefore\n\n<!-- gpu-matrix:start -->\nMeasured ") and "old table" not in text
+    assert text.endswith("<!-- gpu-matrix:end -->\n\nafter\n") and text.count("| 12 | full | 1 | FSDP |") == 1
