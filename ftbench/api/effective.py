@@ -14,6 +14,7 @@ from ftbench.contracts.enums import (
     Engine,
     FsdpBackwardPrefetch,
     FsdpShardingStrategy,
+    FsdpStateDictType,
     TorchDtype,
 )
 from ftbench.engines.releases import load_releases
@@ -129,11 +130,22 @@ def fsdp1_only_settings(spec: FineTuneExperimentSpec) -> list[str]:
     return out
 
 
+def engine_fsdp2_full_state_dict(spec: FineTuneExperimentSpec) -> bool:
+    """Whether the engine's accelerate runs FSDP2 with FULL_STATE_DICT (trl's current stack does)."""
+    return spec.engine == Engine.TRL or load_releases().get(spec.fms_hf_tuning_version).fsdp2_full_state_dict
+
+
 def fsdp_version(spec: FineTuneExperimentSpec) -> int:
-    """spec.fsdpVersion, else 2 where the engine offers it and no FSDP1-only setting is asked for."""
+    """spec.fsdpVersion, else 2 where the engine offers it with the spec's state dict type and no
+    FSDP1-only setting is asked for."""
     if spec.fsdp_version is not None:
         return spec.fsdp_version
-    if 2 in engine_fsdp_versions(spec) and not fsdp1_only_settings(spec):
+    full = spec.fsdp_state_dict_type == FsdpStateDictType.FULL_STATE_DICT
+    if (
+        2 in engine_fsdp_versions(spec)
+        and not fsdp1_only_settings(spec)
+        and not (full and not engine_fsdp2_full_state_dict(spec))
+    ):
         return 2
     return 1
 

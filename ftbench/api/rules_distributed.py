@@ -14,7 +14,7 @@ from ftbench.api import effective
 from ftbench.api.rules import Rule
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
-from ftbench.contracts.enums import Device, DistributedBackend, Engine, FsdpShardingStrategy
+from ftbench.contracts.enums import Device, DistributedBackend, Engine, FsdpShardingStrategy, FsdpStateDictType
 from ftbench.engines.releases import load_releases
 
 HYBRID = (FsdpShardingStrategy.HYBRID_SHARD, FsdpShardingStrategy.HYBRID_SHARD_ZERO2)
@@ -110,6 +110,32 @@ def distributed_rules() -> Iterator[Rule]:
         v2_engine,
         "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.engine != 'fms-hf-tuning' || "
         f"!(self.fmsHfTuningVersion in {_cel_list(without2)})",
+    )
+
+    sharded_only = [
+        r.version for r in load_releases().installable if 2 in r.fsdp_versions and not r.fsdp2_full_state_dict
+    ]
+
+    def v2_full_state_dict(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if (
+            s.fsdp_version != 2
+            or s.fsdp_state_dict_type != FsdpStateDictType.FULL_STATE_DICT
+            or s.engine != Engine.FMS_HF_TUNING
+            or s.fms_hf_tuning_version not in sharded_only
+        ):
+            return None
+        return (
+            f"fms-hf-tuning {s.fms_hf_tuning_version}'s accelerate runs FSDP2 only with SHARDED_STATE_DICT; set "
+            "fsdpStateDictType SHARDED_STATE_DICT, fsdpVersion 1 (or remove it), or a newer fmsHfTuningVersion"
+        )
+
+    yield Rule(
+        "fsdp.v2-state-dict",
+        "fsdpStateDictType",
+        "FSDP2 on an accelerate without FULL_STATE_DICT for it needs SHARDED_STATE_DICT",
+        v2_full_state_dict,
+        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.fsdpStateDictType != 'FULL_STATE_DICT' || "
+        f"self.engine != 'fms-hf-tuning' || !(self.fmsHfTuningVersion in {_cel_list(sharded_only)})",
     )
 
     def offload_fsdp1_cpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:

@@ -24,6 +24,9 @@ Method = Literal["full", "lora", "gptq-lora", "pt"]
 DATA = files("ftbench.engines").joinpath("data")
 # accelerate's first release with FSDP2 (`FullyShardedDataParallelPlugin(fsdp_version=2)`).
 FSDP2_ACCELERATE = (1, 6)
+# accelerate 1.6 raises "FSDP2 only supports SHARDED_STATE_DICT for now" for any other state dict type
+# (fms-hf-tuning 3.0.0's lock); 1.11 and newer take FULL_STATE_DICT with FSDP2 too.
+FSDP2_FULL_STATE_DICT_ACCELERATE = (1, 7)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -67,6 +70,12 @@ class FmsRelease(WireModel):
             return ()
         accelerate = self.stack().get("accelerate", "0")
         return (1, 2) if version_tuple(accelerate.split("+")[0])[:2] >= FSDP2_ACCELERATE else (1,)
+
+    @property
+    def fsdp2_full_state_dict(self) -> bool:
+        """Whether this release's accelerate runs FSDP2 with FULL_STATE_DICT (else SHARDED_STATE_DICT only)."""
+        accelerate = self.stack().get("accelerate", "0") if self.installable else "0"
+        return version_tuple(accelerate.split("+")[0])[:2] >= FSDP2_FULL_STATE_DICT_ACCELERATE
 
 
 class FmsReleases(WireModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,13 @@ OFFLINE_ENV = {
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+
+
+def free_port() -> int:
+    """A TCP port no process listens on now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def make_plan(
@@ -61,9 +69,9 @@ def make_plan(
         "maxSteps": 3,
     }
     fields.update(spec)
-    profile = ClusterProfile.model_validate(
-        {"storage": {"dataDir": str(data_dir), "modelRoot": str(tmp / "models"), "hfHome": str(tmp / "hf")}}
-    )
+    # A free rendezvous port per plan: plans run side by side (the release matrix runs two at a time).
+    storage = {"dataDir": str(data_dir), "modelRoot": str(tmp / "models"), "hfHome": str(tmp / "hf")}
+    profile = ClusterProfile.model_validate({"storage": storage, "masterPort": free_port()})
     plan = build_plan(
         FineTuneExperimentSpec.model_validate(fields),
         load_catalog(),

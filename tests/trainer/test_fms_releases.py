@@ -83,6 +83,8 @@ def _run(job: Job, root: Path) -> Ran:
     tmp = root / job.id
     tmp.mkdir(parents=True)
     ranks = {"numberGpus": 2, "device": "cpu", "distributedBackend": "FSDP"} if job.fsdp else {}
+    if job.fsdp and not RELEASES.get(job.release).fsdp2_full_state_dict:
+        ranks["fsdpStateDictType"] = "SHARDED_STATE_DICT"  # FSDP2 on accelerate 1.6 takes nothing else
     plan = make_plan(tmp, tmp / "model", tmp / "data", engine="fms-hf-tuning", experiment=METHODS[job.method],
                      fmsHfTuningVersion=job.asks or job.release, batchSize=BATCH, maxSteps=1, **ranks)  # fmt: skip
     plan = plan.model_copy(update={"allow_engine_mismatch": job.allow_mismatch})

@@ -35,6 +35,8 @@ def rules(extra: dict[str, Any]) -> dict[str, Any]:
         ({"fsdpVersion": 2, "fsdpBackwardPrefetch": "BACKWARD_POST"}, "fsdp.v2-settings", "fsdpVersion 1"),
         ({"engine": "fms-hf-tuning", "fmsHfTuningVersion": "2.1.2", "fsdpVersion": 2}, "fsdp.v2-engine", "3.0.0"),
         ({"device": "cpu", "fsdpVersion": 1, "fsdpOffloadParams": True}, "fsdp.offload-fsdp1-cpu", "fsdpVersion 2"),
+        ({"engine": "fms-hf-tuning", "fmsHfTuningVersion": "3.0.0", "fsdpVersion": 2}, "fsdp.v2-state-dict",
+         "fsdpStateDictType SHARDED_STATE_DICT"),
         ({"device": "cpu", "engine": "fms-hf-tuning", "fmsHfTuningVersion": "2.1.2", "fsdpOffloadParams": True},
          "fsdp.offload-fsdp1-cpu", "fsdpVersion 2"),
     ],
@@ -83,7 +85,11 @@ def test_fsdp2_config_where_the_engine_has_it_fsdp1_otherwise() -> None:
     assert one.fsdp is not None and one.fsdp.version == 1 and one.fsdp.backward_prefetch == "BACKWARD_PRE"
     config1 = (one.accelerate_config or {})["fsdp_config"]
     assert "fsdp_version" not in config1 and config1["fsdp_sharding_strategy"] == "FULL_SHARD"
-    assert _plan(engine="fms-hf-tuning", fmsHfTuningVersion="3.0.0").fsdp.version == 2  # type: ignore[union-attr]
+    # fms-hf-tuning 3.0.0's accelerate 1.6 runs FSDP2 with SHARDED_STATE_DICT only: FSDP1 for the default FULL
+    assert _plan(engine="fms-hf-tuning", fmsHfTuningVersion="3.0.0").fsdp.version == 1  # type: ignore[union-attr]
+    sharded = _plan(engine="fms-hf-tuning", fmsHfTuningVersion="3.0.0", fsdpStateDictType="SHARDED_STATE_DICT")
+    assert sharded.fsdp.version == 2  # type: ignore[union-attr]
+    assert _plan(engine="fms-hf-tuning", fmsHfTuningVersion="3.1.0").fsdp.version == 2  # type: ignore[union-attr]
     knobs = _plan(fsdpShardingStrategy="NO_SHARD", fsdpForwardPrefetch=True, fsdpOffloadParams=True)
     k = (knobs.accelerate_config or {})["fsdp_config"]
     assert knobs.fsdp.version == 1 and k["fsdp_forward_prefetch"] and k["fsdp_offload_params"]  # type: ignore[union-attr]
