@@ -19,61 +19,32 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ftbench.api.profile import ClusterProfile
-from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.catalog import load_catalog
-from ftbench.contracts.enums import Runtime
-from ftbench.contracts.plan import ExperimentRef
-from ftbench.contracts.results import TrainerResult
-from ftbench.render.plan import build_plan
+from trainer_run import run_trainer
 
+from ftbench.contracts.results import TrainerResult
+
+BASE: dict[str, Any] = {
+    "experiment": "finetune_full_benchmark-v1.0.0",
+    "engine": "trl",
+    "model": "ftbench-tiny-llama",
+    "datasetId": "news-chars-512-entries-4096",
+    "modelMaxLength": 512,
+    "device": "cpu",
+    "batchSize": 4,
+    "gradientAccumulationSteps": 1,
+    "gradientCheckpointing": False,
+    "torchDtype": "float32",
+}
 VARIANTS: dict[str, dict[str, Any]] = {
     "1 rank": {"numberGpus": 1},
     "2-rank DDP": {"numberGpus": 2, "distributedBackend": "DDP"},
     "2-rank FSDP": {"numberGpus": 2, "distributedBackend": "FSDP"},
 }
-
-
-def run_variant(root: Path, name: str, fields: dict[str, Any], steps: int, data: Path) -> TrainerResult:
-    spec = FineTuneExperimentSpec.model_validate(
-        {
-            "experiment": "finetune_full_benchmark-v1.0.0",
-            "engine": "trl",
-            "model": "ftbench-tiny-llama",
-            "datasetId": "news-chars-512-entries-4096",
-            "modelMaxLength": 512,
-            "device": "cpu",
-            "batchSize": 4,
-            "gradientAccumulationSteps": 1,
-            "gradientCheckpointing": False,
-            "torchDtype": "float32",
-            "maxSteps": steps,
-            **fields,
-        }
-    )
-    out = Path(tempfile.mkdtemp(dir=root))
-    profile = ClusterProfile.model_validate(
-        {"storage": {"dataDir": str(data), "modelRoot": str(root / "models"), "hfHome": str(root / "hf")}}
-    )
-    plan = build_plan(
-        spec, load_catalog(), profile, ref=ExperimentRef(name=name), runtime=Runtime.JOB, output_dir=str(out / "o")
-    )
-    plan = plan.model_copy(
-        update={"output": plan.output.model_copy(update={"termination_message_path": str(out / "termination")})}
-    )
-    plan_path = out / "plan.json"
-    plan_path.write_text(plan.to_json())
-    proc = subprocess.run([sys.executable, "-m", "ftbench_trainer.main", "--plan", str(plan_path)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return TrainerResult.from_json(Path(plan.output.result_file).read_text())
 
 
 def main() -> int:
@@ -89,7 +60,8 @@ def main() -> int:
     for r in range(args.rounds):
         order = list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))
         for name in order:
-            results[name].append(run_variant(root, name, VARIANTS[name], args.steps, data))
+            fields = {**BASE, "maxSteps": args.steps, **VARIANTS[name]}
+            results[name].append(run_trainer(root, name, fields, data))
     base = statistics.median(x.metrics.train_tokens_per_second for x in results["1 rank"] if x.metrics)
     ddp0 = results["2-rank DDP"][0].metrics
     assert ddp0 is not None

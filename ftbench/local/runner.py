@@ -35,6 +35,7 @@ from ftbench.contracts.progress import parse_progress_line
 from ftbench.contracts.results import TrainerResult
 from ftbench.extras import MissingExtra, require
 from ftbench.host.gpus import local_gpu_count
+from ftbench.host.ports import free_port
 from ftbench.host.procs import stop_process_group
 from ftbench.render.plan import build_plan
 
@@ -100,6 +101,8 @@ def prepare(
             f"numberGpus is {spec.number_gpus} but this machine has {gpus} usable GPU(s); "
             f"set numberGpus to at most {gpus} (0 runs on CPU), or device cpu to run {spec.number_gpus} CPU ranks"
         )
+    # Ranks meet on a port free now, not the profile's fixed one: local runs may run side by side.
+    profile = profile.model_copy(update={"master_port": free_port()})
     run_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     run_dir = home / "runs" / run_id
     plan = build_plan(

@@ -52,6 +52,15 @@ def test_multi_node_and_missing_gpus_are_refused(home: Path) -> None:
         prepare(spec(numberGpus=2, batchSize=2, gpuModel="G"), "x", catalog, profile, home, gpus_available=0)
 
 
+def test_local_ranks_meet_on_a_free_port(home: Path) -> None:
+    """Two local runs side by side must not both take the profile's 29500."""
+    catalog, profile = load_catalog(), local_profile(home=home)
+    ranks = spec(numberGpus=2, device="cpu", distributedBackend="FSDP")
+    a, b = (prepare(ranks, n, catalog, profile, home, gpus_available=0).plan for n in ("a", "b"))
+    assert a.rendezvous.port != profile.master_port and a.rendezvous.port != b.rendezvous.port
+    assert (a.accelerate_config or {})["main_process_port"] == a.rendezvous.port
+
+
 def test_each_fms_release_gets_its_own_environment(tmp_path: Path) -> None:
     """trl runs here; fms-hf-tuning in its release's environment, with ftbench's packages on PYTHONPATH."""
     assert trainer_python(spec(engine="trl")).path == sys.executable

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.results import TrainerResult
 from ftbench.engines.envs import package_path
+from ftbench.host.ports import free_port
 from ftbench.render.plan import build_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -34,13 +34,6 @@ OFFLINE_ENV = {
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
-
-
-def free_port() -> int:
-    """A TCP port no process listens on now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def make_plan(
