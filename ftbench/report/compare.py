@@ -54,6 +54,9 @@ INTERVALS: dict[str, tuple[str, str, str]] = {
     ),
 }
 WITHIN_NOISE, BEYOND_NOISE, NO_INTERVAL = "within noise", "beyond noise", "no interval"
+# One run's interval sees its step-to-step noise only; differences between processes (bench/noise.py
+# measures them) need repeats, so a separation of single runs is said with that caveat.
+BEYOND_RUN_NOISE = "beyond one run's noise (repeat to confirm)"
 
 
 class RunLookupError(LookupError):
@@ -98,11 +101,13 @@ def run_interval(run: RunRecord, metric: str) -> Interval | None:
     return Interval(getattr(m, estimate), getattr(m, low), getattr(m, high))
 
 
-def verdict(a: Interval | None, b: Interval | None) -> str:
-    """within noise / beyond noise, or no interval where a run has none."""
+def verdict(a: Interval | None, b: Interval | None, repeated: bool = True) -> str:
+    """within noise / beyond noise (of single runs when not `repeated`), or no interval where a run has none."""
     if a is None or b is None:
         return NO_INTERVAL
-    return BEYOND_NOISE if separated(a, b) else WITHIN_NOISE
+    if not separated(a, b):
+        return WITHIN_NOISE
+    return BEYOND_NOISE if repeated else BEYOND_RUN_NOISE
 
 
 def _with_interval(value: float | None, interval: Interval | None) -> str:
@@ -164,7 +169,9 @@ def compare(a: RunRecord, b: RunRecord) -> Comparison:
             continue
         if metric in INTERVALS:
             ia, ib = run_interval(a, metric), run_interval(b, metric)
-            rows.append((metric, _with_interval(va, ia), _with_interval(vb, ib), relative(va, vb), verdict(ia, ib)))
+            repeated = na > 1 and nb > 1
+            rows.append((metric, _with_interval(va, ia), _with_interval(vb, ib), relative(va, vb),
+                         verdict(ia, ib, repeated)))  # fmt: skip
         else:
             rows.append((metric, _fmt(va), _fmt(vb), relative(va, vb), ""))
     if na or nb:

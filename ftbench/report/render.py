@@ -148,6 +148,9 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
                      "overlap, so these points cannot be told apart; more repeats or longer runs would")  # fmt: skip
         elif best.objective_ci95_low is None:
             text += ". No interval: run repeats (or longer runs) to know whether it is ahead beyond the noise"
+        if best.objective_ci95_low is not None and best.repeats_done == 1:
+            text += (". With one repeat a point's interval is that run's step-to-step noise only; differences "
+                     "between runs (bench/noise.py) need repeats")  # fmt: skip
         blocks.append(Paragraph(text + "."))
     blocks.append(_sweep_table(sweep))
     blocks += _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ftbench.local.store import RunRecord
-from ftbench.report.compare import BEYOND_NOISE, NO_INTERVAL, WITHIN_NOISE, compare, run_interval
+from ftbench.report.compare import BEYOND_NOISE, BEYOND_RUN_NOISE, NO_INTERVAL, WITHIN_NOISE, compare, run_interval
 
 
 def _metrics(tps: float, rel: float | None, flags: list[str] | None = None) -> dict[str, Any]:
@@ -49,8 +49,12 @@ def test_overlapping_intervals_are_within_noise() -> None:
 
 
 def test_separate_intervals_are_beyond_noise() -> None:
+    # single runs: their intervals are within-run only, so the verdict asks for repeats
     rows = _rows(_run("a", _metrics(1000, 0.02)), _run("b", _metrics(1100, 0.02)))
-    assert rows["steadyStateTokensPerSecond"][2:] == ("+10.0%", BEYOND_NOISE)
+    assert rows["steadyStateTokensPerSecond"][2:] == ("+10.0%", BEYOND_RUN_NOISE)
+    repeated_a = _run("a", _metrics(990, None), _metrics(1000, None), _metrics(1010, None))
+    repeated_b = _run("b", _metrics(1090, None), _metrics(1100, None), _metrics(1110, None))
+    assert _rows(repeated_a, repeated_b)["steadyStateTokensPerSecond"][3] == BEYOND_NOISE
 
 
 def test_a_run_without_an_interval_is_said_so() -> None:
