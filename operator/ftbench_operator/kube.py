@@ -131,9 +131,23 @@ class Kube:
         return await self.request_or_none("GET", self.experiment_path(namespace, name, kind), (ABSENT,))
 
     async def patch_experiment_status(
-        self, namespace: str, name: str, status: Mapping[str, Any], kind: str = "FineTuneExperiment"
+        self,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        kind: str = "FineTuneExperiment",
+        uid: str | None = None,
     ) -> Obj | None:
-        """Merge-patch `status` (the status subresource, so spec and metadata cannot change)."""
+        """Merge-patch `status` (the status subresource, so spec and metadata cannot change).
+
+        With `uid`, only onto that incarnation: a patch goes by name, and a handler that acted on an
+        object deleted meanwhile (a sweep deleted and re-created at once re-creates its children under
+        the same names) must not write its run into the new object of that name. The server ignores
+        metadata in a status patch, so the uid is checked just before; None: not written."""
+        if uid is not None:
+            current = await self.get_experiment(namespace, name, kind)
+            if current is None or (current.get("metadata") or {}).get("uid") != uid:
+                return None
         path = self.experiment_path(namespace, name, kind) + "/status"
         return await self.request_or_none(
             "PATCH", path, (ABSENT,), body={"status": dict(status)}, content_type=MERGE_PATCH

@@ -254,7 +254,8 @@ async def _record(
     patch = status.diff(experiment.status, builder.observed(obs, trials=trials, repeated=repeated))
     if not patch:
         return
-    await ctx.kube.patch_experiment_status(namespace, name, patch)
+    if await ctx.kube.patch_experiment_status(namespace, name, patch, uid=experiment.uid) is None:
+        return  # that experiment is gone (a new one of its name is not ours to write)
     log.info("%s/%s: %s (%s) %s", namespace, name, obs.phase.value, obs.reason, obs.message)
     if patch.get("phase"):
         failed = obs.phase in (Phase.FAILED, Phase.INVALID)

@@ -48,7 +48,10 @@ async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch
         _, accepted_generation = fresh.accepted_spec()
         builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
         await ctx.kube.patch_experiment_status(
-            fresh.namespace, fresh.name, status.diff(fresh.status, builder.retrying(attempt, accepted_generation))
+            fresh.namespace,
+            fresh.name,
+            status.diff(fresh.status, builder.retrying(attempt, accepted_generation)),
+            uid=fresh.uid,
         )
         await children.delete_owned(ctx.kube, fresh.body, children.attempt_selector(fresh.name, other_than=attempt))
         event(fresh, "Retrying", f"attempt {attempt} replaces attempt {attempt - 1}")

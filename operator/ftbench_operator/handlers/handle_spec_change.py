@@ -20,6 +20,6 @@ async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
         desired = builder.spec_change_ignored(accepted_generation)
         patch = status.diff(fresh.status, desired)
         if patch:
-            await ctx.kube.patch_experiment_status(fresh.namespace, fresh.name, patch)
+            await ctx.kube.patch_experiment_status(fresh.namespace, fresh.name, patch, uid=fresh.uid)
             ignored = status.condition(desired, status.SPEC_CHANGE_IGNORED) or {}
             event(fresh, "SpecChangeIgnored", str(ignored.get("message", "")), warning=True)

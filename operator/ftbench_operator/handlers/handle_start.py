@@ -87,7 +87,9 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         accepted_generation,
         runtime=children.runtime_ref(rendered),
     )
-    await ctx.kube.patch_experiment_status(experiment.namespace, name, status.diff(experiment.status, desired))
+    await ctx.kube.patch_experiment_status(
+        experiment.namespace, name, status.diff(experiment.status, desired), uid=experiment.uid
+    )
     if created:
         event(
             experiment, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}"
@@ -132,7 +134,7 @@ async def _wait_for_predecessor(
     observed = builder.observed(Observation(Phase.PENDING, WAITING_FOR_PREDECESSOR, message), trials=1)
     patch = status.diff(builder.current, {**observed, **builder.accepted})
     if patch:
-        await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch)
+        await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch, uid=experiment.uid)
         event(experiment, WAITING_FOR_PREDECESSOR, message)
 
 
@@ -160,5 +162,5 @@ async def _write(
 ) -> None:
     """A run that ends before it starts: its status, and a Warning Event saying why."""
     patch = status.diff(builder.current, desired)
-    await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch)
+    await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch, uid=experiment.uid)
     event(experiment, reason, message, warning=True)
