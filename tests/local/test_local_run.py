@@ -22,6 +22,7 @@ from ftbench.engines.releases import load_releases
 from ftbench.local.home import local_profile
 from ftbench.local.runner import LocalRunError, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
+from tests.local.terminal import foreground
 
 EXPERIMENT = """apiVersion: ftbench.io/v1alpha1
 kind: FineTuneExperiment
@@ -222,7 +223,7 @@ def test_ctrl_c_stops_the_run_cleanly(home: Path, tmp_path: Path) -> None:
     path.write_text(EXPERIMENT.format(name="long", steps=100000))
     proc = subprocess.Popen(
         [sys.executable, "-m", "ftbench", "run", str(path), "--dataset-entries", "32"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(), preexec_fn=foreground,
     )  # fmt: skip
     runs = home / "runs"
     deadline = time.monotonic() + 180

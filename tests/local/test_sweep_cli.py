@@ -21,6 +21,7 @@ from ftbench.cli import main
 from ftbench.contracts.results import Outcome, RunError, TrainerResult
 from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.sweep.points import expand
+from tests.local.terminal import foreground
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sweep.yaml"
@@ -90,7 +91,8 @@ def test_ctrl_c_then_resume_runs_only_what_did_not_finish(home: Path, tmp_path: 
                   "modelMaxLength": 256, "stopAfterSeconds": 30},
     )  # fmt: skip
     command = [sys.executable, "-m", "ftbench", "sweep", str(path), "--dataset-entries", "32"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+                            preexec_fn=foreground)  # fmt: skip
     store_path = home / "results.db"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # point 1's trainer has started (Ctrl-C may come at any moment)
