@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from ftbench.catalog import load_catalog
+from ftbench.contracts import env as E
 from ftbench.local.store import ResultsStore
 from ftbench.report.data import SweepData, from_store
 from ftbench.stats.noise import describe
@@ -78,7 +79,7 @@ def run_sweep(doc: dict[str, Any], home: Path, *, dry_run: bool, python: str | N
     command = [sys.executable, "-m", "ftbench", "sweep", str(path), "-o", "json"]
     command += ["--dataset-entries", "64"] if dry_run else []
     command += ["--python", python] if python else []
-    done = subprocess.run(command, env={**os.environ, "FTBENCH_HOME": str(home)}, capture_output=True, text=True)
+    done = subprocess.run(command, env={**os.environ, E.FTBENCH_HOME: str(home)}, capture_output=True, text=True)
     if done.returncode not in (0, 1):  # 1: some point failed, which the table shows
         raise SystemExit(f"ftbench sweep exited {done.returncode}:\n{done.stderr[-3000:]}")
 
