@@ -94,7 +94,9 @@ class Sweeps:
             sweep = self.get(name)
             if sweep.get("status", {}).get("phase") in FINAL:
                 return sweep, most
-            unfinished = [c for c in self.children(name) if c.get("status", {}).get("phase") not in FINAL]
+            # This sweep's children only: a deleted sweep of the same name may still own some, being collected.
+            ours = [c for c in self.children(name) if _owned_by(c, sweep["metadata"]["uid"])]
+            unfinished = [c for c in ours if c.get("status", {}).get("phase") not in FINAL]
             most = max(most, len(unfinished))
             for child in unfinished:
                 job = (child.get("status") or {}).get("job", {}).get("name")
@@ -108,6 +110,10 @@ class Sweeps:
                     finished.add(uid)
             time.sleep(0.3)
         raise AssertionError(f"sweep {name} not finished after {timeout}s: {self.get(name).get('status')}")
+
+
+def _owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or [])
 
 
 @pytest.fixture
