@@ -76,6 +76,9 @@ def test_any_rank_oom_decides_the_node_result() -> None:
     assert merge_rank_results([broken, None], 1).outcome == Outcome.FAILED
     missing = merge_rank_results([None, None], 137)
     assert missing.outcome == Outcome.FAILED and missing.error is not None and "137" in missing.error.message
+    # every rank measured and wrote success, then one aborted in teardown: the measurement stands
+    ok = TrainerResult(outcome=Outcome.SUCCEEDED, is_valid=True)
+    assert merge_rank_results([ok, ok], 1) is ok
 
 
 def _plan(tmp_path: Path, tiny_model_dir: Path):

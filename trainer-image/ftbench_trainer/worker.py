@@ -228,4 +228,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without C++ static destructors: with gloo threads still alive a rank can abort there
+    # ("terminate called without an active exception") after its result is written; everything this
+    # process owes (the result file, the log) is written and flushed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
