@@ -33,6 +33,7 @@ import yaml
 
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
+from ftbench.contracts.results import NoiseFlag, TrainerResult
 from ftbench.local.store import ResultsStore
 from ftbench.report.data import SweepData, from_store
 from ftbench.stats.noise import describe
@@ -147,8 +148,6 @@ def markdown(rows: list[dict[str, Any]], device: str, when: str) -> str:
         )
     flags = sorted({f for r in rows for f in r["noiseFlags"]})
     if flags:
-        from ftbench.contracts.results import NoiseFlag
-
         lines += ["", *(f"- `{f}`: {describe(NoiseFlag(f))}" for f in flags)]
     return "\n".join(lines)
 
@@ -190,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _results(home: Path) -> list[Any]:
-    from ftbench.contracts.results import TrainerResult
-
+def _results(home: Path) -> list[TrainerResult]:
     return [TrainerResult.model_validate(r) for run in ResultsStore(home / "results.db").runs() for r in run.results]
 
 

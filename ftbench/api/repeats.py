@@ -49,7 +49,7 @@ def repeats_status(planned: int, results: Sequence[TrainerResult]) -> RepeatsSta
         finished=len(results),
         steady_state_tokens_per_second=values,
         mean=mean,
-        ci95_low=max(0.0, interval.low) if interval and len(values) > 1 else None,
-        ci95_high=interval.high if interval and len(values) > 1 else None,
+        ci95_low=max(0.0, interval.low) if interval else None,  # None with fewer than 2 repeats
+        ci95_high=interval.high if interval else None,
         cv=statistics.stdev(values) / mean if len(values) > 1 and mean else None,
     )

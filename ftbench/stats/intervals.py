@@ -20,7 +20,6 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-CONFIDENCE = 0.95
 # Below this many steps batches would be single steps, with nothing against correlation: no interval.
 MIN_STEPS_FOR_INTERVAL = 4
 

@@ -435,13 +435,16 @@ def classify_run(
     return _progress(by_rank.values(), workloads)
 
 
-def trial_outcome(pod: PodSummary, index: int) -> TrialOutcome | None:
-    """A finished trial's outcome (None while the trial pod runs): the trainer's result if it left
-    one, else what Kubernetes says of the pod."""
-    if pod.container.state == "terminated":
-        result = parse_result(pod.container.message)
-        if result is not None:
-            return stability.trial_outcome(index, result)
+def trial_result(pod: PodSummary) -> TrainerResult | None:
+    """The trainer's result a finished trial pod left (None while it runs, or when it left none)."""
+    return parse_result(pod.container.message) if pod.container.state == "terminated" else None
+
+
+def trial_outcome(pod: PodSummary, index: int, result: TrainerResult | None) -> TrialOutcome | None:
+    """A finished trial's outcome (None while the trial pod runs): the trainer's `result` if it left
+    one (`trial_result`), else what Kubernetes says of the pod."""
+    if result is not None:
+        return stability.trial_outcome(index, result)
     verdict = pod_failure(pod)
     if verdict is None:
         return None
@@ -493,15 +496,10 @@ def classify_trials(
         return Observation(Phase.FAILED, CHILD_DELETED, "a trial workload was deleted by hand; retry to run again")
     live = [p for p in pods if trial_of(p) is not None and (not p.deleting or p.container.state == "terminated")]
     by_trial = _latest_per(live, trial_of)
-    done = tuple(
-        outcome for i, pod in sorted(by_trial.items()) if i < trials and (outcome := trial_outcome(pod, i)) is not None
-    )
+    parsed = {i: trial_result(pod) for i, pod in sorted(by_trial.items()) if i < trials}  # each message once
+    done = tuple(outcome for i, r in parsed.items() if (outcome := trial_outcome(by_trial[i], i, r)) is not None)
     start = min((p.start_time for p in by_trial.values() if p.start_time), default=None)
-    results = tuple(
-        r
-        for i, pod in sorted(by_trial.items())
-        if i < trials and pod.container.state == "terminated" and (r := parse_result(pod.container.message))
-    )
+    results = tuple(r for r in parsed.values() if r is not None)
     if len(done) >= trials:
         if repeated:
             return repeats_verdict(done, results, start)
