@@ -9,7 +9,8 @@ endpoint. Reactions:
 
 - FineTuneExperiment create/resume -> validate, render, create children (`handle_start`);
   spec update -> ignored with a condition (`handle_spec_change`); the `ftbench.io/retry`
-  annotation -> attempt N + 1 (`handle_retry`); every event -> metrics.
+  annotation -> attempt N + 1 (`handle_retry`); every event -> metrics. An experiment that kopf
+  records as handled but that never started (`never_started`) is started from its events.
 - Pods, Jobs, PyTorchJobs and TrainJobs labelled `app.kubernetes.io/managed-by: ftbench` -> a sync of
   their experiment (`handle_follow`). Pods are also indexed, so a sync reads them from memory.
 - ConfigMaps labelled `ftbench.io/profile: "true"` -> the cluster profile (`profile_source`).
@@ -25,6 +26,7 @@ owner references and the garbage collector, so a delete never hangs when the ope
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -40,7 +42,7 @@ from ftbench_operator.diffbase import BoundedDiffBaseStorage
 from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
 from ftbench_operator.handlers.handle_retry import retry
 from ftbench_operator.handlers.handle_spec_change import spec_changed
-from ftbench_operator.handlers.handle_start import start_or_resume
+from ftbench_operator.handlers.handle_start import start_by_name, start_or_resume
 from ftbench_operator.handlers.handle_sweep import reconcile_sweep, sweep_owner
 from ftbench_operator.kube import Kube, connect
 from ftbench_operator.metrics import OperatorMetrics
@@ -70,6 +72,24 @@ def _syncer(memo: kopf.Memo) -> Syncer:
 
 def _sweeps(memo: kopf.Memo) -> Syncer:
     return memo["sweeps"]
+
+
+def _starts(memo: kopf.Memo) -> Syncer:
+    return memo["starts"]
+
+
+def never_started(body: Mapping[str, Any]) -> bool:
+    """kopf's record says the create handler succeeded, yet the experiment has no status at all.
+
+    kopf writes its record (an annotation) by name after a handler returns. When an experiment is
+    deleted and re-created at once (`kubectl replace --force`, a sweep deleted and re-applied), the
+    handler of the deleted one may finish after the new one exists, and the record lands on the
+    new object: kopf then never runs `create` for it. Every path of `start_or_resume` writes a
+    status phase before it returns, so a record without a phase can only be such a misdirected one."""
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp") or f"{KOPF_PREFIX}/{LAST_HANDLED}" not in (meta.get("annotations") or {}):
+        return False
+    return not (body.get("status") or {}).get("phase")
 
 
 @kopf.on.startup()
@@ -103,6 +123,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     memo["syncer"] = syncer = Syncer(ctx)
     ctx.request_sync_later = syncer.request_later
     memo["sweeps"] = Syncer(ctx, reconcile_sweep, "sweep")
+    memo["starts"] = Syncer(ctx, start_by_name, "create")
     logger.info("ftbench operator ready: Kubernetes 1.%s, profile from %s", minor, profiles.origin)
 
 
@@ -119,6 +140,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await _syncer(memo).stop()
     if "sweeps" in memo:
         await _sweeps(memo).stop()
+    if "starts" in memo:
+        await _starts(memo).stop()
     if "ctx" in memo:
         _ctx(memo).kube.close()
 
@@ -187,6 +210,11 @@ async def experiment_event(type: str, body: kopf.Body, namespace: str, name: str
         _ctx(memo).forget(namespace, name)
     else:
         _ctx(memo).metrics.observe(body)
+        if never_started(body):
+            logging.getLogger(__name__).info(
+                "%s/%s: recorded as handled but never started; starting it", namespace, name
+            )
+            _starts(memo).request(namespace, name)
     sweep = sweep_owner(body)
     if sweep is not None:  # a sweep's child moved on (or is gone): the sweep may start the next run
         _sweeps(memo).request(namespace, sweep)

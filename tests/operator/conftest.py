@@ -176,4 +176,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         proc = item.funcargs["operator"]
         noise = ("succeeded.", "Unresolved resources", "GET /healthz")
         lines = [line for line in proc.log().splitlines() if not any(n in line for n in noise)]
-        report.sections.append(("operator log (tail)", "\n".join(lines[-80:])))
+        # A module's tests share one operator: its lines about this test's namespace say the most.
+        namespace = item.funcargs.get("namespace")
+        ours = [line[:400] for line in lines if namespace and f"{namespace}/" in line]
+        if ours:
+            report.sections.append((f"operator log about namespace {namespace} (tail)", "\n".join(ours[-150:])))
+        report.sections.append(("operator log (tail)", "\n".join(lines[-40:])))

@@ -7,11 +7,12 @@ Each case is a spec that `kubectl apply` stores on 1.20 (no CEL there) and that 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from kubernetes.client import BatchV1Api, CoreV1Api
-from operator_testkit import SELECTOR, lora_spec, wait_for
+from operator_testkit import SELECTOR, lora_spec, success_result, wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -136,6 +137,22 @@ def _watch_phases(kube_api: Any, namespace: str, name: str, until: Any, timeout:
 
     wait_for(done, timeout, what=f"{name}: {seen}")
     return seen
+
+
+def test_a_handled_record_written_onto_a_new_object_does_not_keep_it_from_running(operator, kubelet, create_experiment):
+    """Issue 27.2: kopf records "handled" by name, so the handler of an experiment deleted a moment
+    ago can mark its re-created namesake as handled, and kopf then never runs `create` for it (a
+    sweep deleted and re-applied at once stalled this way in CI). The operator starts such an
+    experiment from its events. Produced for real: the record is on the object when it is created."""
+    from ftbench_operator.app import KOPF_PREFIX, LAST_HANDLED
+
+    spec = lora_spec()
+    record = {f"{KOPF_PREFIX}/{LAST_HANDLED}": json.dumps({"spec": spec})}
+    name = create_experiment(spec, annotations=record)["metadata"]["name"]
+    kubelet.wait_phase(name, "Pending")
+    kubelet.finish(kubelet.wait_pods(1)[0], success_result())
+    assert kubelet.wait_phase(name, "Succeeded")["status"]["results"]
+    assert "never started; starting it" in operator.log()
 
 
 def test_delete_and_recreate_at_once_runs_the_new_one(operator, kubelet, create_experiment, kube_api, namespace):

@@ -43,6 +43,14 @@ async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None
         await start_attempt(ctx, fresh, fresh.attempt)
 
 
+async def start_by_name(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """`start_or_resume` for an experiment kopf will not start by itself (see `app.never_started`);
+    run from a Syncer, so a temporary failure (a predecessor's children) is retried."""
+    found = await ctx.kube.get_experiment(namespace, name)
+    if found is not None:
+        await start_or_resume(ctx, found)
+
+
 async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attempt: int) -> None:
     """Validate, render and create attempt `attempt`; record the accepted spec in status on start."""
     spec_dict, accepted_generation = experiment.accepted_spec()

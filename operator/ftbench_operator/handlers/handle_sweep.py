@@ -260,7 +260,10 @@ async def _write(ctx: OperatorContext, sweep: Mapping[str, Any], desired: FineTu
     if wire == current:
         return
     patch: Obj = {**dict.fromkeys(current), **wire}
-    written = await ctx.kube.patch_experiment_status(meta["namespace"], meta["name"], patch, SWEEP_KIND)
+    # By uid: a pass of a sweep deleted and re-created at once must not write onto the new one.
+    written = await ctx.kube.patch_experiment_status(
+        meta["namespace"], meta["name"], patch, SWEEP_KIND, uid=meta["uid"]
+    )
     if written is not None:
         ctx.own_writes[(meta["namespace"], meta["name"])] = str(written["metadata"].get("resourceVersion"))
     log.info("sweep %s/%s: %s %s", meta["namespace"], meta["name"], desired.phase, desired.message or "")
