@@ -19,11 +19,12 @@ from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
-from ftbench.contracts.results import TrainerResult
+from ftbench.contracts.results import Metrics, TrainerResult
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
 from ftbench.stats import text
+from ftbench.stats.results import metric_interval
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -103,7 +104,7 @@ def results_table(outcome: RunOutcome, repeated: bool = False) -> str:
         rows.append(("error", f"{result.error.type}: {result.error.message[:200]}"))
     if result.metrics:
         metrics = result.metrics.model_dump(by_alias=True)
-        rows += [(label, _fmt(metrics[key])) for key, label in HEADLINE]
+        rows += [(label, _with_interval(result.metrics, key, metrics[key])) for key, label in HEADLINE]
         rows += [
             ("steady tokens/s (after warmup)", text.steady_throughput(result.metrics)),
             ("measured", f"{result.metrics.measured_steps} steps, {result.metrics.measured_seconds:.1f} s "
@@ -134,6 +135,12 @@ def repeats_table(results: list[TrainerResult]) -> str:
 
 def _fmt(value: object) -> str:
     return f"{value:,.3f}" if isinstance(value, float) else str(value)
+
+
+def _with_interval(metrics: Metrics, key: str, value: object) -> str:
+    """A rate or MFU with its 95 % half-width (`metric_interval`: the run's own, or across repeats)."""
+    interval = metric_interval([metrics], key) if isinstance(value, float) and value else None
+    return _fmt(value) if interval is None else f"{_fmt(value)} ±{interval.relative_half_width:.1%}"
 
 
 def _load_spec(args: argparse.Namespace, base: Catalog):

@@ -6,6 +6,7 @@ batch-means intervals, or with several results the t interval of their mean.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -71,3 +72,22 @@ def test_several_results_use_the_spread_of_their_means() -> None:
     rows = _rows(repeats, _run("b", _metrics(1050, 0.01)))
     assert rows["results averaged"] == ("3", "1", "", "")
     assert rows["steadyStateTokensPerSecond"][3] == WITHIN_NOISE
+
+
+def test_ftbench_run_prints_every_rate_with_its_interval() -> None:
+    """Issue 26: the results table of `ftbench run` gives each per-second rate its ± (the run's
+    own relative half-width); counts and runtimes stay bare; no interval, no ±."""
+    from ftbench.cli.cmd_run import results_table
+    from ftbench.contracts.results import TrainerResult
+    from ftbench.local.runner import RunOutcome
+
+    def table(rel: float | None) -> dict[str, str]:
+        result = TrainerResult.model_validate({"outcome": "Succeeded", "isValid": True, "metrics": _metrics(2000.0, rel)})
+        text = results_table(RunOutcome("Succeeded", [result], 0))
+        return dict(re.split(r"\s{2,}", line, maxsplit=1) for line in text.splitlines() if "  " in line)
+
+    rows = table(0.031)
+    assert rows["train tokens/s (padded, all ranks)"] == "2,000.000 ±3.1%"
+    assert rows["train tokens/s per GPU"] == "2,000.000 ±3.1%" and rows["steps/s"] == "4.000 ±3.1%"
+    assert rows["runtime (s)"] == "10.000" and rows["steps"] == "40"
+    assert "±" not in table(None)["train tokens/s (padded, all ranks)"]
