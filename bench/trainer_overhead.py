@@ -42,8 +42,8 @@ from ftbench.catalog import load_catalog
 from ftbench.contracts.enums import Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.render.plan import build_plan
-from ftbench_trainer.engines import EngineRun
 from ftbench_trainer.engines.fms import installed_release
+from ftbench_trainer.engines.run import EngineRun
 from ftbench_trainer.measure.callback import MeasureCallback
 from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
 from ftbench_trainer.worker import resolve_dataset, resolve_model

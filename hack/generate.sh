@@ -7,3 +7,4 @@ FTBENCH="${FTBENCH:-.venv/bin/ftbench}"
 "$FTBENCH" crd -o crds
 "$FTBENCH" crd -o helm/ftbench/crds
 "$FTBENCH" docs -o docs
+"${PYTHON:-.venv/bin/python}" hack/import_contract.py --write

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rules import Rule
+from ftbench.api.rule import Rule
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 

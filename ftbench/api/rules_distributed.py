@@ -11,17 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rules import Rule
+from ftbench.api.rule import Rule, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Device, DistributedBackend, Engine, FsdpShardingStrategy, FsdpStateDictType
 from ftbench.engines.releases import load_releases
 
 HYBRID = (FsdpShardingStrategy.HYBRID_SHARD, FsdpShardingStrategy.HYBRID_SHARD_ZERO2)
-
-
-def _cel_list(values: list[str] | tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
 def distributed_rules() -> Iterator[Rule]:
@@ -68,7 +64,7 @@ def distributed_rules() -> Iterator[Rule]:
         "fsdpShardingStrategy",
         "HYBRID_SHARD needs several nodes",
         hybrid_multi_node,
-        f"!(self.fsdpShardingStrategy in {_cel_list([h.value for h in HYBRID])}) || self.numberNodes > 1",
+        f"!(self.fsdpShardingStrategy in {cel_list([h.value for h in HYBRID])}) || self.numberNodes > 1",
     )
 
     def v2_settings(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
@@ -82,7 +78,7 @@ def distributed_rules() -> Iterator[Rule]:
             "SHARD_GRAD_OP and it prefetches by itself; set fsdpVersion 1 or remove them"
         )
 
-    strategies2 = _cel_list([s.value for s in effective.FSDP2_STRATEGIES])
+    strategies2 = cel_list([s.value for s in effective.FSDP2_STRATEGIES])
     yield Rule(
         "fsdp.v2-settings",
         "fsdpVersion",
@@ -109,7 +105,7 @@ def distributed_rules() -> Iterator[Rule]:
         "FSDP2 needs an engine whose accelerate has it",
         v2_engine,
         "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.engine != 'fms-hf-tuning' || "
-        f"!(self.fmsHfTuningVersion in {_cel_list(without2)})",
+        f"!(self.fmsHfTuningVersion in {cel_list(without2)})",
     )
 
     sharded_only = [
@@ -135,7 +131,7 @@ def distributed_rules() -> Iterator[Rule]:
         "FSDP2 on an accelerate without FULL_STATE_DICT for it needs SHARDED_STATE_DICT",
         v2_full_state_dict,
         "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.fsdpStateDictType != 'FULL_STATE_DICT' || "
-        f"self.engine != 'fms-hf-tuning' || !(self.fmsHfTuningVersion in {_cel_list(sharded_only)})",
+        f"self.engine != 'fms-hf-tuning' || !(self.fmsHfTuningVersion in {cel_list(sharded_only)})",
     )
 
     def offload_fsdp1_cpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:

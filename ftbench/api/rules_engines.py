@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ftbench.api.rules import Rule
+from ftbench.api.rule import Rule, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Engine, Experiment, experiment_spellings
@@ -19,10 +19,6 @@ from ftbench.engines.flags import releases_knowing
 from ftbench.engines.releases import load_releases, version_tuple
 
 FMS = "self.engine != 'fms-hf-tuning' || "
-
-
-def _cel_list(values: list[str] | tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
 def _newest(versions: tuple[str, ...]) -> str:
@@ -46,7 +42,7 @@ def engine_rules(catalog: Catalog) -> Iterator[Rule]:
         "fmsHfTuningVersion",
         "the fms-hf-tuning release can be installed",
         installable,
-        FMS + "!(self.fmsHfTuningVersion in " + _cel_list([r.version for r in not_installable]) + ")",
+        FMS + "!(self.fmsHfTuningVersion in " + cel_list([r.version for r in not_installable]) + ")",
     )
 
     defects = [(r.version, method, why) for r in releases.releases for method, why in r.defects.items()]
@@ -62,7 +58,7 @@ def engine_rules(catalog: Catalog) -> Iterator[Rule]:
         return None
 
     pairs = [
-        f"(self.fmsHfTuningVersion == '{v}' && self.experiment in {_cel_list(exps)})"
+        f"(self.fmsHfTuningVersion == '{v}' && self.experiment in {cel_list(exps)})"
         for v, method, _ in defects
         if (exps := sorted(a for e, m in by_method.items() if m == method for a in experiment_spellings(Experiment(e))))
     ]
@@ -94,7 +90,7 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
         "fmsHfTuningVersion",
         "fastMoe needs a release with --fast_moe",
         fast_moe,
-        "self.fastMoe == 0 || " + FMS + "self.fmsHfTuningVersion in " + _cel_list(moe_ok),
+        "self.fastMoe == 0 || " + FMS + "self.fmsHfTuningVersion in " + cel_list(moe_ok),
     )
 
     image_ok = releases_knowing("--dataset_image_field")
@@ -113,7 +109,7 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
         "fmsHfTuningVersion",
         "vision datasets need a release with --dataset_image_field",
         vision_release,
-        FMS + "!(self.datasetId in " + _cel_list(vision) + ") || self.fmsHfTuningVersion in " + _cel_list(image_ok),
+        FMS + "!(self.datasetId in " + cel_list(vision) + ") || self.fmsHfTuningVersion in " + cel_list(image_ok),
     )
 
     kwargs_ok = releases_knowing("--dataset_kwargs")
@@ -133,5 +129,5 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
         "datasetKwargsSkipPrepareDataset",
         "datasetKwargsSkipPrepareDataset needs a release with --dataset_kwargs",
         dataset_kwargs,
-        FMS + "!self.datasetKwargsSkipPrepareDataset || self.fmsHfTuningVersion in " + _cel_list(kwargs_ok),
+        FMS + "!self.datasetKwargsSkipPrepareDataset || self.fmsHfTuningVersion in " + cel_list(kwargs_ok),
     )

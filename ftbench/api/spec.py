@@ -17,9 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from ftbench.contracts.enums import (
-    DEFAULT_FMS_HF_TUNING_VERSION,
     EXPERIMENT_ALIASES,
-    FMS_HF_TUNING_VERSIONS,
     OPTIMIZERS,
     AutoStopMethod,
     Device,
@@ -35,6 +33,7 @@ from ftbench.contracts.enums import (
     canonical_experiment,
 )
 from ftbench.contracts.wire import WireModel
+from ftbench.engines.releases import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS
 
 Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
 FmsHfTuningVersion = Literal[FMS_HF_TUNING_VERSIONS]  # type: ignore[valid-type]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ftbench.generated import sync_generated
 from ftbench.generated.docs import generate_all
+from ftbench.host.files import sync_generated
 
 
 def register(sub: argparse._SubParsersAction) -> None:

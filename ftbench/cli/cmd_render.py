@@ -17,8 +17,8 @@ from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.contracts.enums import Engine, Runtime
-from ftbench.contracts.fms_args import equivalent_command, sft_trainer_args
 from ftbench.contracts.plan import LaunchPlan
+from ftbench.engines.fms_args import equivalent_command, sft_trainer_args
 from ftbench.render.manifests import manifests_yaml, render_experiment
 from ftbench.render.plan import PlanError
 

@@ -2,8 +2,6 @@
 
 from enum import StrEnum
 
-from ftbench.engines.releases import load_releases
-
 
 class Experiment(StrEnum):
     """The five experiments of the SFTTrainer actuator (seed 001), names kept verbatim."""
@@ -99,11 +97,6 @@ class Runtime(StrEnum):
     PYTORCH_JOB = "PyTorchJob"
     TRAIN_JOB = "TrainJob"
 
-
-# The fms-hf-tuning releases offered, newest first (ftbench/engines/data/fms-releases.yaml, the one
-# source); 2.1.2 is the seed's default.
-FMS_HF_TUNING_VERSIONS: tuple[str, ...] = load_releases().versions
-DEFAULT_FMS_HF_TUNING_VERSION = load_releases().default
 
 # The optimizers transformers' TrainingArguments accepts, as listed by seed 001.
 OPTIMIZERS: tuple[str, ...] = (

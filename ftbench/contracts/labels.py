@@ -10,6 +10,12 @@ The standard library only, so the dev cluster's kubelet (stdlib only) imports it
 
 from __future__ import annotations
 
+import hashlib
+
+#: A label value's and a DNS label's length limit; names are cut to fit with a hash (`fit`).
+DNS_LABEL_MAX = 63
+HASH_LEN = 8
+
 #: The app name in the recommended `app.kubernetes.io/*` labels and the managed-by value.
 APP_NAME = "ftbench"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -44,11 +50,26 @@ RETRY_ANNOTATION = "ftbench.io/retry"
 def attempt_selector(name: str, attempt: int | None = None, *, other_than: int | None = None) -> str:
     """A label selector for experiment `name`'s children: all of them, one attempt's, or all but one
     attempt's (what a retry deletes). The operator's list calls and `ftbench render` users share it."""
-    from ftbench.render.names import label_value  # how a name is cut to fit a label, with the names
-
     selector = f"{EXPERIMENT_LABEL}={label_value(name)}"
     if attempt is not None:
         selector += f",{ATTEMPT_LABEL}={attempt}"
     if other_than is not None:
         selector += f",{ATTEMPT_LABEL}!={other_than}"
     return selector
+
+
+def digest(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:HASH_LEN]
+
+
+def fit(name: str, limit: int) -> str:
+    """`name` if it fits, else a prefix plus a hash of the whole name (stable, collision-resistant)."""
+    if len(name) <= limit:
+        return name
+    return f"{name[: limit - HASH_LEN - 1].rstrip('-')}-{digest(name)}"
+
+
+def label_value(value: str) -> str:
+    """A label value (<= 63 chars, alphanumeric at both ends) that still identifies `value`:
+    experiment and sweep names are cut this way wherever they become a label or a selector."""
+    return fit(value, DNS_LABEL_MAX).strip("-._")

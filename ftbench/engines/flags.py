@@ -3,7 +3,7 @@
 Read from the releases themselves: `python -m ftbench.engines.flags` (hack/generate.sh) builds
 every release's environment, lists the option strings of its `tuning.sft_trainer.get_parser()`
 (its dataclasses plus the TrainingArguments of the transformers it pins) and keeps those in
-`RENDERED_FLAGS`. The command line (`ftbench.contracts.fms_args`) and the validation rules read the
+`RENDERED_FLAGS`. The command line (`ftbench.engines.fms_args`) and the validation rules read the
 generated `data/fms-flags.yaml`, so a flag a release does not know is never passed to it, and a
 setting that needs such a flag is refused up front. A test regenerates it to check it is fresh.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from ftbench.engines.releases import DATA, load_releases
-from ftbench.generated import sync_generated
+from ftbench.host.files import sync_generated
 
 # Every flag `sft_trainer_args` can emit.
 RENDERED_FLAGS: tuple[str, ...] = (

@@ -20,7 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ftbench.engines.releases import DATA, FmsRelease, FmsReleases, load_releases
-from ftbench.generated import sync_generated
+from ftbench.host.files import sync_generated
 
 # ftbench's layer and what it pulls in beyond the release's stack: cut off at lockedAt, not at the release.
 LAYER_PACKAGES = (

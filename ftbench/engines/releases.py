@@ -136,3 +136,8 @@ def parse_lock(text: str) -> dict[str, str]:
 @cache
 def load_releases() -> FmsReleases:
     return FmsReleases.model_validate(yaml.safe_load(DATA.joinpath("fms-releases.yaml").read_text()))
+
+
+# The fms-hf-tuning releases offered, newest first (the API's enum); 2.1.2 is the seed's default.
+FMS_HF_TUNING_VERSIONS: tuple[str, ...] = load_releases().versions
+DEFAULT_FMS_HF_TUNING_VERSION = load_releases().default

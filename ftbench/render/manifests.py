@@ -30,10 +30,11 @@ from ftbench.contracts.labels import (
     EXPERIMENT_NAME_ANNOTATION,
     MANAGED_BY_LABEL,
     RUNTIME_ANNOTATION,
+    label_value,
 )
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.render.access import pod_account, trainer_access
-from ftbench.render.names import ChildNames, child_names, label_value
+from ftbench.render.names import ChildNames, child_names
 from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, choose_runtime_for
 from ftbench.render.pods import PodInputs, uses_roce
 from ftbench.render.runtimes import (

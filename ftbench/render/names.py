@@ -12,38 +12,20 @@ with a hash when longer.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
 from ftbench.contracts.enums import Runtime
+from ftbench.contracts.labels import DNS_LABEL_MAX, digest, fit
 
-DNS_LABEL_MAX = 63
 # Room for the longest suffix: "-worker-1023" (PyTorchJob pods, numberNodes <= 1024).
 BASE_MAX = DNS_LABEL_MAX - len("-worker-1023")
-HASH_LEN = 8
-
-
-def digest(name: str) -> str:
-    return hashlib.sha256(name.encode()).hexdigest()[:HASH_LEN]
-
-
-def fit(name: str, limit: int) -> str:
-    """`name` if it fits, else a prefix plus a hash of the whole name (stable, collision-resistant)."""
-    if len(name) <= limit:
-        return name
-    return f"{name[: limit - HASH_LEN - 1].rstrip('-')}-{digest(name)}"
 
 
 def dns1035(name: str) -> str:
     """Lower-case letters, digits and '-', starting with a letter (experiment names may hold dots)."""
     label = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     return label if label[:1].isalpha() else f"x-{label}"
-
-
-def label_value(value: str) -> str:
-    """A label value (<= 63 chars, alphanumeric at both ends) that still identifies `value`."""
-    return fit(value, DNS_LABEL_MAX).strip("-._")
 
 
 @dataclass(frozen=True)

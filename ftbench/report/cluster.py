@@ -18,13 +18,12 @@ from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
-from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
+from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL, label_value
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
 from ftbench.extras import require
 from ftbench.kubeapi.client import call
 from ftbench.local.store import RunRecord
-from ftbench.render.names import label_value
 from ftbench.report.data import ReportData, RunMeasurement, sweep_data
 from ftbench.sweep.points import expand
 from ftbench.sweep.schedule import OOM_REASON, RunState

@@ -33,8 +33,14 @@ from typing import Any
 import kopf
 
 from ftbench.api.resource import GROUP, PLURAL, SWEEP_PLURAL, VERSION
-from ftbench.contracts.labels import ATTEMPT_LABEL, EXPERIMENT_LABEL, MANAGED_BY, PROFILE_LABEL, RETRY_ANNOTATION
-from ftbench.render.names import label_value
+from ftbench.contracts.labels import (
+    ATTEMPT_LABEL,
+    EXPERIMENT_LABEL,
+    MANAGED_BY,
+    PROFILE_LABEL,
+    RETRY_ANNOTATION,
+    label_value,
+)
 from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
 from ftbench_operator.classify import summarize_pod
 from ftbench_operator.context import OperatorContext, api_errors

@@ -20,9 +20,8 @@ from operator_testkit import Kubelet, lora_spec, oom_result, success_result, wai
 from prometheus_client.parser import text_string_to_metric_families
 
 from ftbench.api.resource import API_VERSION, GROUP, PLURAL, SWEEP_KIND, SWEEP_PLURAL, VERSION
-from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL
+from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, label_value
 from ftbench.contracts.results import TrainerResult
-from ftbench.render.names import label_value
 
 pytestmark = pytest.mark.k8s
 

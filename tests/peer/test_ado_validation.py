@@ -31,14 +31,12 @@ from ftbench.catalog import Catalog, load_catalog
 from ftbench.catalog.loader import DatasetEntry
 from ftbench.contracts.ado_names import ADO_PARAMETERS
 from ftbench.contracts.enums import (
-    DEFAULT_FMS_HF_TUNING_VERSION,
     EXPERIMENT_ALIASES,
-    FMS_HF_TUNING_VERSIONS,
     Experiment,
     canonical_experiment,
 )
 from ftbench.engines.flags import releases_knowing
-from ftbench.engines.releases import load_releases
+from ftbench.engines.releases import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS, load_releases
 
 pytestmark = pytest.mark.peer
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ftbench.api.profile import Images
-from ftbench.contracts.enums import DEFAULT_FMS_HF_TUNING_VERSION, Engine
+from ftbench.contracts.enums import Engine
+from ftbench.engines.releases import DEFAULT_FMS_HF_TUNING_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

@@ -6,13 +6,13 @@ from hypothesis import strategies as st
 
 from ftbench.catalog import load_catalog
 from ftbench.contracts.enums import (
-    FMS_HF_TUNING_VERSIONS,
     DistributedBackend,
     Engine,
     Experiment,
     FsdpShardingStrategy,
     TorchDtype,
 )
+from ftbench.engines.releases import FMS_HF_TUNING_VERSIONS
 
 CATALOG = load_catalog()
 

@@ -82,7 +82,9 @@ def test_ftbench_run_prints_every_rate_with_its_interval() -> None:
     from ftbench.local.runner import RunOutcome
 
     def table(rel: float | None) -> dict[str, str]:
-        result = TrainerResult.model_validate({"outcome": "Succeeded", "isValid": True, "metrics": _metrics(2000.0, rel)})
+        result = TrainerResult.model_validate(
+            {"outcome": "Succeeded", "isValid": True, "metrics": _metrics(2000.0, rel)}
+        )
         text = results_table(RunOutcome("Succeeded", [result], 0))
         return dict(re.split(r"\s{2,}", line, maxsplit=1) for line in text.splitlines() if "  " in line)
 

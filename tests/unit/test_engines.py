@@ -7,10 +7,15 @@ from pathlib import Path
 import pytest
 
 from ftbench.cli import main
-from ftbench.contracts.enums import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS
 from ftbench.engines import flags, locks
 from ftbench.engines.envs import MARKER, list_envs, prune
-from ftbench.engines.releases import load_releases, parse_lock, version_tuple
+from ftbench.engines.releases import (
+    DEFAULT_FMS_HF_TUNING_VERSION,
+    FMS_HF_TUNING_VERSIONS,
+    load_releases,
+    parse_lock,
+    version_tuple,
+)
 
 RELEASES = load_releases()
 

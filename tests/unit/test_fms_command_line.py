@@ -12,8 +12,8 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.cli import main
-from ftbench.contracts.fms_args import UnsupportedByRelease, equivalent_command, sft_trainer_args
 from ftbench.contracts.plan import LaunchPlan
+from ftbench.engines.fms_args import UnsupportedByRelease, equivalent_command, sft_trainer_args
 from ftbench.render.manifests import render_experiment
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,44 +1,68 @@
-"""Which package may import which: the arrows of docs/architecture.md, checked on the source.
+"""Which part of the code may import which: import-contract.toml, checked on the source.
 
-ftbench (pydantic + pyyaml) is what the operator image and the CLI carry; it starts the trainer as
-a process and never imports it. The trainer never imports the operator (its image has no kopf), and
-the operator never imports the trainer (its image has no torch).
+The contract (the one source of the table in docs/architecture.md) lists, for each part, the other
+parts and the third-party libraries it may import; `hack/import_contract.py` reads every import of
+the three packages with `ast`, lazy ones too. What matters most for the images: ftbench (pydantic +
+pyyaml) never imports the trainer or the operator, the operator never imports torch (its image has
+none), the trainer never imports kopf (its image has none).
 """
 
 from __future__ import annotations
 
-import ast
+import dataclasses
+import importlib.util
+import sys
 from pathlib import Path
-
-import pytest
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {
-    "ftbench": REPO / "ftbench",
-    "ftbench_operator": REPO / "operator" / "ftbench_operator",
-    "ftbench_trainer": REPO / "trainer-image" / "ftbench_trainer",
-}
-FORBIDDEN = {
-    "ftbench": {"ftbench_trainer", "ftbench_operator", "kopf", "torch", "transformers"},
-    "ftbench_operator": {"ftbench_trainer", "torch", "transformers"},
-    "ftbench_trainer": {"ftbench_operator", "kopf"},
-}
 
 
-def _imports(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found
+def _contract() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("import_contract", REPO / "hack" / "import_contract.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_contract"] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.mark.parametrize("package", sorted(PACKAGES))
-def test_no_arrow_goes_the_wrong_way(package: str) -> None:
-    wrong = {
-        str(path.relative_to(REPO)): sorted(_imports(path) & FORBIDDEN[package])
-        for path in PACKAGES[package].rglob("*.py")
-    }
-    assert {path: names for path, names in wrong.items() if names} == {}
+contract = _contract()
+
+
+def test_every_import_keeps_the_contract() -> None:
+    assert contract.breaches() == []
+
+
+def test_no_module_imports_itself_through_a_circle() -> None:
+    assert contract.module_cycles() == []
+
+
+def test_architecture_doc_shows_the_current_contract() -> None:
+    assert contract.check_docs(), "docs/architecture.md is stale: run `python hack/import_contract.py --write`"
+
+
+def test_the_arrows_the_images_need_are_in_the_contract() -> None:
+    parts = contract.load()
+    product = [p for key, p in parts.items() if key.startswith("ftbench")]
+    assert all(not (p.libraries & {"torch", "transformers", "kopf"}) for p in product)
+    assert all(not ({"trainer-image/ftbench_trainer", "operator/ftbench_operator"} & p.may_import) for p in product)
+    assert "torch" not in parts["operator/ftbench_operator"].libraries
+    assert "trainer-image/ftbench_trainer" not in parts["operator/ftbench_operator"].may_import
+    assert "kopf" not in parts["trainer-image/ftbench_trainer"].libraries
+    assert "operator/ftbench_operator" not in parts["trainer-image/ftbench_trainer"].may_import
+
+
+def test_a_breach_is_found_and_named() -> None:
+    """The check itself: take an arrow and a library away, and the imports that use them are named."""
+    parts = contract.load()
+    api = parts["ftbench/api"]
+    parts["ftbench/api"] = dataclasses.replace(
+        api, may_import=api.may_import - {"ftbench/stats"}, libraries=api.libraries - {"yaml"}
+    )
+    found = contract.breaches(parts)
+    assert any(f.startswith("ftbench/api/") and "ftbench/api may not import ftbench/stats" in f for f in found)
+    assert any("ftbench/api may not import the library yaml" in f for f in found)
+    circle = contract.load()
+    circle["ftbench/stats"] = dataclasses.replace(circle["ftbench/stats"], may_import=frozenset({"ftbench/api"}))
+    assert "import-contract.toml: a circle of parts: ftbench/api -> ftbench/stats" in contract.breaches(circle)

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from ftbench.api.validation import validate_spec_dict
-from ftbench.contracts.fms_args import sft_trainer_args
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.engines.envs import package_path
 from ftbench.engines.flags import RENDERED_FLAGS, known_flags
+from ftbench.engines.fms_args import sft_trainer_args
 from ftbench.engines.releases import load_releases
 from tests.trainer.helpers import fms_env_python
 from tests.unit.render_cases import CASES, Case

@@ -11,7 +11,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
 from ftbench.contracts.enums import Runtime
-from ftbench.contracts.labels import attempt_selector
+from ftbench.contracts.labels import DNS_LABEL_MAX, attempt_selector, fit
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 from ftbench.contracts.results import EXIT_GPU_OOM
 from ftbench.render.access import ACCESS_KINDS
@@ -20,7 +20,7 @@ from ftbench.render.manifests import (
     experiment_names,
     render_experiment,
 )
-from ftbench.render.names import DNS_LABEL_MAX, child_names, fit
+from ftbench.render.names import child_names
 from tests.unit.render_cases import A100, CASES, ROCE_PROFILE
 
 CATALOG = load_catalog()

@@ -11,8 +11,8 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
 from ftbench.contracts.enums import Runtime
+from ftbench.contracts.labels import DNS_LABEL_MAX
 from ftbench.render.manifests import RenderError, render_experiment
-from ftbench.render.names import DNS_LABEL_MAX
 from ftbench.render.trainjob import NODE_CONTAINER, PATCH_MANAGER
 from tests.unit.render_cases import A100, CASES, TRAINJOB_ROCE_PROFILE
 

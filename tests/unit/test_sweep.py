@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from ftbench.api.sweep import MAX_POINTS, OBJECTIVE_METRICS, FineTuneSweepSpec, PointPhase, SweepPhase
 from ftbench.catalog import load_catalog
+from ftbench.contracts.labels import DNS_LABEL_MAX
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
-from ftbench.render.names import DNS_LABEL_MAX, sweep_child_name
+from ftbench.render.names import sweep_child_name
 from ftbench.sweep.frontier import memory_order, needs_at_least
 from ftbench.sweep.points import expand, parse_sweep_document
 from ftbench.sweep.schedule import OOM_REASON, ReuseCandidate, RunState, plan_sweep, reuse_key

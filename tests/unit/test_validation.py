@@ -130,8 +130,8 @@ def test_a_value_that_reads_as_a_flag_never_reaches_the_command_line() -> None:
     from ftbench.api.profile import ClusterProfile
     from ftbench.catalog import load_catalog
     from ftbench.contracts.enums import Runtime
-    from ftbench.contracts.fms_args import sft_trainer_args
     from ftbench.contracts.plan import ExperimentRef
+    from ftbench.engines.fms_args import sft_trainer_args
     from ftbench.render.plan import build_plan
 
     spec = validate_spec_dict({**OK, "experiment": "finetune_lora_benchmark-v1.0.0"}).spec

@@ -145,7 +145,8 @@ def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
 def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> TrainerResult:
     from transformers import AutoTokenizer
 
-    from ftbench_trainer.engines import EngineRun, engine_command, run_engine
+    from ftbench_trainer.engines import engine_command, run_engine
+    from ftbench_trainer.engines.run import EngineRun
     from ftbench_trainer.measure import distributed
     from ftbench_trainer.measure.callback import MeasureCallback
     from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens

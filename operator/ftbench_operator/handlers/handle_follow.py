@@ -17,8 +17,8 @@ from ftbench.api import effective
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.catalog import load_catalog
+from ftbench.contracts.labels import label_value
 from ftbench.kubeapi import KubeError
-from ftbench.render.names import label_value
 from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView

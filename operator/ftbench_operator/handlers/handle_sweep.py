@@ -33,10 +33,10 @@ from ftbench.api.resource import API_VERSION, KIND, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, FineTuneSweepStatus, SweepPhase
 from ftbench.api.validation import Issue
-from ftbench.contracts.labels import MANAGED_BY, SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
+from ftbench.contracts.labels import MANAGED_BY, SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL, label_value
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
-from ftbench.render.names import label_value, sweep_child_name
+from ftbench.render.names import sweep_child_name
 from ftbench.sweep.points import SweepPoint, expand
 from ftbench.sweep.schedule import NewRun, ReuseCandidate, RunState, SweepPlan, plan_sweep, reuse_key
 from ftbench.sweep.status import invalid_status, sweep_status

@@ -8,19 +8,9 @@ hyperparameters; the callback produces the same metrics from either.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from ftbench.contracts import env
-from ftbench.contracts.plan import LaunchPlan
-from ftbench_trainer.measure.callback import MeasureCallback
-
-
-@dataclass
-class EngineRun:
-    plan: LaunchPlan
-    model_path: str
-    dataset_path: str
-    callback: MeasureCallback
+from ftbench_trainer.engines.run import EngineRun
 
 
 def engine_command(run: EngineRun) -> str:

@@ -1,6 +1,6 @@
 """fms-hf-tuning: the installed release's `tuning.sft_trainer`, seed 001's command line, our callback.
 
-The arguments are `ftbench.contracts.fms_args.sft_trainer_args(plan)` — the command line the seed
+The arguments are `ftbench.engines.fms_args.sft_trainer_args(plan)` — the command line the seed
 runs, with only the flags this release knows — parsed by the release's own parser, so nothing is
 re-interpreted here. `fms_api` adapts to the release's API shape; the callback goes in through
 `train(additional_callbacks=...)`, the extension point every release offers. The release that
@@ -13,12 +13,12 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ftbench.contracts.fms_args import equivalent_command, sft_trainer_args
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import REASON_ENGINE_MISMATCH
+from ftbench.engines.fms_args import equivalent_command, sft_trainer_args
 from ftbench.engines.releases import load_releases
-from ftbench_trainer.engines import EngineRun
 from ftbench_trainer.engines.fms_api import parse, train
+from ftbench_trainer.engines.run import EngineRun
 
 log = logging.getLogger(__name__)
 

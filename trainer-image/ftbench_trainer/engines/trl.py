@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ftbench.contracts.plan import LaunchPlan
-from ftbench_trainer.engines import EngineRun
+from ftbench_trainer.engines.run import EngineRun
 
 # fms-hf-tuning's defaults (tuning/config/peft_config.py) where the plan does not set a value.
 LORA_DROPOUT = 0.05

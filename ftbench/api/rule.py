@@ -1,0 +1,31 @@
+"""One cross-field rule: a Python check and, where it can be said in CEL, its CEL twin.
+
+Its own module so the rule families (`rules_*.py`) and the list that gathers them (`rules.py`)
+import it without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+
+Check = Callable[[FineTuneExperimentSpec, Catalog], str | None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule: `check` returns None when satisfied, else the problem and how to fix it."""
+
+    id: str
+    field: str  # camelCase path under spec, e.g. "batchSize"
+    summary: str
+    check: Check
+    cel: str | None = None
+
+
+def cel_list(values: Sequence[str]) -> str:
+    """A CEL list literal of strings (the CEL twins of membership checks)."""
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
