@@ -2,7 +2,7 @@
 
     python bench/operator_latency.py [--experiments 200] [--total 1000]
 
-Starts etcd + kube-apiserver + kube-controller-manager (ftbench.devcluster), installs the CRD,
+Starts etcd + kube-apiserver + kube-controller-manager (ftbench_devcluster), installs the CRD,
 runs the real operator (`python -m ftbench_operator`) as a subprocess and plays a kubelet that
 completes every training pod the moment the Job controller creates it, with a real trainer
 result as the termination message. Measured, all with one monotonic clock in this process:
@@ -44,8 +44,8 @@ from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION  # no
 from ftbench.contracts.env import operator_setting  # noqa: E402
 from ftbench.contracts.labels import EXPERIMENT_LABEL, MANAGED_SELECTOR  # noqa: E402
 from ftbench.contracts.results import Metrics, Outcome, RunEnvironment, TrainerResult  # noqa: E402
-from ftbench.devcluster import ControlPlane  # noqa: E402
-from ftbench.devcluster.crds import install_crd  # noqa: E402
+from ftbench_devcluster import ControlPlane  # noqa: E402
+from ftbench_devcluster.crds import install_crd  # noqa: E402
 
 SPEC = {
     "experiment": "finetune_lora_benchmark-v1.0.0",

@@ -38,8 +38,8 @@ from operator_latency import SPEC, Bench, cpu_seconds, rss_mb, start_operator, w
 
 from ftbench.api.crd import crd, sweep_crd  # noqa: E402
 from ftbench.api.resource import API_VERSION, GROUP, SWEEP_KIND, SWEEP_PLURAL, VERSION  # noqa: E402
-from ftbench.devcluster import ControlPlane  # noqa: E402
-from ftbench.devcluster.crds import install_crd  # noqa: E402
+from ftbench_devcluster import ControlPlane  # noqa: E402
+from ftbench_devcluster.crds import install_crd  # noqa: E402
 
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy

@@ -11,7 +11,7 @@
 #   - KUBEBUILDER_ASSETS set and holding kube-apiserver + etcd  -> nothing to do.
 #   - the cache already holds all three binaries                -> exit immediately.
 # Binaries end up in ${FTBENCH_CACHE:-$HOME/.cache/ftbench}/k8s-1.20.2/bin/ (etcd is copied there),
-# which ftbench.devcluster.ControlPlane searches after KUBEBUILDER_ASSETS.
+# which ftbench_devcluster.ControlPlane searches after KUBEBUILDER_ASSETS.
 #
 # Runs as root on Debian bookworm, non-interactively. About 8 minutes on 2 cores.
 set -euo pipefail

@@ -1,6 +1,6 @@
 """The import contract (import-contract.toml): check the code against it, or write its table.
 
-    python hack/import_contract.py            # check every import of the three packages; exit 1 on a breach
+    python hack/import_contract.py            # check every import of the four packages; exit 1 on a breach
     python hack/import_contract.py --write    # write the table and the picture into docs/architecture.md
     python hack/import_contract.py --check-docs   # exit 1 when docs/architecture.md is stale
 
@@ -24,7 +24,12 @@ CONTRACT = REPO / "import-contract.toml"
 DOC = REPO / "docs" / "architecture.md"
 START, END = "<!-- import-contract:start -->", "<!-- import-contract:end -->"
 # The packages and the folder each lives in (module `ftbench_operator.x` is operator/ftbench_operator/x.py).
-ROOTS = {"ftbench": REPO, "ftbench_operator": REPO / "operator", "ftbench_trainer": REPO / "trainer-image"}
+ROOTS = {
+    "ftbench": REPO,
+    "ftbench_operator": REPO / "operator",
+    "ftbench_trainer": REPO / "trainer-image",
+    "ftbench_devcluster": REPO / "devcluster",
+}
 TOP = "ftbench"  # the part of the `ftbench` package's top-level modules
 
 
@@ -42,7 +47,7 @@ def load(path: Path = CONTRACT) -> dict[str, Part]:
 
 
 def modules() -> dict[str, Path]:
-    """Module name -> file, for every module of the three packages."""
+    """Module name -> file, for every module of the four packages."""
     found = {}
     for package, parent in ROOTS.items():
         for path in sorted((parent / package).rglob("*.py")):

@@ -36,7 +36,7 @@ print(h.hexdigest())
 PY
 }
 
-STAMP="$(hash_inputs pyproject.toml hack/constraints.txt hack/setup-envs.sh)-py$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+STAMP="$(hash_inputs pyproject.toml devcluster/pyproject.toml hack/constraints.txt hack/setup-envs.sh)-py$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
 now() { date +%s.%N; }
 elapsed() { "$PYTHON" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
@@ -70,6 +70,8 @@ setup_main() {
   t=$(now); "$v/bin/pip" install -q -c "$CONSTRAINTS" torch==2.13.0; log "  torch: $(elapsed "$t")s"
   t=$(now); "$v/bin/pip" install -q -c "$CONSTRAINTS" -e '.[operator,trainer,report,dev]'
   log "  ftbench[operator,trainer,report,dev]: $(elapsed "$t")s"
+  # The test rig (tests, benchmarks, `ftbench dev`): its own distribution, not in the ftbench wheel.
+  t=$(now); "$v/bin/pip" install -q -c "$CONSTRAINTS" --no-deps -e ./devcluster; log "  ftbench-devcluster: $(elapsed "$t")s"
   check_torch "$v"
   "$v/bin/python" -c "import transformers, trl, peft, accelerate, datasets; print('[setup-envs]   transformers', transformers.__version__, 'trl', trl.__version__)"
   echo "$STAMP" > "$v/.ftbench-ready"

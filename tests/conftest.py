@@ -1,4 +1,4 @@
-"""Session-wide fixtures for the real Kubernetes control plane (see ftbench.devcluster).
+"""Session-wide fixtures for the real Kubernetes control plane (see ftbench_devcluster).
 
 Only control-plane fixtures live here; area-specific fixtures go into sub-conftests
 (tests/trainer/conftest.py, ...). Tests that use these fixtures must be marked ``@pytest.mark.k8s``.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ftbench.devcluster import BinariesNotFoundError, ControlPlane, find_binaries
+from ftbench_devcluster import BinariesNotFoundError, ControlPlane, find_binaries
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

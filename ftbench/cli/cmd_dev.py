@@ -3,16 +3,34 @@
 `up` starts a real control plane (etcd, kube-apiserver, kube-controller-manager), installs the
 FineTuneExperiment CRD, and runs the operator and the local kubelet (which runs the training
 pods as local processes), all in the background under one supervisor; see
-`ftbench.devcluster.devup`.
+`ftbench_devcluster.devup`. That test rig is its own distribution (devcluster/ in the source tree,
+not in the ftbench wheel), imported only when a `dev` command runs; without it the command says
+how to install it.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import ModuleType
 
-from ftbench.devcluster import devup
-from ftbench.extras import require
+from ftbench.extras import MissingExtra, require
+
+RIG = "ftbench_devcluster"
+RIG_HINT = (
+    "`ftbench dev` needs the test rig, which the ftbench package does not ship: from a source checkout, "
+    "pip install -e ./devcluster (hack/setup-envs.sh installs it into .venv)"
+)
+
+
+def _devup() -> ModuleType:
+    try:
+        from ftbench_devcluster import devup
+    except ModuleNotFoundError as err:
+        if err.name != RIG:
+            raise
+        raise MissingExtra(RIG_HINT) from err
+    return devup
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--state-dir",
         type=Path,
-        default=devup.DEFAULT_STATE_DIR,
-        help=f"kubeconfig, logs, pods (default {devup.DEFAULT_STATE_DIR})",
+        help="kubeconfig, logs, pods (default ~/.ftbench/dev: the test rig's DEFAULT_STATE_DIR)",
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start the cluster in the background and print how to use it")
@@ -43,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run pods in their images (built by hack/build-images.sh) instead of as host processes",
     )
-    up.add_argument("--timeout", type=float, default=devup.READY_TIMEOUT, help="seconds to wait for the cluster")
+    up.add_argument("--timeout", type=float, help="seconds to wait for the cluster (default 180)")
     actions.add_parser("down", help="stop everything `dev up` started")
     actions.add_parser("status", help="show what runs (exit 1 if the cluster is not up)")
     p.set_defaults(func=run)
@@ -56,11 +73,15 @@ def run(args: argparse.Namespace) -> int:
             "starting the kubelet and operator",
             ("kubernetes",) if args.no_operator else ("kubernetes", "kopf"),
         )
+    devup = _devup()
+    state_dir = devup.DEFAULT_STATE_DIR if args.state_dir is None else args.state_dir
+    if args.action == "up":
         return devup.up(
-            args.state_dir, labels=args.label, gpus=args.gpus, no_operator=args.no_operator,
-            operator_cmd=args.operator_cmd, seed_models=not args.no_seed_models, timeout=args.timeout,
+            state_dir, labels=args.label, gpus=args.gpus, no_operator=args.no_operator,
+            operator_cmd=args.operator_cmd, seed_models=not args.no_seed_models,
+            timeout=devup.READY_TIMEOUT if args.timeout is None else args.timeout,
             images=args.images,
         )  # fmt: skip
     if args.action == "down":
-        return devup.down(args.state_dir)
-    return devup.status(args.state_dir)
+        return devup.down(state_dir)
+    return devup.status(state_dir)

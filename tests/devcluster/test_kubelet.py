@@ -1,6 +1,6 @@
 """The local kubelet against the real control plane: pods really run, status is real.
 
-One kubelet process per module (``python -m ftbench.devcluster.kubelet``, as ``ftbench dev up``
+One kubelet process per module (``python -m ftbench_devcluster.kubelet``, as ``ftbench dev up``
 starts it), serving only the namespaces these tests label, so pods of other test modules on the
 shared control plane stay Pending as they expect.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from ftbench.devcluster.kubelet import kill_all_pods
+from ftbench_devcluster.kubelet import kill_all_pods
 
 pytestmark = pytest.mark.k8s
 
@@ -40,7 +40,7 @@ class Kubelet:
 
     def start(self) -> None:
         argv = [
-            sys.executable, "-m", "ftbench.devcluster.kubelet", "--kubeconfig", str(self.kubeconfig),
+            sys.executable, "-m", "ftbench_devcluster.kubelet", "--kubeconfig", str(self.kubeconfig),
             "--node-name", NODE, "--state-dir", str(self.state_dir), "--label", "nvidia.com/gpu.product=Test-GPU",
             "--gpus", "2", "--namespace-label", "=".join(SERVE_LABEL), "--interval", "0.2",
         ]  # fmt: skip

@@ -14,8 +14,8 @@ import yaml
 from e2e_kit import PYTORCHJOB_CRD_FILE, Cluster, image_mode
 
 from ftbench.api.crd import crd, sweep_crd
-from ftbench.devcluster.crds import install_crd
-from ftbench.devcluster.devup import seed_models
+from ftbench_devcluster.crds import install_crd
+from ftbench_devcluster.devup import seed_models
 
 HERE = Path(__file__).resolve().parent
 # The cluster that is up, closed after the folder's last test (see pytest_runtest_teardown).

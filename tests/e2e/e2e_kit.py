@@ -1,7 +1,7 @@
 """The end-to-end tests' cluster: control plane, local kubelet, real operator (fixtures in conftest).
 
 Everything is real except the container image: the operator (``python -m ftbench_operator``) and
-the local kubelet (``python -m ftbench.devcluster.kubelet``) run as subprocesses against the
+the local kubelet (``python -m ftbench_devcluster.kubelet``) run as subprocesses against the
 session's 1.20 control plane, and the kubelet runs the rendered pods' ``ftbench-trainer`` on the
 CPU with the tiny model. Both processes start once for the whole package (starting them and
 seeding the model costs more than most tests), and the restart test kills and restarts them in
@@ -29,8 +29,8 @@ import pytest
 import yaml
 
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from ftbench.devcluster.devup import default_operator_command
-from ftbench.devcluster.kubelet import kill_all_pods
+from ftbench_devcluster.devup import default_operator_command
+from ftbench_devcluster.kubelet import kill_all_pods
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DIR = Path(os.environ.get("FTBENCH_SHARED_DIR", REPO.parent / "shared"))
@@ -119,7 +119,7 @@ class Cluster:
         self.kubelet_dir.mkdir()
         env = {**os.environ, **TRAINER_ENV, "KUBECONFIG": str(control_plane.kubeconfig)}
         kubelet_argv = [
-            sys.executable, "-m", "ftbench.devcluster.kubelet", "--kubeconfig", str(control_plane.kubeconfig),
+            sys.executable, "-m", "ftbench_devcluster.kubelet", "--kubeconfig", str(control_plane.kubeconfig),
             "--node-name", NODE, "--state-dir", str(self.kubelet_dir), "--gpus", "0", "--interval", "0.2",
             "--namespace-label", "=".join(SERVE_LABEL), *(a for k in TRAINER_ENV for a in ("--pass-env", k)),
             *(["--images"] if images else []),

@@ -20,12 +20,12 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts import images as C
-from ftbench.devcluster.kubelet import images as images_mode
-from ftbench.devcluster.kubelet.containers import isolation_prefix
-from ftbench.devcluster.podrun import EXIT_FILE, SPEC_FILE
 from ftbench.engines.releases import load_releases
 from ftbench.images import plan, store
 from ftbench.render.manifests import render_experiment
+from ftbench_devcluster.kubelet import images as images_mode
+from ftbench_devcluster.kubelet.containers import isolation_prefix
+from ftbench_devcluster.podrun import EXIT_FILE, SPEC_FILE
 
 pytestmark = pytest.mark.images
 
@@ -45,7 +45,7 @@ def run_in(ref: str, *argv: str, tmp: Path) -> str:
     prefix = isolation_prefix()
     assert prefix is not None, "image mode needs mount namespaces"
     env = {**os.environ, "PYTHONPATH": str(Path(ftbench.__file__).parents[1])}
-    cmd = [*prefix, sys.executable, "-m", "ftbench.devcluster.podrun", str(directory)]
+    cmd = [*prefix, sys.executable, "-m", "ftbench_devcluster.podrun", str(directory)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
     exit_code = json.loads((directory / EXIT_FILE).read_text())["exitCode"]
     return f"exit {exit_code}\n{done.stdout}{done.stderr}"

@@ -16,9 +16,9 @@ from e2e_kit import Cluster, poll, tiny_lora_spec
 
 from ftbench.api.crd import crd
 from ftbench.contracts.images import OPERATOR_UID
-from ftbench.devcluster.crds import install_crd
-from ftbench.devcluster.devup import seed_models
 from ftbench.images import plan
+from ftbench_devcluster.crds import install_crd
+from ftbench_devcluster.devup import seed_models
 from tests.ship.chart import render
 
 pytestmark = [pytest.mark.images, pytest.mark.k8s, pytest.mark.training]

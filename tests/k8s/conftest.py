@@ -6,7 +6,7 @@ import pytest
 
 from ftbench.api.crd import crd
 from ftbench.api.crd import sweep_crd as sweep_crd_document
-from ftbench.devcluster.crds import install_crd
+from ftbench_devcluster.crds import install_crd
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ftbench.devcluster import ControlPlane, ControlPlaneError
+from ftbench_devcluster import ControlPlane, ControlPlaneError
 
 pytestmark = pytest.mark.k8s
 
@@ -232,7 +232,7 @@ def test_servers_die_with_their_parent(control_plane_binaries: dict[str, Path], 
     """A SIGKILLed test run (no finally, no atexit) must not leak servers: PR_SET_PDEATHSIG."""
     script = (
         "import json, sys, time\n"
-        "from ftbench.devcluster import ControlPlane\n"
+        "from ftbench_devcluster import ControlPlane\n"
         "cp = ControlPlane(sys.argv[1], binaries=json.loads(sys.argv[2])).start()\n"
         "print(json.dumps(cp.pids), flush=True)\n"
         "time.sleep(600)\n"

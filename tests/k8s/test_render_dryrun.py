@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from ftbench.devcluster.crds import install_crd, without_empty_string_defaults
+from ftbench_devcluster.crds import install_crd, without_empty_string_defaults
 from tests.unit.render_cases import CASE_IDS, CASES, Case, pytorchjob_crd_path, trainjob_crd_path
 
 if TYPE_CHECKING:

@@ -21,13 +21,13 @@ from ftbench.catalog import load_catalog
 from ftbench.cli import main
 from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
 from ftbench.contracts.results import Outcome
-from ftbench.devcluster.crds import install_crd
 from ftbench.kubeapi.client import call
 from ftbench.kubeapi.wire import MERGE_PATCH
 from ftbench.report.cluster import run_state
 from ftbench.sweep.points import expand
 from ftbench.sweep.schedule import OOM_REASON, plan_sweep
 from ftbench.sweep.status import sweep_status
+from ftbench_devcluster.crds import install_crd
 from tests.local.report_cases import CPU_SWEEP, GPU_SWEEP, gpu_measure, metrics, table
 
 pytestmark = pytest.mark.k8s

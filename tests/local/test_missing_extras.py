@@ -92,6 +92,13 @@ def test_a_command_without_its_extra_names_it(core_python: Path, tmp_path: Path,
     assert install_hint(extra) in done.stderr, done.stderr
 
 
+def test_ftbench_dev_without_the_test_rig_says_how_to_install_it(core_python: Path, tmp_path: Path) -> None:
+    """Issue 29.1: the rig (devcluster/) is not in `pip install ftbench`, and is truly absent here."""
+    done = ftbench(core_python, tmp_path / "home", "dev", "status")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "pip install -e ./devcluster" in done.stderr, done.stderr
+
+
 def test_the_core_commands_need_no_extra(core_python: Path, tmp_path: Path) -> None:
     for args in (("validate", "examples/quickstart.yaml"), ("render", "examples/lora.yaml"), ("catalog", "engines"),
                  ("results",), ("crd", "-o", str(tmp_path / "crds")), ("engines", "list"),

@@ -24,7 +24,7 @@ from operator_testkit import TEST_PROFILE, Kubelet
 
 from ftbench.api.crd import crd, sweep_crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from ftbench.devcluster.crds import install_crd
+from ftbench_devcluster.crds import install_crd
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,8 @@ from operator_testkit import SELECTOR, TEST_PROFILE, Kubelet, failed_result, lor
 from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench.contracts.plan import PLAN_FILENAME
-from ftbench.devcluster import ControlPlane
-from ftbench.devcluster.crds import install_crd
+from ftbench_devcluster import ControlPlane
+from ftbench_devcluster.crds import install_crd
 
 pytestmark = pytest.mark.k8s
 

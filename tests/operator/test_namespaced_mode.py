@@ -16,8 +16,8 @@ from operator_testkit import lora_spec, wait_for
 
 from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from ftbench.devcluster import ControlPlane
-from ftbench.devcluster.crds import install_crd
+from ftbench_devcluster import ControlPlane
+from ftbench_devcluster.crds import install_crd
 
 pytestmark = pytest.mark.k8s
 

@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from operator_testkit import lora_spec, success_result, wait_for
 
-from ftbench.devcluster.crds import install_crd
+from ftbench_devcluster.crds import install_crd
 from ftbench_trainer.progress_reporter import ApiEndpoint, ProgressReporter
 
 pytestmark = pytest.mark.k8s

@@ -19,9 +19,9 @@ from operator_testkit import Kubelet, lora_spec, success_result, wait_for
 
 from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from ftbench.devcluster import ControlPlane
-from ftbench.devcluster.crds import install_crd, without_empty_string_defaults
 from ftbench.render.trainjob import JOBSET_NAME_LABEL
+from ftbench_devcluster import ControlPlane
+from ftbench_devcluster.crds import install_crd, without_empty_string_defaults
 from tests.unit.render_cases import trainer_v2_dir
 
 pytestmark = pytest.mark.k8s

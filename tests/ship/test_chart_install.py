@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ftbench.devcluster.crds import install_crd
+from ftbench_devcluster.crds import install_crd
 from tests.ship.chart import chart_crds, render
 
 pytestmark = pytest.mark.k8s

@@ -118,8 +118,8 @@ def test_dev_up_names_a_stop_command_that_parses(tmp_path: Path) -> None:
     import shlex
 
     from ftbench.cli.main import build_parser
-    from ftbench.devcluster.devup import DEFAULT_STATE_DIR, stop_command
+    from ftbench_devcluster.devup import DEFAULT_STATE_DIR, stop_command
 
     for root in (DEFAULT_STATE_DIR, tmp_path / "dev"):
         args = build_parser().parse_args(shlex.split(stop_command(root))[1:])
-        assert (args.action, args.state_dir) == ("down", root)
+        assert (args.action, args.state_dir or DEFAULT_STATE_DIR) == ("down", root)  # unset: the rig's default

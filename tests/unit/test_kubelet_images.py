@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ftbench.devcluster.kubelet.images import DEFAULT_PATH, Image, user
-from ftbench.devcluster.podspec import PodConfigError
 from ftbench.images.plan import copy_sources
+from ftbench_devcluster.kubelet.images import DEFAULT_PATH, Image, user
+from ftbench_devcluster.podspec import PodConfigError
 
 PASSWD = "root:x:0:0:root:/root:/bin/bash\nftbench:x:10001:10001::/nonexistent:/usr/sbin/nologin\n"
 

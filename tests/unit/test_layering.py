@@ -2,7 +2,7 @@
 
 The contract (the one source of the table in docs/architecture.md) lists, for each part, the other
 parts and the third-party libraries it may import; `hack/import_contract.py` reads every import of
-the three packages with `ast`, lazy ones too. What matters most for the images: ftbench (pydantic +
+the four packages with `ast`, lazy ones too. What matters most for the images: ftbench (pydantic +
 pyyaml) never imports the trainer or the operator, the operator never imports torch (its image has
 none), the trainer never imports kopf (its image has none).
 """

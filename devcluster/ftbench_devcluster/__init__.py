@@ -4,7 +4,7 @@ Used by the integration tests (tests/conftest.py) and by ``ftbench dev up``. Std
 binaries come from ``hack/build-control-plane.sh`` or from ``KUBEBUILDER_ASSETS``.
 """
 
-from ftbench.devcluster.control_plane import (
+from ftbench_devcluster.control_plane import (
     BINARIES,
     BinariesNotFoundError,
     ControlPlane,

@@ -11,12 +11,12 @@ import logging
 import signal
 import threading
 
-from ftbench.devcluster.kubelet.client import Rest
-from ftbench.devcluster.kubelet.runner import LocalKubelet
-from ftbench.devcluster.kubelet.scheduling import GPU_RESOURCE
+from ftbench_devcluster.kubelet.client import Rest
+from ftbench_devcluster.kubelet.runner import LocalKubelet
+from ftbench_devcluster.kubelet.scheduling import GPU_RESOURCE
 
 log = logging.getLogger("ftbench.kubelet")
-PROG = "python -m ftbench.devcluster.kubelet"
+PROG = "python -m ftbench_devcluster.kubelet"
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -27,7 +27,7 @@ def _label(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ftbench.devcluster import kubelet as package  # its docstring's first paragraph says what this is
+    from ftbench_devcluster import kubelet as package  # its docstring's first paragraph says what this is
 
     p = argparse.ArgumentParser(prog=PROG, description=(package.__doc__ or "").split("\n\n")[0])
     p.add_argument("--kubeconfig", required=True, help="kubeconfig of the cluster (e.g. the dev control plane's)")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftbench.devcluster.podspec import PodConfigError
 from ftbench.images import store
+from ftbench_devcluster.podspec import PodConfigError
 
 Obj = dict[str, Any]
 # What a runtime puts on PATH when the image sets none (containerd's and CRI-O's default).

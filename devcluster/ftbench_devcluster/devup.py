@@ -2,7 +2,7 @@
 
 Why a supervisor process: ``ControlPlane`` ties its servers to the process that started them
 (PR_SET_PDEATHSIG, so a killed test run leaks nothing). ``dev up`` must return to the shell
-while the cluster keeps running, so it starts ``python -m ftbench.devcluster.devup serve`` in a
+while the cluster keeps running, so it starts ``python -m ftbench_devcluster.devup serve`` in a
 new session; that process owns the control plane, the local kubelet and the operator, and stops
 all of them on SIGTERM (what ``dev down`` sends).
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ftbench.devcluster.kubelet import kill_all_pods
 from ftbench.host.procs import pid_alive, signal_group, stop_process_group
+from ftbench_devcluster.kubelet import kill_all_pods
 
 DEFAULT_STATE_DIR = Path.home() / ".ftbench" / "dev"
 NODE_NAME = "ftbench-dev"
@@ -153,8 +153,8 @@ def serve(args: argparse.Namespace) -> int:
     from kubernetes import config
 
     from ftbench.api.crd import crd, sweep_crd
-    from ftbench.devcluster import ControlPlane
-    from ftbench.devcluster.crds import install_crd
+    from ftbench_devcluster import ControlPlane
+    from ftbench_devcluster.crds import install_crd
 
     layout = Layout(Path(args.state_dir).resolve())
     stop = threading.Event()
@@ -175,7 +175,7 @@ def serve(args: argparse.Namespace) -> int:
         if not args.no_seed_models:
             print(f"tiny model: {seed_models(layout.kubelet / 'pvc')}", flush=True)
         env = {**os.environ, "KUBECONFIG": str(layout.kubeconfig)}
-        kubelet = [sys.executable, "-m", "ftbench.devcluster.kubelet", "--kubeconfig", str(layout.kubeconfig),
+        kubelet = [sys.executable, "-m", "ftbench_devcluster.kubelet", "--kubeconfig", str(layout.kubeconfig),
                    "--node-name", NODE_NAME, "--state-dir", str(layout.kubelet)]  # fmt: skip
         for label in args.label:
             kubelet += ["--label", label]
@@ -238,7 +238,7 @@ def up(state_dir: Path, *, labels: list[str], gpus: int | None, no_operator: boo
     layout.logs.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         layout.state.unlink()
-    argv = [sys.executable, "-m", "ftbench.devcluster.devup", "serve", "--state-dir", str(layout.root)]
+    argv = [sys.executable, "-m", "ftbench_devcluster.devup", "serve", "--state-dir", str(layout.root)]
     for label in labels:
         argv += ["--label", label]
     if gpus is not None:
@@ -334,7 +334,7 @@ def status(state_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ftbench.devcluster.devup")
+    p = argparse.ArgumentParser(prog="python -m ftbench_devcluster.devup")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="run the dev cluster in the foreground (what `ftbench dev up` starts)")
     s.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun
+from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun
 
 Obj = dict[str, Any]
 HOST_IP = "127.0.0.1"

@@ -22,16 +22,16 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ftbench.devcluster import hosts as H
-from ftbench.devcluster import podspec
-from ftbench.devcluster.kubelet import containers, images, scheduling
-from ftbench.devcluster.kubelet import pod_status as S
-from ftbench.devcluster.kubelet.client import ApiObjects, Rest
-from ftbench.devcluster.kubelet.node import Node
-from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun
-from ftbench.devcluster.podrun import now
 from ftbench.host.gpus import machine_gpu_count
 from ftbench.host.procs import signal_group
+from ftbench_devcluster import hosts as H
+from ftbench_devcluster import podspec
+from ftbench_devcluster.kubelet import containers, images, scheduling
+from ftbench_devcluster.kubelet import pod_status as S
+from ftbench_devcluster.kubelet.client import ApiObjects, Rest
+from ftbench_devcluster.kubelet.node import Node
+from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun
+from ftbench_devcluster.podrun import now
 
 Obj = dict[str, Any]
 log = logging.getLogger("ftbench.kubelet")

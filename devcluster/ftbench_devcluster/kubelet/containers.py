@@ -20,10 +20,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 import ftbench
-from ftbench.devcluster import podspec
-from ftbench.devcluster.kubelet import images
-from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun
-from ftbench.devcluster.podrun import SPEC_FILE, now
+import ftbench_devcluster
+from ftbench_devcluster import podspec
+from ftbench_devcluster.kubelet import images
+from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun
+from ftbench_devcluster.podrun import SPEC_FILE, now
 
 Obj = dict[str, Any]
 
@@ -114,16 +115,23 @@ def container_spec(
 def spawn(c: ContainerRun, cspec: Obj, prefix: list[str] | None) -> None:
     """Write the spec and start ``podrun`` in a new session; record its pid for a later kubelet."""
     (c.dir / SPEC_FILE).write_text(json.dumps(cspec, indent=1))
-    # podrun must import ftbench whatever the container's PYTHONPATH: its own env is the kubelet's.
+    # podrun must import ftbench and this rig whatever the container's PYTHONPATH: its own env is the kubelet's.
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(Path(ftbench.__file__).parents[1]), os.environ.get("PYTHONPATH")])
+            filter(
+                None,
+                [
+                    str(Path(ftbench.__file__).parents[1]),
+                    str(Path(ftbench_devcluster.__file__).parents[1]),
+                    os.environ.get("PYTHONPATH"),
+                ],
+            )
         ),
     }
     with (c.dir / "log").open("ab") as out:
         c.popen = subprocess.Popen(
-            [*(prefix or []), sys.executable, "-m", "ftbench.devcluster.podrun", str(c.dir)],
+            [*(prefix or []), sys.executable, "-m", "ftbench_devcluster.podrun", str(c.dir)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=c.dir, env=env, start_new_session=True,
         )  # fmt: skip
     c.pid, c.started_at = c.popen.pid, now()

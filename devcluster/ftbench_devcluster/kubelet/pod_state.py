@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftbench.devcluster import hosts as H
-from ftbench.devcluster.podrun import EXIT_FILE
 from ftbench.host.procs import pid_alive, signal_group
+from ftbench_devcluster import hosts as H
+from ftbench_devcluster.podrun import EXIT_FILE
 
 Obj = dict[str, Any]
 MAX_MESSAGE_BYTES = 4096  # what a kubelet keeps of a termination message

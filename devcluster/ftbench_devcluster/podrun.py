@@ -1,7 +1,7 @@
 """Run one container of a pod for the local kubelet: mounts, hostname, then the command.
 
-The local kubelet (``ftbench.devcluster.kubelet``) starts this module once per container as
-``unshare --mount --uts --propagation private -- python -m ftbench.devcluster.podrun DIR``.
+The local kubelet (``ftbench_devcluster.kubelet``) starts this module once per container as
+``unshare --mount --uts --propagation private -- python -m ftbench_devcluster.podrun DIR``.
 ``DIR/spec.json`` says what to run and what to mount; this process builds the container's view of
 the filesystem, runs the command as its child and writes ``DIR/exit.json`` when it ends.
 
@@ -284,7 +284,7 @@ def run(container_dir: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m ftbench.devcluster.podrun CONTAINER_DIR", file=sys.stderr)
+        print("usage: python -m ftbench_devcluster.podrun CONTAINER_DIR", file=sys.stderr)
         return 2
     return run(Path(args[0]))
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ftbench.contracts.labels import LOCAL_KUBELET_LABEL
-from ftbench.devcluster.kubelet.client import Rest
-from ftbench.devcluster.kubelet.pod_status import HOST_IP
-from ftbench.devcluster.kubelet.scheduling import GPU_RESOURCE
-from ftbench.devcluster.podrun import now
+from ftbench_devcluster.kubelet.client import Rest
+from ftbench_devcluster.kubelet.pod_status import HOST_IP
+from ftbench_devcluster.kubelet.scheduling import GPU_RESOURCE
+from ftbench_devcluster.podrun import now
 
 Obj = dict[str, Any]
 log = logging.getLogger("ftbench.kubelet")

@@ -1,6 +1,6 @@
 """A local kubelet: runs the pods of the test control plane as local processes.
 
-The test control plane (``ftbench.devcluster.ControlPlane``) has no scheduler and no kubelet, so
+The test control plane (``ftbench_devcluster.ControlPlane``) has no scheduler and no kubelet, so
 pods stay Pending. This module plays both, for development and end-to-end tests, without
 containers or images:
 
@@ -37,7 +37,7 @@ user, group and runAsNonRoot, not readOnlyRootFilesystem or capabilities), resou
 taints are ignored; pods share the host's network (each with its own loopback address);
 an in-memory emptyDir is a tmpfs per container (not shared between containers of a pod).
 
-Run: ``python -m ftbench.devcluster.kubelet --kubeconfig K --node-name N --state-dir D``.
+Run: ``python -m ftbench_devcluster.kubelet --kubeconfig K --node-name N --state-dir D``.
 
 Modules: ``client`` (REST calls over ``ftbench.kubeapi``), ``pod_state`` (what is kept on disk,
 process identity), ``node`` (Node, heartbeat, Lease), ``scheduling`` (fit and Binding),
@@ -46,9 +46,9 @@ process identity), ``node`` (Node, heartbeat, Lease), ``scheduling`` (fit and Bi
 ``runner`` (the sync loop, `LocalKubelet`), ``cli`` (arguments, ``main``).
 """
 
-from ftbench.devcluster.kubelet.client import Rest
-from ftbench.devcluster.kubelet.pod_state import ContainerRun, PodRun, kill_all_pods
-from ftbench.devcluster.kubelet.runner import LocalKubelet
 from ftbench.kubeapi import KubeError
+from ftbench_devcluster.kubelet.client import Rest
+from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun, kill_all_pods
+from ftbench_devcluster.kubelet.runner import LocalKubelet
 
 __all__ = ["ContainerRun", "KubeError", "LocalKubelet", "PodRun", "Rest", "kill_all_pods"]
