@@ -42,7 +42,6 @@ from ftbench.contracts.labels import (
     label_value,
 )
 from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
-from ftbench_operator.classify import summarize_pod
 from ftbench_operator.context import OperatorContext, api_errors
 from ftbench_operator.diffbase import BoundedDiffBaseStorage
 from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
@@ -54,6 +53,7 @@ from ftbench_operator.kube import Kube, connect
 from ftbench_operator.metrics import OperatorMetrics
 from ftbench_operator.profile_source import ProfileSource
 from ftbench_operator.settings import OperatorSettings
+from ftbench_operator.summaries import summarize_pod
 
 FTE = (GROUP, VERSION, PLURAL)
 SWEEP = (GROUP, VERSION, SWEEP_PLURAL)

@@ -1,8 +1,8 @@
 """What happened to a run, decided from the children alone: pure functions, no API calls.
 
 The operator reduces every Pod and workload (Job / PyTorchJob) to a small frozen summary
-(`summarize_pod`, `summarize_workload`; the pod summaries live in a kopf index) and `classify`
-turns the summaries of one attempt into an `Observation`: the phase, a precise CamelCase
+(`ftbench_operator.summaries`) and `classify_run` turns the summaries of one attempt into an
+`Observation`: the phase, a precise CamelCase
 reason, and the trainer's result read from the rank-0 pod's termination message. Keeping this
 pure is what lets the unit tests cover every failure mode without a cluster, and makes a
 restarted operator reach the same verdict from the same objects (no in-memory history).
@@ -11,7 +11,7 @@ Precedence, most specific first: a deleted workload; the rank-0 trainer's own re
 GPU OOM from other errors); the Job's DeadlineExceeded (it kills pods, whose exits would
 otherwise read as plain failures); pod-level evidence (host OOM kill, eviction, exit codes);
 the workload's own Failed condition; image pulls failing for longer than the grace period;
-then Running / Pending.
+then Running / Pending. Trials and repeats (several runs in sequence) are `classify_trials`.
 """
 
 from __future__ import annotations
@@ -21,103 +21,34 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
-from ftbench.api import stability
-from ftbench.api.repeats import combined_result
 from ftbench.api.status import Phase, TrialOutcome
-from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
-from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, status_reason
 from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
-from ftbench.render.trainjob import JOBSET_NAME_LABEL
+from ftbench_operator.reasons import (
+    CHILD_DELETED,
+    CONTAINER_CONFIG,
+    DEADLINE_EXCEEDED,
+    EVICTED,
+    FAILED_CREATE,
+    GPU_OOM,
+    HOST_OOM_KILLED,
+    IMAGE_PULL,
+    NO_PODS,
+    NO_RESULT,
+    PENDING,
+    PENDING_TIMEOUT,
+    POD_FAILED,
+    QUEUED_REASON,
+    RUNNING,
+    UNSCHEDULABLE,
+    WORKLOAD_FAILED,
+)
+from ftbench_operator.summaries import PodSummary, WorkloadSummary, parse_result, rank_of
 
-# Reasons (CamelCase, as in metav1.Condition) the operator writes; docs and tests use these names.
-# Those of a trainer-reported outcome come from the outcome table.
-RESULTS_RECORDED = OUTCOMES[Outcome.SUCCEEDED].status_reason
-GPU_OOM = OUTCOMES[Outcome.GPU_OOM].status_reason
-TRAINING_ERROR = OUTCOMES[Outcome.FAILED].status_reason
-INVALID_SPEC = "InvalidSpec"
-NOT_RUNNABLE = "NotRunnable"
-HOST_OOM_KILLED = "OOMKilled"
-EVICTED = "Evicted"
-IMAGE_PULL = "ImagePullBackOff"
-CONTAINER_CONFIG = "CreateContainerConfigError"
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-CHILD_DELETED = "ChildDeleted"
-CHILD_REJECTED = "ChildRejected"
-CHILD_CONFLICT = "ChildConflict"
-# A child name is still held by the children of a deleted experiment of the same name.
-WAITING_FOR_PREDECESSOR = "WaitingForPredecessor"
-UNKNOWN_WORKLOAD = "UnknownWorkload"
-MISSING_DEPENDENCY = "MissingDependency"
-BACKOFF_LIMIT = "BackoffLimitExceeded"
-POD_FAILED = "PodFailed"
-NO_RESULT = "NoResult"
-WORKLOAD_FAILED = "WorkloadFailed"
-PENDING = "Pending"
-NO_PODS = "NoPods"
-FAILED_CREATE = "FailedCreate"  # the Job controller's Event reason when the API server refuses a pod
-UNSCHEDULABLE = "Unschedulable"
-PENDING_TIMEOUT = "PendingTimeout"
-RUNNING = "Running"
-QUEUED_REASON = "Suspended"
-TRIALS_COMPLETED = "TrialsCompleted"
-REPEATS_COMPLETED = "RepeatsCompleted"
-
-PYTORCH_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-PYTORCH_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-TRAINER_CONTAINERS = ("trainer", "pytorch")
 # Waiting reasons that never heal by themselves, and ones that may (registry hiccups, a
 # ConfigMap that appears late): the latter fail the run only after the grace period.
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 PERSISTENT_WAITING = {"ImagePullBackOff": IMAGE_PULL, "ErrImagePull": IMAGE_PULL, CONTAINER_CONFIG: CONTAINER_CONFIG}
-
-
-@dataclass(frozen=True)
-class ContainerState:
-    """The trainer container's current state: waiting, running or terminated (or unknown)."""
-
-    state: str = ""
-    reason: str = ""
-    message: str = ""
-    exit_code: int | None = None
-
-
-@dataclass(frozen=True)
-class PodSummary:
-    """What the operator needs from one training pod (hashable, small: it lives in an index)."""
-
-    name: str
-    phase: str
-    created: str
-    reason: str = ""
-    message: str = ""
-    start_time: str | None = None
-    replica_type: str | None = None
-    replica_index: int | None = None
-    completion_index: int | None = None
-    trial_label: int | None = None
-    container: ContainerState = ContainerState()
-    deleting: bool = False
-    unschedulable: str = ""  # the scheduler's PodScheduled=False message, when it gave up for now
-    owner_uid: str = ""  # the controller (Job / PyTorchJob) that made it: pods are only read when it is ours
-    jobset: str = ""  # TrainJob pods: the JobSet (named as its TrainJob) whose Job made them
-
-
-@dataclass(frozen=True)
-class WorkloadSummary:
-    """A Job, PyTorchJob or TrainJob: its name, whether it is suspended, whether (and why) it finished."""
-
-    kind: str
-    name: str
-    suspended: bool = False
-    succeeded: bool = False
-    failed: bool = False
-    reason: str = ""
-    message: str = ""
-    trial_label: int | None = None
-    created: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,111 +69,7 @@ class Observation:
         return self.phase in FINISHED
 
 
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _container_state(pod_status: Mapping[str, Any]) -> ContainerState:
-    statuses = pod_status.get("containerStatuses") or []
-    chosen = next((s for s in statuses if s.get("name") in TRAINER_CONTAINERS), statuses[0] if statuses else None)
-    if not chosen:
-        return ContainerState()
-    for kind in ("terminated", "waiting", "running"):
-        detail = (chosen.get("state") or {}).get(kind)
-        if detail is not None:
-            return ContainerState(
-                state=kind,
-                reason=str(detail.get("reason") or ""),
-                message=str(detail.get("message") or ""),
-                exit_code=_int(detail.get("exitCode")),
-            )
-    return ContainerState()
-
-
-def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
-    """Reduce a Pod to a `PodSummary`; never raises on odd input (bad input must not crash us)."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    return PodSummary(
-        name=str(meta.get("name", "")),
-        phase=str(status.get("phase") or "Pending"),
-        created=str(meta.get("creationTimestamp") or ""),
-        reason=str(status.get("reason") or ""),
-        message=str(status.get("message") or ""),
-        start_time=status.get("startTime"),
-        replica_type=(labels.get(PYTORCH_REPLICA_TYPE) or None),
-        replica_index=_int(labels.get(PYTORCH_REPLICA_INDEX)),
-        completion_index=_int(annotations.get(JOB_COMPLETION_INDEX_ANNOTATION)),
-        trial_label=_int(labels.get(TRIAL_LABEL)),
-        container=_container_state(status),
-        deleting=bool(meta.get("deletionTimestamp")),
-        unschedulable=next(
-            (
-                str(c.get("message") or "Unschedulable")
-                for c in status.get("conditions") or []
-                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-            ),
-            "",
-        ),
-        owner_uid=next((str(r.get("uid", "")) for r in meta.get("ownerReferences") or [] if r.get("controller")), ""),
-        jobset=str((meta.get("labels") or {}).get(JOBSET_NAME_LABEL, "")),
-    )
-
-
-def summarize_workload(body: Mapping[str, Any], kind: str = "") -> WorkloadSummary:
-    """Job/TrainJob: Complete/Failed conditions. PyTorchJob: the Succeeded/Failed condition that is
-    True. Suspended: spec.suspend (set at creation for Kueue, cleared on admission) or a True
-    Suspended condition."""
-    meta = body.get("metadata") or {}
-    conditions = (body.get("status") or {}).get("conditions") or []
-    true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
-    failed = true.get("Failed")
-    return WorkloadSummary(
-        kind=str(body.get("kind") or kind),  # items of a LIST response carry no kind
-        name=str(meta.get("name", "")),
-        suspended=bool((body.get("spec") or {}).get("suspend")) or "Suspended" in true,
-        succeeded="Complete" in true or "Succeeded" in true,
-        failed=failed is not None,
-        reason=str((failed or {}).get("reason") or ""),
-        message=str((failed or {}).get("message") or ""),
-        trial_label=_int((meta.get("labels") or {}).get(TRIAL_LABEL)),
-        created=str(meta.get("creationTimestamp") or ""),
-    )
-
-
-def rank_of(pod: PodSummary, trials: int) -> int:
-    """Node rank: PyTorchJob Master 0 / Worker i -> i + 1; Indexed Job completion index; else 0.
-
-    Stability pods are single-node trials: their completion index is the trial, not a rank.
-    """
-    if pod.replica_type:
-        return 0 if pod.replica_type.lower() == "master" else (pod.replica_index or 0) + 1
-    if trials > 1:
-        return 0
-    return pod.completion_index or 0
-
-
-def trial_of(pod: PodSummary) -> int | None:
-    return pod.trial_label if pod.trial_label is not None else pod.completion_index
-
-
-def parse_result(message: str) -> TrainerResult | None:
-    """The trainer's result from a termination message, or None (a crash log tail, truncation)."""
-    text = message.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        return TrainerResult.from_json(text)
-    except (ValueError, ValidationError):
-        return None
-
-
-def _latest_per(pods: Iterable[PodSummary], key: Any) -> dict[Any, PodSummary]:
+def latest_per(pods: Iterable[PodSummary], key: Any) -> dict[Any, PodSummary]:
     """One pod per rank/trial: a replacement pod (a retry by the runtime) supersedes the old one."""
     out: dict[Any, PodSummary] = {}
     for pod in sorted(pods, key=lambda p: (p.created, p.name)):
@@ -299,7 +126,7 @@ def result_observation(result: TrainerResult, pod: PodSummary) -> Observation:
     return Observation(rule.phase, reason, error or rule.default_message, result, start)
 
 
-def _waiting_failure(pods: Iterable[PodSummary], now: datetime, grace_seconds: float) -> Observation | None:
+def waiting_failure(pods: Iterable[PodSummary], now: datetime, grace_seconds: float) -> Observation | None:
     for pod in pods:
         c = pod.container
         if c.state != "waiting":
@@ -315,7 +142,7 @@ def _waiting_failure(pods: Iterable[PodSummary], now: datetime, grace_seconds: f
     return None
 
 
-def _progress(pods: Iterable[PodSummary], workloads: Iterable[WorkloadSummary] = ()) -> Observation:
+def run_progress(pods: Iterable[PodSummary], workloads: Iterable[WorkloadSummary] = ()) -> Observation:
     """Running once a pod runs; else Pending, with reason Suspended while a workload is queued."""
     pods = list(pods)
     running = [p for p in pods if p.phase == "Running" or p.container.state in ("running", "terminated")]
@@ -403,7 +230,7 @@ def classify_run(
     if workload_missing:
         return Observation(Phase.FAILED, CHILD_DELETED, "the run's workload was deleted by hand; retry to run again")
     live = [p for p in pods if not p.deleting or p.container.state == "terminated"]
-    by_rank = _latest_per(live, lambda p: rank_of(p, 1))
+    by_rank = latest_per(live, lambda p: rank_of(p, 1))
     rank0 = by_rank.get(0)
     if rank0 is not None and rank0.container.state == "terminated":
         result = parse_result(rank0.container.message)
@@ -427,126 +254,9 @@ def classify_run(
         return Observation(
             Phase.FAILED, w.reason or WORKLOAD_FAILED, f"{w.kind} {w.name} failed: {w.message}".rstrip(": ")
         )
-    waiting = _waiting_failure(by_rank.values(), now, image_pull_grace_seconds)
+    waiting = waiting_failure(by_rank.values(), now, image_pull_grace_seconds)
     if waiting is not None:
         return waiting
     if any(w.succeeded for w in workloads):
         return Observation(Phase.FAILED, NO_RESULT, "the workload completed but the rank-0 pod left no trainer result")
-    return _progress(by_rank.values(), workloads)
-
-
-def trial_result(pod: PodSummary) -> TrainerResult | None:
-    """The trainer's result a finished trial pod left (None while it runs, or when it left none)."""
-    return parse_result(pod.container.message) if pod.container.state == "terminated" else None
-
-
-def trial_outcome(pod: PodSummary, index: int, result: TrainerResult | None) -> TrialOutcome | None:
-    """A finished trial's outcome (None while the trial pod runs): the trainer's `result` if it left
-    one (`trial_result`), else what Kubernetes says of the pod."""
-    if result is not None:
-        return stability.trial_outcome(index, result)
-    verdict = pod_failure(pod)
-    if verdict is None:
-        return None
-    outcome = Outcome.GPU_OOM if verdict.phase == Phase.INVALID else Outcome.FAILED
-    return stability.trial(index, outcome, verdict.reason, verdict.message)
-
-
-def repeats_verdict(
-    done: tuple[TrialOutcome, ...], results: tuple[TrainerResult, ...], start: str | None
-) -> Observation:
-    """Every repeat ended: the first that ran out of GPU memory makes the experiment Invalid (the
-    configuration does not fit), else the first that failed makes it Failed, else it succeeded with
-    the mean over the repeats (api.repeats)."""
-    for outcome in (Outcome.GPU_OOM, Outcome.FAILED):
-        if bad := next((t for t in done if t.outcome == outcome), None):
-            phase = OUTCOMES[outcome].phase
-            message = f"repeat {bad.index} of {len(done)}: {bad.message}".rstrip(": ")
-            return Observation(phase, bad.reason, message, start_time=start, trials=done, trial_results=results)
-    return Observation(
-        Phase.SUCCEEDED,
-        REPEATS_COMPLETED,
-        f"{len(done)} repeats finished",
-        result=combined_result(results) if results else None,
-        start_time=start,
-        trials=done,
-        trial_results=results,
-    )
-
-
-def classify_trials(
-    workloads: Iterable[WorkloadSummary],
-    pods: Iterable[PodSummary],
-    *,
-    trials: int,
-    workload_missing: bool,
-    one_job_per_trial: bool,
-    now: datetime,
-    image_pull_grace_seconds: float = 300.0,
-    repeated: bool = False,
-) -> Observation:
-    """`trials` sequential single-node runs, aggregated as they finish: the stability experiment's
-    trials, or with `repeated` an experiment's repeats.
-
-    A trial that fails is a measurement, not the end of the experiment; repeats end as their worst
-    outcome (`repeats_verdict`). With one Job per trial (clusters without Indexed Jobs) `next_trial`
-    tells the caller which Job to create next.
-    """
-    if workload_missing:
-        return Observation(Phase.FAILED, CHILD_DELETED, "a trial workload was deleted by hand; retry to run again")
-    live = [p for p in pods if trial_of(p) is not None and (not p.deleting or p.container.state == "terminated")]
-    by_trial = _latest_per(live, trial_of)
-    parsed = {i: trial_result(pod) for i, pod in sorted(by_trial.items()) if i < trials}  # each message once
-    done = tuple(outcome for i, r in parsed.items() if (outcome := trial_outcome(by_trial[i], i, r)) is not None)
-    start = min((p.start_time for p in by_trial.values() if p.start_time), default=None)
-    results = tuple(r for r in parsed.values() if r is not None)
-    if len(done) >= trials:
-        if repeated:
-            return repeats_verdict(done, results, start)
-        return Observation(
-            Phase.SUCCEEDED,
-            TRIALS_COMPLETED,
-            f"{trials} trials finished",
-            start_time=start,
-            trials=done,
-            trial_results=results,
-        )
-    workloads = list(workloads)
-    if one_job_per_trial:
-        created = {w.trial_label for w in workloads}
-        finished = {t.index for t in done}
-        if created <= finished and (nxt := len(created)) < trials:
-            return Observation(
-                Phase.RUNNING,
-                RUNNING,
-                f"{len(done)} of {trials} trials finished",
-                start_time=start,
-                trials=done,
-                next_trial=nxt,
-                trial_results=results,
-            )
-    elif any(w.failed for w in workloads) and not any(
-        p.container.state in ("", "waiting", "running") for p in by_trial.values()
-    ):
-        w = next(w for w in workloads if w.failed)
-        return Observation(
-            Phase.FAILED,
-            w.reason or WORKLOAD_FAILED,
-            f"{w.kind} {w.name} stopped after {len(done)} of {trials} trials: {w.message}".rstrip(": "),
-            start_time=start,
-            trials=done,
-        )
-    waiting = _waiting_failure(by_trial.values(), now, image_pull_grace_seconds)
-    if waiting is not None:
-        return Observation(waiting.phase, waiting.reason, waiting.message, start_time=start, trials=done)
-    progress = _progress(by_trial.values(), workloads)
-    if done and progress.phase == Phase.PENDING:
-        progress = Observation(Phase.RUNNING, RUNNING, "between trials")
-    return Observation(
-        progress.phase,
-        progress.reason,
-        f"{len(done)} of {trials} trials finished",
-        start_time=start or progress.start_time,
-        trials=done,
-        trial_results=results,
-    )
+    return run_progress(by_rank.values(), workloads)

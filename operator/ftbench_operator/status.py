@@ -26,7 +26,8 @@ from ftbench.contracts.bounded import bounded
 from ftbench.contracts.results import Metrics
 from ftbench.render.plan import roce_unconfigured
 from ftbench.stats import text
-from ftbench_operator.classify import PENDING, QUEUED_REASON, Observation
+from ftbench_operator.classify import Observation
+from ftbench_operator.reasons import PENDING, QUEUED_REASON
 
 VALID = "Valid"
 QUEUED = "Queued"

@@ -14,22 +14,19 @@ from ftbench.contracts.bounded import MESSAGE_MAX, bounded
 from ftbench.contracts.results import NoiseFlag
 from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv
-from ftbench_operator.classify import (
+from ftbench_operator.classify import Observation, classify_run, explain_no_pods, pending_too_long
+from ftbench_operator.classify_trials import classify_trials
+from ftbench_operator.metrics import OperatorMetrics
+from ftbench_operator.profile_source import ProfileSource
+from ftbench_operator.settings import OperatorSettings
+from ftbench_operator.summaries import (
     ContainerState,
-    Observation,
     PodSummary,
     WorkloadSummary,
-    classify_run,
-    classify_trials,
-    explain_no_pods,
-    pending_too_long,
     rank_of,
     summarize_pod,
     summarize_workload,
 )
-from ftbench_operator.metrics import OperatorMetrics
-from ftbench_operator.profile_source import ProfileSource
-from ftbench_operator.settings import OperatorSettings
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 JOB = WorkloadSummary(kind="Job", name="x-a0")

@@ -15,15 +15,11 @@ from ftbench.contracts.enums import Runtime
 from ftbench.render.manifests import render_experiment
 from ftbench_operator import children
 from ftbench_operator import status as st
-from ftbench_operator.classify import (
-    QUEUED_REASON,
-    ContainerState,
-    PodSummary,
-    classify_run,
-    classify_trials,
-    summarize_workload,
-)
+from ftbench_operator.classify import classify_run
+from ftbench_operator.classify_trials import classify_trials
 from ftbench_operator.profile_source import ProfileSource
+from ftbench_operator.reasons import QUEUED_REASON
+from ftbench_operator.summaries import ContainerState, PodSummary, summarize_workload
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 MULTI = FineTuneExperimentSpec.model_validate(

@@ -22,21 +22,11 @@ from ftbench.kubeapi import KubeError
 from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView
-from ftbench_operator.classify import (
-    CHILD_CONFLICT,
-    FAILED_CREATE,
-    NO_PODS,
-    UNKNOWN_WORKLOAD,
-    Observation,
-    PodSummary,
-    classify_run,
-    classify_trials,
-    explain_no_pods,
-    pending_too_long,
-    summarize_pod,
-    summarize_workload,
-)
+from ftbench_operator.classify import Observation, classify_run, explain_no_pods, pending_too_long
+from ftbench_operator.classify_trials import classify_trials
 from ftbench_operator.context import OperatorContext, event
+from ftbench_operator.reasons import CHILD_CONFLICT, FAILED_CREATE, NO_PODS, UNKNOWN_WORKLOAD
+from ftbench_operator.summaries import PodSummary, summarize_pod, summarize_workload
 
 # The workloads `status.job` may name; anything else was not written by this operator.
 WORKLOAD_KINDS = frozenset({("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob"), (TRAINER_API_VERSION, "TrainJob")})

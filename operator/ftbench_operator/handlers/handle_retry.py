@@ -18,9 +18,9 @@ from ftbench.api.status import Phase
 from ftbench.contracts.labels import RETRY_ANNOTATION
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView
-from ftbench_operator.classify import GPU_OOM
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_start import start_attempt
+from ftbench_operator.reasons import GPU_OOM
 
 
 def retryable(experiment: ExperimentView) -> bool:

@@ -20,17 +20,17 @@ from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView
-from ftbench_operator.classify import (
+from ftbench_operator.classify import Observation
+from ftbench_operator.context import OperatorContext, event
+from ftbench_operator.handlers.handle_follow import sync_once
+from ftbench_operator.reasons import (
     CHILD_CONFLICT,
     CHILD_REJECTED,
     INVALID_SPEC,
     MISSING_DEPENDENCY,
     NOT_RUNNABLE,
     WAITING_FOR_PREDECESSOR,
-    Observation,
 )
-from ftbench_operator.context import OperatorContext, event
-from ftbench_operator.handlers.handle_follow import sync_once
 
 
 async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None:

@@ -1,0 +1,41 @@
+"""The reasons (CamelCase, as in metav1.Condition) the operator writes into status and Events.
+
+Docs and tests use these names; those of a trainer-reported outcome come from the outcome table
+(`ftbench.contracts.outcomes`), so a reason is spelled in one place.
+"""
+
+from __future__ import annotations
+
+from ftbench.contracts.outcomes import OUTCOMES
+from ftbench.contracts.results import Outcome
+
+RESULTS_RECORDED = OUTCOMES[Outcome.SUCCEEDED].status_reason
+GPU_OOM = OUTCOMES[Outcome.GPU_OOM].status_reason
+TRAINING_ERROR = OUTCOMES[Outcome.FAILED].status_reason
+INVALID_SPEC = "InvalidSpec"
+NOT_RUNNABLE = "NotRunnable"
+HOST_OOM_KILLED = "OOMKilled"
+EVICTED = "Evicted"
+IMAGE_PULL = "ImagePullBackOff"
+CONTAINER_CONFIG = "CreateContainerConfigError"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+CHILD_DELETED = "ChildDeleted"
+CHILD_REJECTED = "ChildRejected"
+CHILD_CONFLICT = "ChildConflict"
+# A child name is still held by the children of a deleted experiment of the same name.
+WAITING_FOR_PREDECESSOR = "WaitingForPredecessor"
+UNKNOWN_WORKLOAD = "UnknownWorkload"
+MISSING_DEPENDENCY = "MissingDependency"
+BACKOFF_LIMIT = "BackoffLimitExceeded"
+POD_FAILED = "PodFailed"
+NO_RESULT = "NoResult"
+WORKLOAD_FAILED = "WorkloadFailed"
+PENDING = "Pending"
+NO_PODS = "NoPods"
+FAILED_CREATE = "FailedCreate"  # the Job controller's Event reason when the API server refuses a pod
+UNSCHEDULABLE = "Unschedulable"
+PENDING_TIMEOUT = "PendingTimeout"
+RUNNING = "Running"
+QUEUED_REASON = "Suspended"
+TRIALS_COMPLETED = "TrialsCompleted"
+REPEATS_COMPLETED = "RepeatsCompleted"
