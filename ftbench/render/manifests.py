@@ -12,7 +12,6 @@ PyTorchJob or TrainJob(s).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +36,10 @@ from ftbench.render.access import pod_account, trainer_access
 from ftbench.render.names import ChildNames, child_names
 from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, choose_runtime_for
 from ftbench.render.pods import PodInputs, uses_roce
+from ftbench.render.registry import RUNTIMES, Carry
 from ftbench.render.runtimes import (
     WorkloadMeta,
-    multi_node_indexed_job,
-    pytorch_job,
-    single_job,
-    stability_indexed_job,
-    stability_jobs,
 )
-from ftbench.render.trainjob import stability_train_jobs, train_job
 
 Obj = dict[str, Any]
 
@@ -80,48 +74,17 @@ def labels(experiment: str, attempt: int) -> dict[str, str]:
 
 
 def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
-    """`choose_runtime_for`, plus the combinations no runtime can carry out."""
+    """`choose_runtime_for`, refused where that runtime cannot carry the spec (`registry`)."""
     choice = choose_runtime_for(spec, catalog, profile)
-    runtime = choice.runtime
-    trials = effective.trials(spec, catalog)
-    chosen = f"spec.run.runtime {spec.run.runtime.value} means {runtime.value} here ({choice.reason})"
-    if runtime == Runtime.JOB and spec.number_nodes > 1:
-        raise RenderError(
-            f"{chosen}, which runs one pod, but spec.numberNodes is {spec.number_nodes}; "
-            + _multi_node_fix(spec, profile)
-        )
-    if runtime == Runtime.INDEXED_JOB and not profile.features.indexed_jobs:
-        raise RenderError(
-            f"{chosen}, but this cluster has no Indexed Jobs (they need Kubernetes >= 1.24; cluster profile "
-            "features.indexedJobs is false); " + _multi_node_fix(spec, profile)
-        )
-    if runtime == Runtime.PYTORCH_JOB and trials > 1:
-        raise RenderError(
-            f"{chosen}, but "
-            + (f"repeats {trials} run" if spec.repeats else f"{spec.experiment.value} runs {trials}")
-            + " sequential trials in fresh pods, which a PyTorchJob cannot; set spec.run.runtime to IndexedJob, "
-            "Job or TrainJob"
-        )
-    if runtime == Runtime.TRAIN_JOB and spec.run.priority_class_name:
-        raise RenderError(
-            "spec.run.priorityClassName cannot be set on a TrainJob (Trainer v2 runtime patches have no "
-            f"priorityClassName; {choice.reason}); set the priority class in the ClusterTrainingRuntime or "
-            "through Kueue (kueue.x-k8s.io/priority-class), or choose spec.run.runtime IndexedJob or PyTorchJob"
-        )
+    refusal = RUNTIMES[choice.runtime].refusal(_carry(spec, catalog, profile, choice))
+    if refusal is not None:
+        raise RenderError(refusal)
     return choice
 
 
-def _multi_node_fix(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str:
-    """What to change so several nodes can run: a runtime this cluster has, or one node."""
-    if profile.features.training_operator or profile.features.trainer_v2:
-        runtimes = [r for r, on in (("PyTorchJob", profile.features.training_operator),
-                                    ("TrainJob", profile.features.trainer_v2)) if on]  # fmt: skip
-        return f"set spec.run.runtime to {' or '.join(runtimes)}, or spec.numberNodes to 1"
-    return (
-        "this cluster has no multi-node runtime: install the Kubeflow training operator (PyTorchJob) or "
-        "Kubeflow Trainer v2 (TrainJob), or upgrade to Kubernetes >= 1.24 for Indexed Jobs, then restart the "
-        f"operator; or set spec.numberNodes to 1 (with up to {spec.number_gpus} GPUs on one node)"
-    )
+def _carry(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile, choice: RuntimeChoice) -> Carry:
+    chosen = f"spec.run.runtime {spec.run.runtime.value} means {choice.runtime.value} here ({choice.reason})"
+    return Carry(spec, profile, effective.trials(spec, catalog), chosen, choice.reason)
 
 
 def _names(
@@ -154,21 +117,6 @@ def plan_config_map(plan: LaunchPlan, name: str, meta: WorkloadMeta) -> Obj:
     }
 
 
-Builder = Callable[[PodInputs, WorkloadMeta, ChildNames], list[Obj]]
-
-
-def _builder(runtime: Runtime, spec: FineTuneExperimentSpec, trials: int) -> Builder:
-    if runtime == Runtime.TRAIN_JOB:
-        return stability_train_jobs if trials > 1 else train_job
-    if trials > 1:
-        return stability_indexed_job if runtime == Runtime.INDEXED_JOB else stability_jobs
-    if runtime == Runtime.PYTORCH_JOB:
-        return pytorch_job
-    if runtime == Runtime.INDEXED_JOB and spec.number_nodes > 1:
-        return multi_node_indexed_job
-    return single_job
-
-
 def render_experiment(
     spec: FineTuneExperimentSpec,
     catalog: Catalog,
@@ -183,8 +131,8 @@ def render_experiment(
     """Render one attempt of experiment `name`. Raises PlanError/RenderError for impossible runs."""
     choice = choose_runtime(spec, catalog, profile)
     runtime = choice.runtime
-    trials = effective.trials(spec, catalog)
-    names = _names(spec, profile, name, attempt, runtime, trials)
+    carry = _carry(spec, catalog, profile, choice)
+    names = _names(spec, profile, name, attempt, runtime, carry.trials)
     plan = build_plan(
         spec,
         catalog,
@@ -213,7 +161,7 @@ def render_experiment(
         labels=common,
         service_account=pod_account(profile, name, roce=roce),
     )
-    workloads = _builder(runtime, spec, trials)(inputs, meta, names)
+    workloads = RUNTIMES[runtime].build(carry)(inputs, meta, names)
     # Per experiment, not per attempt: without the attempt label a retry neither deletes nor duplicates them.
     experiment_labels = {k: v for k, v in common.items() if k != ATTEMPT_LABEL}
     access = trainer_access(profile, name, namespace, experiment_labels, roce=roce)

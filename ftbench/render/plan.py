@@ -30,6 +30,7 @@ from ftbench.contracts.plan import (
     Topology,
     TrainingSettings,
 )
+from ftbench.render.registry import RUNTIMES
 
 
 class PlanError(ValueError):
@@ -232,12 +233,7 @@ def build_plan(
         batch_size=spec.batch_size,
         per_device_batch_size=effective.per_device_batch_size(spec),
     )
-    sources: dict[Runtime, RendezvousSource] = {
-        Runtime.PYTORCH_JOB: "pytorchjob",
-        Runtime.INDEXED_JOB: "indexedjob",
-        Runtime.TRAIN_JOB: "trainjob",
-    }
-    source: RendezvousSource = sources.get(runtime, "local")
+    source: RendezvousSource = RUNTIMES[runtime].rendezvous if runtime in RUNTIMES else "local"
     if spec.number_nodes == 1:
         source, master_host = "local", "127.0.0.1"
     backend = effective.distributed_backend(spec)

@@ -11,8 +11,8 @@ endpoint. Reactions:
   spec update -> ignored with a condition (`handle_spec_change`); the `ftbench.io/retry`
   annotation -> attempt N + 1 (`handle_retry`); every event -> metrics. An experiment that kopf
   records as handled but that never started (`never_started`) is started from its events.
-- Pods, Jobs, PyTorchJobs and TrainJobs labelled `app.kubernetes.io/managed-by: ftbench` -> a sync of
-  their experiment (`handle_follow`). Pods are also indexed, so a sync reads them from memory.
+- Pods and every runtime's workload kind (Jobs, PyTorchJobs, TrainJobs: `render.registry`) labelled
+  `app.kubernetes.io/managed-by: ftbench` -> a sync of their experiment (`handle_follow`). Pods are also indexed, so a sync reads them from memory.
 - ConfigMaps labelled `ftbench.io/profile: "true"` -> the cluster profile (`profile_source`).
 - FineTuneSweep events, and events of the experiments a sweep controls (owner reference) -> a
   reconcile of the sweep (`handle_sweep`, through its own Syncer); every sweep event -> metrics.
@@ -41,7 +41,8 @@ from ftbench.contracts.labels import (
     RETRY_ANNOTATION,
     label_value,
 )
-from ftbench.render.trainjob import TRAINER_API_VERSION, TRAINER_GROUP
+from ftbench.render.registry import PYTORCH_JOB, TRAIN_JOB, WORKLOAD_KINDS
+from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator.context import OperatorContext, api_errors
 from ftbench_operator.diffbase import BoundedDiffBaseStorage
 from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
@@ -61,7 +62,6 @@ KOPF_PREFIX = f"kopf.{GROUP}"  # kopf's own bookkeeping annotations, apart from 
 LAST_HANDLED = "last-handled-configuration"
 FINALIZER = f"{GROUP}/finalizer"  # declared for kopf; nothing here requires one, so none is added
 HANDLER_BACKOFF = 5.0
-TRAINJOB_CRD = f"trainjobs.{TRAINER_GROUP}"
 
 
 def _ctx(memo: kopf.Memo) -> OperatorContext:
@@ -114,7 +114,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     minor = await kube.server_minor()
     profiles.set_server_features(
         minor,
-        training_operator=await kube.has_crd("pytorchjobs.kubeflow.org"),
+        training_operator=await kube.has_crd(PYTORCH_JOB.crd),
         training_runtimes=await trainer_v2_runtimes(kube),
     )
     if opts.profile_file is None:
@@ -135,7 +135,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
 
 async def trainer_v2_runtimes(kube: Kube) -> frozenset[str] | None:
     """ClusterTrainingRuntime names when Kubeflow Trainer v2 (the TrainJob CRD) is installed."""
-    if not await kube.has_crd(TRAINJOB_CRD):
+    if not await kube.has_crd(TRAIN_JOB.crd):
         return None
     return await kube.cluster_object_names(TRAINER_API_VERSION, "clustertrainingruntimes")
 
@@ -255,9 +255,6 @@ def _request_sync(memo: kopf.Memo, experiments: kopf.Index[Any, Any], namespace:
 
 
 @kopf.on.event("pods", labels=MANAGED_BY)
-@kopf.on.event("batch", "v1", "jobs", labels=MANAGED_BY)
-@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels=MANAGED_BY)
-@kopf.on.event(TRAINER_GROUP, "v1alpha1", "trainjobs", labels=MANAGED_BY)
 async def child_event(
     namespace: str,
     labels: kopf.Labels,
@@ -269,6 +266,10 @@ async def child_event(
     if "ctx" in memo:
         _ctx(memo).pods = ftbench_pods
     _request_sync(memo, experiments, namespace, labels)
+
+
+for _workload in WORKLOAD_KINDS:  # every runtime's workload kind (render.registry), watched the same way
+    kopf.on.event(_workload.group, _workload.version, _workload.plural, labels=MANAGED_BY)(child_event)
 
 
 @kopf.on.event("", "v1", "configmaps", labels={PROFILE_LABEL: "true"})

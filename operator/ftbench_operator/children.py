@@ -24,17 +24,12 @@ from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.labels import attempt_selector as attempt_selector  # the handlers' `children.attempt_selector`
 from ftbench.kubeapi import KubeError
 from ftbench.render.manifests import Rendered, render_experiment
+from ftbench.render.registry import WORKLOAD_KINDS
 from ftbench_operator.kube import Kube, collection_path
 
 Obj = dict[str, Any]
 # Kinds an attempt may own, deleted on retry (pods go with their workload).
-CHILD_KINDS = (
-    ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
-    ("kubeflow.org/v1", "PyTorchJob"),
-    ("batch/v1", "Job"),
-    ("v1", "Service"),
-    ("v1", "ConfigMap"),
-)
+CHILD_KINDS = (*((w.api_version, w.kind) for w in WORKLOAD_KINDS), ("v1", "Service"), ("v1", "ConfigMap"))
 # Before 1.24 the token controller adds a token Secret to a new ServiceAccount, and until it has,
 # the ServiceAccount admission plugin refuses the pods (the Job controller then backs off >= 10 s).
 LEGACY_TOKEN_MINOR = 24

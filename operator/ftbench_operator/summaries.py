@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ftbench.contracts.env import JOB_COMPLETION_INDEX_ANNOTATION
 from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.results import TrainerResult
+from ftbench.render.registry import WORKLOAD_KINDS
 from ftbench.render.trainjob import JOBSET_NAME_LABEL
 
 PYTORCH_REPLICA_TYPE = "training.kubeflow.org/replica-type"
@@ -126,18 +127,20 @@ def summarize_pod(body: Mapping[str, Any]) -> PodSummary:
 
 
 def summarize_workload(body: Mapping[str, Any], kind: str = "") -> WorkloadSummary:
-    """Job/TrainJob: Complete/Failed conditions. PyTorchJob: the Succeeded/Failed condition that is
-    True. Suspended: spec.suspend (set at creation for Kueue, cleared on admission) or a True
-    Suspended condition."""
+    """Finished well: a True condition of the kind's `success_conditions` (registry: Complete for a
+    Job or TrainJob, Succeeded for a PyTorchJob); badly: a True Failed condition. Suspended:
+    spec.suspend (set at creation for Kueue, cleared on admission) or a True Suspended condition."""
     meta = body.get("metadata") or {}
     conditions = (body.get("status") or {}).get("conditions") or []
     true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
     failed = true.get("Failed")
+    kind = str(body.get("kind") or kind)  # items of a LIST response carry no kind
+    known = next((w for w in WORKLOAD_KINDS if w.kind == kind), None)
     return WorkloadSummary(
-        kind=str(body.get("kind") or kind),  # items of a LIST response carry no kind
+        kind=kind,
         name=str(meta.get("name", "")),
         suspended=bool((body.get("spec") or {}).get("suspend")) or "Suspended" in true,
-        succeeded="Complete" in true or "Succeeded" in true,
+        succeeded=known is not None and any(c in true for c in known.success_conditions),
         failed=failed is not None,
         reason=str((failed or {}).get("reason") or ""),
         message=str((failed or {}).get("message") or ""),

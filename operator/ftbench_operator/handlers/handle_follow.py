@@ -19,7 +19,7 @@ from ftbench.api.status import Phase
 from ftbench.catalog import load_catalog
 from ftbench.contracts.labels import label_value
 from ftbench.kubeapi import KubeError
-from ftbench.render.trainjob import TRAINER_API_VERSION
+from ftbench.render.registry import workload_kind
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView
 from ftbench_operator.classify import Observation, classify_run, explain_no_pods, pending_too_long
@@ -27,9 +27,6 @@ from ftbench_operator.classify_trials import classify_trials
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.reasons import CHILD_CONFLICT, FAILED_CREATE, NO_PODS, UNKNOWN_WORKLOAD
 from ftbench_operator.summaries import PodSummary, summarize_pod, summarize_workload
-
-# The workloads `status.job` may name; anything else was not written by this operator.
-WORKLOAD_KINDS = frozenset({("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob"), (TRAINER_API_VERSION, "TrainJob")})
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 60.0
@@ -182,7 +179,7 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
     if experiment.finished or job is None:
         return
     attempt = experiment.attempt
-    if (job.api_version, job.kind) not in WORKLOAD_KINDS:  # status is schema-checked, not trusted
+    if workload_kind(job.api_version, job.kind) is None:  # status is schema-checked, not trusted
         message = f"status.job names {job.to_wire()!r}, not a workload ftbench creates"
         await _record(ctx, experiment, Observation(Phase.FAILED, UNKNOWN_WORKLOAD, message))
         return

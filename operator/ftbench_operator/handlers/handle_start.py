@@ -14,10 +14,10 @@ from typing import Any
 from ftbench.api.profile import catalog_for
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
-from ftbench.contracts.enums import Runtime
 from ftbench.kubeapi import KubeError
 from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
+from ftbench.render.registry import RUNTIMES
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView
 from ftbench_operator.classify import Observation
@@ -118,12 +118,8 @@ async def _not_created(
     admission or quota refusals are a Failed run with the server's reason."""
     if isinstance(err, children.ChildConflict):
         await _failed(ctx, experiment, builder, CHILD_CONFLICT, str(err))
-    elif err.status == 404 and rendered.runtime == Runtime.PYTORCH_JOB:
-        message = (
-            "runtime PyTorchJob needs the Kubeflow training operator, but this cluster does not serve "
-            "pytorchjobs.kubeflow.org; set spec.run.runtime to auto or IndexedJob, or install the training operator"
-        )
-        await _invalid(ctx, experiment, builder, NOT_RUNNABLE, message)
+    elif err.status == 404 and (missing := RUNTIMES[rendered.runtime].workload.missing):
+        await _invalid(ctx, experiment, builder, NOT_RUNNABLE, missing)
     elif err.status in (404, 422):
         await _invalid(
             ctx, experiment, builder, NOT_RUNNABLE, f"the API server refused the run's objects: {err.server_message}"

@@ -1,0 +1,187 @@
+"""Each runtime defined once: its workload kind, whether it can carry a spec, how to build it, how
+to read its end, and what the operator watches.
+
+Before, what ftbench knew of a runtime was spread over the plan, the manifests, the operator's
+follow, classification, start and watches. Now `RUNTIMES` holds it (as Kubeflow Trainer's runtime
+framework registers its plugins) and everything else reads it:
+
+- `ftbench.render.manifests` asks `refusal` whether the chosen runtime can carry the spec, and
+  `builder` for the objects;
+- the operator follows a `status.job` only of a kind in `WORKLOAD_KINDS`, watches each of them
+  (`app`), reads a finished workload's end through `success_conditions` (`summaries`), and says
+  `missing` when the cluster does not serve the kind (`handlers.handle_start`).
+
+Adding a runtime is one `RuntimeDef` here plus its builders (and its enum value in the API).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ftbench.api.profile import ClusterProfile
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts.enums import Runtime
+from ftbench.contracts.plan import RendezvousSource
+from ftbench.render.names import ChildNames
+from ftbench.render.pods import PodInputs
+from ftbench.render.runtimes import (
+    Obj,
+    WorkloadMeta,
+    multi_node_indexed_job,
+    pytorch_job,
+    single_job,
+    stability_indexed_job,
+    stability_jobs,
+)
+from ftbench.render.trainjob import TRAINER_API_VERSION, stability_train_jobs, train_job
+
+Builder = Callable[[PodInputs, WorkloadMeta, ChildNames], list[Obj]]
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """A kind of object whose pods run the training and whose status says how it ended."""
+
+    api_version: str
+    kind: str
+    plural: str
+    # Condition types that, when True, mean the workload finished well (Failed is the other end).
+    success_conditions: tuple[str, ...]
+    # The CRD the cluster must serve ("" for a built-in kind), and what to do when it does not.
+    crd: str = ""
+    missing: str = ""
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+
+JOB = WorkloadKind("batch/v1", "Job", "jobs", ("Complete",))
+PYTORCH_JOB = WorkloadKind(
+    "kubeflow.org/v1",
+    "PyTorchJob",
+    "pytorchjobs",
+    ("Succeeded",),
+    crd="pytorchjobs.kubeflow.org",
+    missing="runtime PyTorchJob needs the Kubeflow training operator, but this cluster does not serve "
+    "pytorchjobs.kubeflow.org; set spec.run.runtime to auto or IndexedJob, or install the training operator",
+)
+TRAIN_JOB = WorkloadKind(
+    TRAINER_API_VERSION,
+    "TrainJob",
+    "trainjobs",
+    ("Complete",),
+    crd="trainjobs.trainer.kubeflow.org",
+    missing="runtime TrainJob needs Kubeflow Trainer v2, but this cluster does not serve "
+    "trainjobs.trainer.kubeflow.org; set spec.run.runtime to auto, IndexedJob or PyTorchJob, or install Trainer v2",
+)
+
+
+@dataclass(frozen=True)
+class Carry:
+    """What decides whether a runtime can carry a spec and how it is built."""
+
+    spec: FineTuneExperimentSpec
+    profile: ClusterProfile
+    trials: int  # sequential runs in fresh pods (stability trials, repeats); 1 otherwise
+    chosen: str  # "spec.run.runtime X means Y here (why)": the start of most refusals
+    reason: str  # why this runtime: the spec, the profile's pin, or what auto-detection found
+
+
+Refusal = Callable[[Carry], str | None]
+
+
+@dataclass(frozen=True)
+class RuntimeDef:
+    runtime: Runtime
+    workload: WorkloadKind
+    refusal: Refusal  # why this runtime cannot carry the spec (the whole message), else None
+    build: Callable[[Carry], Builder]  # the builder of this spec's objects
+    # Where ranks of several nodes learn the master's address (the plan's rendezvous source).
+    rendezvous: RendezvousSource = "local"
+
+
+def multi_node_fix(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str:
+    """What to change so several nodes can run: a runtime this cluster has, or one node."""
+    if profile.features.training_operator or profile.features.trainer_v2:
+        runtimes = [r for r, on in (("PyTorchJob", profile.features.training_operator),
+                                    ("TrainJob", profile.features.trainer_v2)) if on]  # fmt: skip
+        return f"set spec.run.runtime to {' or '.join(runtimes)}, or spec.numberNodes to 1"
+    return (
+        "this cluster has no multi-node runtime: install the Kubeflow training operator (PyTorchJob) or "
+        "Kubeflow Trainer v2 (TrainJob), or upgrade to Kubernetes >= 1.24 for Indexed Jobs, then restart the "
+        f"operator; or set spec.numberNodes to 1 (with up to {spec.number_gpus} GPUs on one node)"
+    )
+
+
+def _job_refusal(c: Carry) -> str | None:
+    if c.spec.number_nodes == 1:
+        return None
+    return f"{c.chosen}, which runs one pod, but spec.numberNodes is {c.spec.number_nodes}; " + multi_node_fix(
+        c.spec, c.profile
+    )
+
+
+def _indexed_job_refusal(c: Carry) -> str | None:
+    if c.profile.features.indexed_jobs:
+        return None
+    return (
+        f"{c.chosen}, but this cluster has no Indexed Jobs (they need Kubernetes >= 1.24; cluster profile "
+        "features.indexedJobs is false); " + multi_node_fix(c.spec, c.profile)
+    )
+
+
+def _pytorch_job_refusal(c: Carry) -> str | None:
+    if c.trials == 1:
+        return None
+    runs = f"repeats {c.trials} run" if c.spec.repeats else f"{c.spec.experiment.value} runs {c.trials}"
+    return (
+        f"{c.chosen}, but {runs} sequential trials in fresh pods, which a PyTorchJob cannot; set "
+        "spec.run.runtime to IndexedJob, Job or TrainJob"
+    )
+
+
+def _train_job_refusal(c: Carry) -> str | None:
+    if not c.spec.run.priority_class_name:
+        return None
+    return (
+        "spec.run.priorityClassName cannot be set on a TrainJob (Trainer v2 runtime patches have no "
+        f"priorityClassName; {c.reason}); set the priority class in the ClusterTrainingRuntime or "
+        "through Kueue (kueue.x-k8s.io/priority-class), or choose spec.run.runtime IndexedJob or PyTorchJob"
+    )
+
+
+def _indexed_job_builder(c: Carry) -> Builder:
+    if c.trials > 1:
+        return stability_indexed_job
+    return multi_node_indexed_job if c.spec.number_nodes > 1 else single_job
+
+
+RUNTIMES: dict[Runtime, RuntimeDef] = {
+    Runtime.JOB: RuntimeDef(Runtime.JOB, JOB, _job_refusal, lambda c: stability_jobs if c.trials > 1 else single_job),
+    Runtime.INDEXED_JOB: RuntimeDef(
+        Runtime.INDEXED_JOB, JOB, _indexed_job_refusal, _indexed_job_builder, rendezvous="indexedjob"
+    ),
+    Runtime.PYTORCH_JOB: RuntimeDef(
+        Runtime.PYTORCH_JOB, PYTORCH_JOB, _pytorch_job_refusal, lambda c: pytorch_job, rendezvous="pytorchjob"
+    ),
+    Runtime.TRAIN_JOB: RuntimeDef(
+        Runtime.TRAIN_JOB,
+        TRAIN_JOB,
+        _train_job_refusal,
+        lambda c: stability_train_jobs if c.trials > 1 else train_job,
+        rendezvous="trainjob",
+    ),
+}
+#: Every workload kind a runtime creates: what the operator follows and watches.
+WORKLOAD_KINDS: tuple[WorkloadKind, ...] = tuple({d.workload.kind: d.workload for d in RUNTIMES.values()}.values())
+
+
+def workload_kind(api_version: str, kind: str) -> WorkloadKind | None:
+    """The workload kind of that apiVersion and kind, None when no runtime creates it."""
+    return next((w for w in WORKLOAD_KINDS if (w.api_version, w.kind) == (api_version, kind)), None)
