@@ -27,6 +27,7 @@ from ftbench_operator.classify_trials import classify_trials
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.reasons import CHILD_CONFLICT, FAILED_CREATE, NO_PODS, UNKNOWN_WORKLOAD
 from ftbench_operator.summaries import PodSummary, summarize_pod, summarize_workload
+from ftbench_operator.writer import Announce, write_status
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 60.0
@@ -236,17 +237,10 @@ async def _record(
     ctx: OperatorContext, experiment: ExperimentView, obs: Observation, trials: int = 1, repeated: bool = False
 ) -> None:
     """Write the status for `obs` and, on a phase change, its Event."""
-    namespace, name = experiment.namespace, experiment.name
     builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
-    patch = status.diff(experiment.status, builder.observed(obs, trials=trials, repeated=repeated))
-    if not patch:
-        return
-    if await ctx.kube.patch_experiment_status(namespace, name, patch, uid=experiment.uid) is None:
-        return  # that experiment is gone (a new one of its name is not ours to write)
-    log.info("%s/%s: %s (%s) %s", namespace, name, obs.phase.value, obs.reason, obs.message)
-    if patch.get("phase"):
-        failed = obs.phase in (Phase.FAILED, Phase.INVALID)
-        event(experiment, obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed)
+    failed = obs.phase in (Phase.FAILED, Phase.INVALID)
+    announce = Announce(obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed, when="phase")
+    await write_status(ctx, experiment, builder.observed(obs, trials=trials, repeated=repeated), announce)
 
 
 async def start_trial(

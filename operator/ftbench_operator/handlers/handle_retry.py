@@ -21,6 +21,7 @@ from ftbench_operator.body import ExperimentView
 from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.handlers.handle_start import start_attempt
 from ftbench_operator.reasons import GPU_OOM
+from ftbench_operator.writer import Announce, write_status
 
 
 def retryable(experiment: ExperimentView) -> bool:
@@ -47,14 +48,10 @@ async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch
         attempt = fresh.attempt + 1
         _, accepted_generation = fresh.accepted_spec()
         builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
-        await ctx.kube.patch_experiment_status(
-            fresh.namespace,
-            fresh.name,
-            status.diff(fresh.status, builder.retrying(attempt, accepted_generation)),
-            uid=fresh.uid,
-        )
+        retrying = Announce("Retrying", f"attempt {attempt} replaces attempt {attempt - 1}", when="never")
+        await write_status(ctx, fresh, builder.retrying(attempt, accepted_generation), retrying)
         await children.delete_owned(ctx.kube, fresh.body, children.attempt_selector(fresh.name, other_than=attempt))
-        event(fresh, "Retrying", f"attempt {attempt} replaces attempt {attempt - 1}")
+        event(fresh, retrying.reason, retrying.message)  # once the old attempt's children are going
         refreshed = await ctx.kube.get_experiment(fresh.namespace, fresh.name)
         if refreshed is not None:
             await start_attempt(ctx, ExperimentView.parse(refreshed), attempt)

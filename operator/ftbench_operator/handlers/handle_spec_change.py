@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ftbench_operator import status
-from ftbench_operator.context import OperatorContext, event
+from ftbench_operator.context import OperatorContext
+from ftbench_operator.writer import Announce, write_status
 
 
 async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
@@ -18,8 +19,6 @@ async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
         _, accepted_generation = fresh.accepted_spec()
         builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
         desired = builder.spec_change_ignored(accepted_generation)
-        patch = status.diff(fresh.status, desired)
-        if patch:
-            await ctx.kube.patch_experiment_status(fresh.namespace, fresh.name, patch, uid=fresh.uid)
-            ignored = status.condition(desired, status.SPEC_CHANGE_IGNORED) or {}
-            event(fresh, "SpecChangeIgnored", str(ignored.get("message", "")), warning=True)
+        ignored = status.condition(desired, status.SPEC_CHANGE_IGNORED) or {}
+        announce = Announce("SpecChangeIgnored", str(ignored.get("message", "")), warning=True)
+        await write_status(ctx, fresh, desired, announce)

@@ -31,6 +31,7 @@ from ftbench_operator.reasons import (
     NOT_RUNNABLE,
     WAITING_FOR_PREDECESSOR,
 )
+from ftbench_operator.writer import Announce, write_status
 
 
 async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
@@ -95,13 +96,8 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         accepted_generation,
         runtime=children.runtime_ref(rendered),
     )
-    await ctx.kube.patch_experiment_status(
-        experiment.namespace, name, status.diff(experiment.status, desired), uid=experiment.uid
-    )
-    if created:
-        event(
-            experiment, "Started", f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}"
-        )
+    started = f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}"
+    await write_status(ctx, experiment, desired, Announce("Started", started, when="always" if created else "never"))
     if roce_problem and created:
         event(experiment, "NoRoceNetwork", roce_problem, warning=True)
 
@@ -136,10 +132,7 @@ async def _wait_for_predecessor(
     """Pending with the reason while an earlier experiment of this name is garbage-collected
     (deleted and re-created at once); written and announced once, not on every retry."""
     observed = builder.observed(Observation(Phase.PENDING, WAITING_FOR_PREDECESSOR, message), trials=1)
-    patch = status.diff(builder.current, {**observed, **builder.accepted})
-    if patch:
-        await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch, uid=experiment.uid)
-        event(experiment, WAITING_FOR_PREDECESSOR, message)
+    await write_status(ctx, experiment, {**observed, **builder.accepted}, Announce(WAITING_FOR_PREDECESSOR, message))
 
 
 async def _failed(
@@ -165,6 +158,4 @@ async def _write(
     message: str,
 ) -> None:
     """A run that ends before it starts: its status, and a Warning Event saying why."""
-    patch = status.diff(builder.current, desired)
-    await ctx.kube.patch_experiment_status(experiment.namespace, experiment.name, patch, uid=experiment.uid)
-    event(experiment, reason, message, warning=True)
+    await write_status(ctx, experiment, desired, Announce(reason, message, warning=True))
