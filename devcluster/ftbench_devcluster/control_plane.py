@@ -21,7 +21,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -33,67 +32,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from ftbench.contracts.env import cache_root
+from ftbench.host.ports import free_port
 from ftbench.host.procs import stop_process_group
 from ftbench.kubeapi import ApiEndpoint, KubeError, http
 from ftbench.kubeapi.wire import JSON
-
-K8S_VERSION = "1.20.2"
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+from ftbench_devcluster.binaries import ControlPlaneError, find_binaries
 
 # Service network as in the verified recipe. The advertise address must not be loopback,
 # otherwise the apiserver keeps logging errors while reconciling the `kubernetes` endpoints.
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 ADVERTISE_ADDRESS = "10.0.0.1"
-
-
-class ControlPlaneError(RuntimeError):
-    """The control plane could not be started (the message carries the relevant log lines)."""
-
-
-class BinariesNotFoundError(ControlPlaneError):
-    """etcd / kube-apiserver / kube-controller-manager are not installed."""
-
-
-def cache_bin_dir() -> Path:
-    """Where ``hack/build-control-plane.sh`` puts the binaries."""
-    return cache_root() / f"k8s-{K8S_VERSION}" / "bin"
-
-
-def find_binaries(names: tuple[str, ...] = BINARIES) -> dict[str, Path]:
-    """Locate each binary: ``$KUBEBUILDER_ASSETS`` first, then the ftbench cache, then ``$PATH``.
-
-    The lookup is per binary because envtest's asset directories (``setup-envtest``) ship etcd and
-    kube-apiserver but no kube-controller-manager; that one then comes from the cache or PATH.
-    """
-    dirs: list[Path] = []
-    if assets := os.environ.get("KUBEBUILDER_ASSETS"):
-        dirs.append(Path(assets))
-    dirs.append(cache_bin_dir())
-    found: dict[str, Path] = {}
-    missing: list[str] = []
-    for name in names:
-        candidates = [d / name for d in dirs]
-        if on_path := shutil.which(name):
-            candidates.append(Path(on_path))
-        hit = next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
-        if hit is None:
-            missing.append(name)
-        else:
-            found[name] = hit
-    if missing:
-        raise BinariesNotFoundError(
-            f"missing {', '.join(missing)} (searched $KUBEBUILDER_ASSETS, {cache_bin_dir()}, $PATH); "
-            "run hack/build-control-plane.sh or point KUBEBUILDER_ASSETS at envtest binaries"
-        )
-    return found
-
-
-def _free_port() -> int:
-    """A currently free loopback port (the tiny race until the server binds it is acceptable)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
@@ -172,9 +120,9 @@ class ControlPlane:
         self.ready_timeout = ready_timeout
         self.keep_workdir = keep_workdir
         self.token = secrets.token_hex(24)
-        self.etcd_port = _free_port()
-        self.etcd_peer_port = _free_port()
-        self.apiserver_port = _free_port()
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.apiserver_port = free_port()
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         self.ca_file = self.workdir / "pki" / "ca.crt"
         self.kubeconfig = self.workdir / "kubeconfig"
