@@ -51,6 +51,10 @@ class WorkloadKind:
     # The CRD the cluster must serve ("" for a built-in kind), and what to do when it does not.
     crd: str = ""
     missing: str = ""
+    # One object per stability trial or repeat where the cluster runs them one Job at a time.
+    one_per_trial: bool = False
+    # Its pods are made by the Jobs of a JobSet named as the workload (Trainer v2), not by it.
+    pods_via_jobset: bool = False
 
     @property
     def group(self) -> str:
@@ -61,7 +65,7 @@ class WorkloadKind:
         return self.api_version.rpartition("/")[2]
 
 
-JOB = WorkloadKind("batch/v1", "Job", "jobs", ("Complete",))
+JOB = WorkloadKind("batch/v1", "Job", "jobs", ("Complete",), one_per_trial=True)
 PYTORCH_JOB = WorkloadKind(
     "kubeflow.org/v1",
     "PyTorchJob",
@@ -79,6 +83,8 @@ TRAIN_JOB = WorkloadKind(
     crd="trainjobs.trainer.kubeflow.org",
     missing="runtime TrainJob needs Kubeflow Trainer v2, but this cluster does not serve "
     "trainjobs.trainer.kubeflow.org; set spec.run.runtime to auto, IndexedJob or PyTorchJob, or install Trainer v2",
+    one_per_trial=True,
+    pods_via_jobset=True,
 )
 
 

@@ -24,7 +24,7 @@ from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.labels import attempt_selector as attempt_selector  # the handlers' `children.attempt_selector`
 from ftbench.kubeapi import KubeError
 from ftbench.render.manifests import Rendered, render_experiment
-from ftbench.render.registry import WORKLOAD_KINDS
+from ftbench.render.registry import WORKLOAD_KINDS, workload_kind
 from ftbench_operator.kube import Kube, collection_path
 
 Obj = dict[str, Any]
@@ -61,7 +61,8 @@ def trial_object(rendered: Rendered, trial: int) -> Obj | None:
 
 def _trial(obj: Mapping[str, Any]) -> int | None:
     value = ((obj.get("metadata") or {}).get("labels") or {}).get(TRIAL_LABEL)
-    return int(value) if value is not None and obj.get("kind") in ("Job", "TrainJob") else None
+    kind = workload_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+    return int(value) if value is not None and kind is not None and kind.one_per_trial else None
 
 
 def runtime_ref(rendered: Rendered) -> dict[str, str]:

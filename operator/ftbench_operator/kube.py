@@ -23,6 +23,7 @@ from ftbench.api.resource import GROUP, PLURAL, SWEEP_KIND, SWEEP_PLURAL, VERSIO
 from ftbench.kubeapi import ABSENT, CONFLICT, FORBIDDEN, KubeError
 from ftbench.kubeapi import client as kubeapi
 from ftbench.kubeapi.wire import JSON, MERGE_PATCH
+from ftbench.render.registry import WORKLOAD_KINDS
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -41,9 +42,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "ServiceAccount"): "serviceaccounts",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
-    ("batch/v1", "Job"): "jobs",
-    ("kubeflow.org/v1", "PyTorchJob"): "pytorchjobs",
-    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainjobs",
+    **{(w.api_version, w.kind): w.plural for w in WORKLOAD_KINDS},  # each runtime's (render.registry)
     (f"{GROUP}/{VERSION}", "FineTuneExperiment"): PLURAL,
     (f"{GROUP}/{VERSION}", SWEEP_KIND): SWEEP_PLURAL,
 }

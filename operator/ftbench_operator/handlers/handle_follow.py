@@ -143,7 +143,9 @@ def observe(
     owned = [w for w in workload_bodies if children.owned_by(w, experiment.uid)]
     owner_uids = {str((w.get("metadata") or {}).get("uid")) for w in owned}
     # A TrainJob's pods belong to Jobs of its JobSet (named as the TrainJob), not to the TrainJob itself.
-    jobsets = {str((w.get("metadata") or {}).get("name")) for w in owned if w.get("kind") == "TrainJob"}
+    kind = workload_kind(experiment.job.api_version, job_kind) if experiment.job else None
+    via_jobset = kind is not None and kind.pods_via_jobset
+    jobsets = {str((w.get("metadata") or {}).get("name")) for w in owned} if via_jobset else set()
     pods = [p for p in pods if p.owner_uid in owner_uids or (p.jobset and p.jobset in jobsets)]
     workloads = [summarize_workload(w, job_kind) for w in owned]
     missing = job_name not in {w.name for w in workloads}
