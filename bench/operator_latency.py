@@ -19,6 +19,7 @@ latencies include queueing behind each other; targets: p99 <= 1 s, <= 2 s, RSS <
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -30,6 +31,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -244,6 +246,29 @@ def write_figures(figures: dict, path: Path | None) -> None:
         path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
+@contextlib.contextmanager
+def bench_namespace(cp: ControlPlane, proc: subprocess.Popen[bytes], user_agent: str | None = None) -> Iterator[Bench]:
+    """A Bench watching namespace `bench` (created, with its default ServiceAccount, before the
+    watches start); on leaving, the watches stop and so does the operator `proc`."""
+    bench: Bench | None = None
+    try:
+        bench = Bench(cp, "bench")
+        if user_agent:
+            bench.api.user_agent = user_agent
+        from kubernetes.client import CoreV1Api
+
+        CoreV1Api(bench.api).create_namespace({"metadata": {"name": "bench"}})
+        time.sleep(2)  # default ServiceAccount (pods are rejected without it)
+        bench.start_watches()
+        time.sleep(1)
+        yield bench
+    finally:
+        if bench is not None:
+            bench.stop.set()
+        proc.terminate()
+        proc.wait(15)
+
+
 def start_operator(cp: ControlPlane, tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     """The real operator against `cp` (profile file and log in `tmp`), once it answers its
     liveness probe; returns the process and its environment (the metrics port is in it)."""
@@ -284,20 +309,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    from kubernetes.client import CoreV1Api
-
     with tempfile.TemporaryDirectory(prefix="ftbench-bench-") as tmp, ControlPlane() as cp:
         from kubernetes import config
 
         install_crd(config.new_client_from_config(str(cp.kubeconfig)), crd())
         proc, env = start_operator(cp, Path(tmp))
-        bench: Bench | None = None
-        try:
-            bench = Bench(cp, "bench")
-            CoreV1Api(bench.api).create_namespace({"metadata": {"name": "bench"}})
-            time.sleep(2)  # default ServiceAccount (pods are rejected without it)
-            bench.start_watches()
-            time.sleep(1)
+        with bench_namespace(cp, proc) as bench:
             burst = [f"exp-{i:04d}" for i in range(args.experiments)]
             cpu0 = {"operator": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in cp.pids.items()}}
             cpu0["bench"] = time.process_time()
@@ -319,11 +336,6 @@ def main() -> None:
             all_ok = bench.wait_results(burst + rest, timeout=300)
             time.sleep(3)
             rss = rss_mb(proc.pid)
-        finally:
-            if bench is not None:
-                bench.stop.set()
-            proc.terminate()
-            proc.wait(15)
 
     figures = {
         "experiments": args.experiments,

@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator"), str(REPO / "bench")]
 
-from operator_latency import SPEC, Bench, cpu_seconds, rss_mb, start_operator, write_figures  # noqa: E402
+from operator_latency import SPEC, bench_namespace, cpu_seconds, rss_mb, start_operator, write_figures  # noqa: E402
 
 from ftbench.api.crd import crd, sweep_crd  # noqa: E402
 from ftbench.api.resource import API_VERSION, GROUP, SWEEP_KIND, SWEEP_PLURAL, VERSION  # noqa: E402
@@ -95,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from kubernetes import config
-    from kubernetes.client import CoreV1Api, CustomObjectsApi
+    from kubernetes.client import CustomObjectsApi
 
     with tempfile.TemporaryDirectory(prefix="ftbench-sweep-bench-") as tmp:
         policy, audit_log = Path(tmp) / "audit-policy.yaml", Path(tmp) / "audit.log"
@@ -106,14 +106,7 @@ def main() -> None:
             install_crd(api, crd())
             install_crd(api, sweep_crd())
             proc, _ = start_operator(cp, Path(tmp))
-            bench: Bench | None = None
-            try:
-                bench = Bench(cp, "bench")
-                bench.api.user_agent = BENCH_AGENT
-                CoreV1Api(bench.api).create_namespace({"metadata": {"name": "bench"}})
-                time.sleep(2)  # default ServiceAccount (pods are rejected without it)
-                bench.start_watches()
-                time.sleep(1)
+            with bench_namespace(cp, proc, BENCH_AGENT) as bench:
                 custom = CustomObjectsApi(bench.api)
                 cpu0 = cpu_seconds(proc.pid)
                 since = audit_now()
@@ -139,11 +132,6 @@ def main() -> None:
                 cpu = cpu_seconds(proc.pid) - cpu0
                 time.sleep(2)
                 rss = rss_mb(proc.pid)
-            finally:
-                if bench is not None:
-                    bench.stop.set()
-                proc.terminate()
-                proc.wait(15)
             requests = operator_requests(audit_log, since, until)
 
     total = sum(requests.values())

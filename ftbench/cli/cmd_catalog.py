@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import yaml
 
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_validate import catalog_from_args
+from ftbench.cli.cmd_validate import add_model_map, catalog_from_args
 from ftbench.cli.table import cut, format_table
 from ftbench.contracts.wire import WireModel
 from ftbench.engines.releases import load_releases
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="table: the columns that fit a terminal, long cells cut (default); wide: every column in full; "
         "json/yaml: the catalog entries",
     )
-    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    add_model_map(p)
     p.set_defaults(func=run)
 
 

@@ -15,7 +15,7 @@ from ftbench.api.repeats import combined_result, repeats_status
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
+from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", help="a FineTuneExperiment YAML file (- for stdin)")
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.add_argument("--profile", metavar="FILE", help="cluster profile (storage paths, model map)")
-    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    add_model_map(p)
     p.add_argument("--python", metavar="PATH", help="interpreter that runs ftbench-trainer (default: per engine)")
     p.add_argument(
         "--any-fms-release",

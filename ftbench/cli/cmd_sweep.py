@@ -16,7 +16,7 @@ from typing import Any
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.sweep import FineTuneSweepSpec, SweepPhase
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
+from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue a sweep of this name that the store holds")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--profile", metavar="FILE", help="cluster profile (storage paths, model map)")
-    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    add_model_map(p)
     p.add_argument("--python", metavar="PATH", help="interpreter that runs ftbench-trainer (default: per engine)")
     p.add_argument("--dataset-entries", type=int, metavar="N", help="generate only N dataset entries (smoke runs)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the trainer's own output")

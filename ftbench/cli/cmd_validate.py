@@ -18,7 +18,7 @@ from ftbench.sweep.points import expand, parse_sweep_document
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check FineTuneExperiment and FineTuneSweep files; exit 1 if any is invalid")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML files (multi-document allowed, - for stdin)")
-    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
+    add_model_map(p)
     p.add_argument(
         "--profile",
         metavar="FILE",
@@ -27,6 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only problems and warnings")
     p.set_defaults(func=run)
+
+
+def add_model_map(p: argparse.ArgumentParser) -> None:
+    """`--model-map`, read by `catalog_from_args`: every command that resolves models takes it."""
+    p.add_argument("--model-map", metavar="FILE", help="extra/overriding models in seed 002's model_map format")
 
 
 def catalog_from_args(args: argparse.Namespace, base: Catalog | None = None) -> Catalog:
