@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from trainer_rbac import grant_progress
 
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench_devcluster.devup import default_operator_command
@@ -44,9 +45,6 @@ TRAINER_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_
 PROFILE: dict[str, Any] = {
     "features": {"indexedJobs": False, "podFailurePolicy": False, "trainingOperator": True},
 }
-# What the Helm chart grants the trainer (ftbench_trainer.progress_reporter), bound here to the
-# namespace's default ServiceAccount, which the training pods use when the profile names none.
-TRAINER_RULES = [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]}]
 TERMINAL = ("Succeeded", "Failed", "Invalid")
 
 T = TypeVar("T")
@@ -152,20 +150,13 @@ class Cluster:
         self.control_plane.request("DELETE", f"/api/v1/nodes/{NODE}")
 
     def serve(self, namespace: str) -> str:
-        """Let the kubelet serve ``namespace`` and the trainer report progress there."""
+        """Let the kubelet serve ``namespace`` and the trainer report progress there (the progress
+        rule bound to the namespace's default ServiceAccount, which the pods use when the profile
+        names none)."""
         from kubernetes.client import RbacAuthorizationV1Api
 
         self.core.patch_namespace(namespace, {"metadata": {"labels": {SERVE_LABEL[0]: SERVE_LABEL[1]}}})
-        rbac = RbacAuthorizationV1Api(self.api)
-        rbac.create_namespaced_role(namespace, {"metadata": {"name": "ftbench-trainer"}, "rules": TRAINER_RULES})
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": "ftbench-trainer"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ftbench-trainer"},
-                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
-            },
-        )
+        grant_progress(RbacAuthorizationV1Api(self.api), namespace, "default")
         return namespace
 
     # -- experiments ------------------------------------------------------------------------------

@@ -145,16 +145,23 @@ def test_printer_columns_show_the_accepted_spec_not_a_later_edit(custom, control
     assert row["Batch"] == 4 and row["Model"] == "llama3.1-8b" and row["GPUs"] == 2 and row["Tokens/s"] == 400.0
 
 
+def _explained(env: dict[str, str], path: str, expected: str) -> str:
+    """`kubectl explain path`, asked until it prints `expected`: the OpenAPI aggregator publishes a
+    new CRD's schema after a few seconds."""
+    out = ""
+    for _ in range(30):
+        proc = subprocess.run(["kubectl", "explain", path], capture_output=True, text=True, env=env)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0 and expected in out:
+            break
+        time.sleep(1)
+    return out
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_explain_prints_field_docs(control_plane, ftbench_crd) -> None:
     env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
-    out = ""
-    for _ in range(30):  # the OpenAPI aggregator publishes a new CRD's schema after a few seconds
-        proc = subprocess.run(["kubectl", "explain", "fte.spec.batchSize"], capture_output=True, text=True, env=env)
-        out = proc.stdout + proc.stderr
-        if proc.returncode == 0 and "evenly distributed" in out:
-            break
-        time.sleep(1)
+    out = _explained(env, "fte.spec.batchSize", "evenly distributed")
     assert "evenly distributed over max(1, numberGpus)" in out, out
     assert "per_device_train_batch_size" in out and "global batch" in out, out  # ado's meaning, made explicit
     for path in ("fte.spec", "fte.spec.run", "fte.status", "fte.status.batch"):
@@ -200,11 +207,5 @@ def test_sweep_is_stored_with_defaults_and_its_template_and_matrix_kept(kube_api
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_explain_prints_sweep_docs(control_plane, sweep_crd) -> None:
     env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
-    out = ""
-    for _ in range(30):  # the OpenAPI aggregator publishes a new CRD's schema after a few seconds
-        proc = subprocess.run(["kubectl", "explain", "fts.spec.matrix"], capture_output=True, text=True, env=env)
-        out = proc.stdout + proc.stderr
-        if proc.returncode == 0 and "Cartesian product" in out:
-            break
-        time.sleep(1)
+    out = _explained(env, "fts.spec.matrix", "Cartesian product")
     assert "Cartesian product" in out, out

@@ -11,28 +11,18 @@ import urllib.request
 import pytest
 from kubernetes.client import BatchV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from operator_testkit import lora_spec, success_result, wait_for
+from trainer_rbac import grant_progress
 
 from ftbench_devcluster.crds import install_crd
 from ftbench_trainer.progress_reporter import ApiEndpoint, ProgressReporter
 
 pytestmark = pytest.mark.k8s
 
-# The Role the Helm chart grants the trainer's service account (see ftbench_trainer.progress_reporter).
-TRAINER_RULES = [{"apiGroups": ["ftbench.io"], "resources": ["finetuneexperiments/status"], "verbs": ["patch"]}]
-
 
 def trainer_token(kube_api, namespace: str) -> str:
     core, rbac = CoreV1Api(kube_api), RbacAuthorizationV1Api(kube_api)
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "ftbench-trainer"}})
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "ftbench-trainer"}, "rules": TRAINER_RULES})
-    rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": "ftbench-trainer"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ftbench-trainer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "ftbench-trainer", "namespace": namespace}],
-        },
-    )
+    grant_progress(rbac, namespace, "ftbench-trainer")
     secret = wait_for(
         lambda: (
             (sa := core.read_namespaced_service_account("ftbench-trainer", namespace)).secrets
