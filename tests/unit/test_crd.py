@@ -105,8 +105,22 @@ def test_names_and_printer_columns() -> None:
     names = doc["spec"]["names"]
     assert names["shortNames"] == ["fte"] and names["categories"] == ["ftbench"]
     columns = {c["name"]: c for c in doc["spec"]["versions"][0]["additionalPrinterColumns"]}
-    for name in ("Phase", "Experiment", "Model", "GPUs", "Batch", "Tokens/s", "PeakMem%", "Valid", "Age"):
+    for name in (
+        "Phase",
+        "Experiment",
+        "Model",
+        "GPUs",
+        "Batch",
+        "Tokens/s",
+        "CI95±",
+        "Noise",
+        "PeakMem%",
+        "Valid",
+        "Age",
+    ):
         assert name in columns and "priority" not in columns[name]
+    order = list(columns)
+    assert order.index("CI95±") == order.index("Tokens/s") + 1  # a throughput is shown with its spread
     assert doc["spec"]["versions"][0]["subresources"] == {"status": {}}
 
 
