@@ -88,6 +88,15 @@ class ChildConflict(Exception):
         )
 
 
+class OwnerGone(Exception):
+    """The object a handler is creating children for was deleted (or replaced by a namesake) meanwhile.
+
+    Checked just before a workload is created: a workload created for a deleted experiment is
+    garbage-collected at once, and on Kubernetes 1.20 its Job controller then keeps expecting the
+    pod it was creating under that Job's name for up to 5 minutes, so the re-created experiment's
+    Job of the same name got no pod (a sweep deleted and re-applied at once stalled that way)."""
+
+
 class PredecessorChild(Exception):
     """An object with a child's name belongs to an earlier object of the same kind and name: that
     one was deleted (names are unique), and the garbage collector has not removed its children yet.
@@ -160,10 +169,13 @@ async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any
     """Create in order (ConfigMap before the pods that mount it); returns how many were new.
 
     Raises `PredecessorChild` when a name is still held by a child of a deleted owner of the same
-    name (wait), and `ChildConflict` when anything else holds it (never adopted)."""
+    name (wait), `ChildConflict` when anything else holds it (never adopted), and `OwnerGone` when
+    the owner was deleted before its workload was created (nothing more is created)."""
     created = 0
     uid = owner["metadata"]["uid"]
     for obj in objects:
+        if workload_kind(str(obj.get("apiVersion")), str(obj.get("kind"))) is not None:
+            await _check_owner(kube, owner)
         child = copy.deepcopy(obj)
         kopf.adopt(child, owner=dict(owner))  # type: ignore[arg-type]  # kopf takes any mapping
         if await kube.create(child):
@@ -181,6 +193,15 @@ async def create_all(kube: Kube, objects: Iterable[Obj], owner: Mapping[str, Any
                 raise PredecessorChild(child, owner, old)
             raise ChildConflict(child, existing)
     return created
+
+
+async def _check_owner(kube: Kube, owner: Mapping[str, Any]) -> None:
+    """Raise OwnerGone unless `owner` (that very object, by uid) still exists and is not being deleted."""
+    meta = owner["metadata"]
+    current = await kube.get(str(owner.get("apiVersion")), str(owner.get("kind")), meta["namespace"], meta["name"])
+    now = (current or {}).get("metadata") or {}
+    if current is None or now.get("uid") != meta["uid"] or now.get("deletionTimestamp"):
+        raise OwnerGone(f"{owner.get('kind')} {meta['namespace']}/{meta['name']} (uid {meta['uid']}) is gone")
 
 
 async def _await_token(kube: Kube, account: Mapping[str, Any]) -> None:

@@ -252,6 +252,11 @@ async def start_trial(
     owner = experiment.body
     rendered = children.render(owner, FineTuneExperimentSpec.model_validate(spec), ctx.profiles.current(), attempt)
     obj = children.trial_object(rendered, trial)
-    if obj is not None:
+    if obj is None:
+        return
+    try:
         await children.create_all(ctx.kube, [obj], owner)
-        event(experiment, "TrialStarted", f"trial {trial} of attempt {attempt} created")
+    except children.OwnerGone as err:
+        log.info("%s/%s: trial %d not started: %s", experiment.namespace, experiment.name, trial, err)
+        return
+    event(experiment, "TrialStarted", f"trial {trial} of attempt {attempt} created")

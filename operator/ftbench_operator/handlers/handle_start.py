@@ -8,6 +8,7 @@ after finds `status.job` and only follows the run (a workload missing then was d
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,8 @@ from ftbench_operator.reasons import (
     WAITING_FOR_PREDECESSOR,
 )
 from ftbench_operator.writer import Announce, write_status
+
+log = logging.getLogger(__name__)
 
 
 async def start_or_resume(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
@@ -78,6 +81,9 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         return
     try:
         created = await children.create_all(ctx.kube, children.initial_objects(rendered), owner)
+    except children.OwnerGone as err:  # what it did create is the garbage collector's
+        log.info("%s: not started: %s", name, err)
+        return
     except children.PredecessorChild as err:
         await _wait_for_predecessor(ctx, experiment, builder, str(err))
         raise KubeError(409, "Conflict", str(err)) from err  # temporary: the handler runs again later
