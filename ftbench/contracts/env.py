@@ -124,6 +124,14 @@ TRAINJOB_RESERVED = frozenset(
     {TRAINJOB_NUM_NODES, TRAINJOB_NPROC_PER_NODE, TRAINJOB_NODE_RANK, TRAINJOB_MASTER_ADDR, TRAINJOB_MASTER_PORT}
 )
 
+# Kubeflow Trainer v2's TrainJob status endpoint (injected by its TrainJobStatus plugin; the
+# request is ftbench.contracts.trainer_status). DISABLE_KUBEFLOW_INTEGRATION is transformers' switch
+# for its own KubeflowCallback: the trainer sets it so that ftbench's rank 0 is the one reporter.
+KUBEFLOW_TRAINER_SERVER_URL = "KUBEFLOW_TRAINER_SERVER_URL"
+KUBEFLOW_TRAINER_SERVER_CA_CERT = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+KUBEFLOW_TRAINER_SERVER_TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+DISABLE_KUBEFLOW_INTEGRATION = "DISABLE_KUBEFLOW_INTEGRATION"
+
 # NCCL (read by NCCL itself; named here so render and tests agree).
 NCCL_IB_DISABLE = "NCCL_IB_DISABLE"
 NCCL_DEBUG = "NCCL_DEBUG"

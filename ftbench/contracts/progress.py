@@ -29,6 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 PROGRESS_PREFIX = "FTBENCH_PROGRESS"
+# What ProgressUpdate.peak_memory_bytes measures.
+MEMORY_GPU_ALLOCATED = "gpuMaxMemoryAllocated"
+MEMORY_CPU_RSS = "cpuPeakRss"
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class ProgressUpdate:
     - ``tokens_per_second``: padded tokens so far / elapsed, estimated as rank 0's count x world
       size (the exact all-rank count is only exchanged once, at the end).
     - ``eta_seconds``: elapsed / step x remaining steps; None before the first step.
+    - ``loss``: the last training loss the Trainer logged (None before its first log).
+    - ``step_time_seconds``: elapsed / steps, warm-up included (the result's step times are the
+      steady window's).
+    - ``peak_memory_bytes``: rank 0's peak so far, of ``memory_kind``: MEMORY_GPU_ALLOCATED
+      (torch.cuda.max_memory_allocated) or MEMORY_CPU_RSS (the process's peak resident set).
     """
 
     step: int
@@ -47,17 +55,27 @@ class ProgressUpdate:
     elapsed_seconds: float
     tokens_per_second: float
     eta_seconds: float | None = None
+    loss: float | None = None
+    step_time_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+    memory_kind: str = ""
 
-    def to_dict(self) -> dict[str, float | int]:
-        """The line's JSON object (camelCase, like the status; no eta before the first step)."""
-        out: dict[str, float | int] = {
+    def to_dict(self) -> dict[str, float | int | str]:
+        """The line's JSON object (camelCase, like the status; a value not known yet is left out)."""
+        out: dict[str, float | int | str] = {
             "step": self.step,
             "totalSteps": self.total_steps,
             "elapsedSeconds": round(self.elapsed_seconds, 3),
             "tokensPerSecond": round(self.tokens_per_second, 3),
         }
-        if self.eta_seconds is not None:
-            out["etaSeconds"] = round(self.eta_seconds, 3)
+        optional = {
+            "etaSeconds": self.eta_seconds,
+            "loss": self.loss,
+            "stepTimeSeconds": self.step_time_seconds,
+        }
+        out |= {k: round(v, 6 if k == "loss" else 3) for k, v in optional.items() if v is not None}
+        if self.peak_memory_bytes is not None:
+            out |= {"peakMemoryBytes": self.peak_memory_bytes, "memoryKind": self.memory_kind}
         return out
 
 
@@ -66,7 +84,7 @@ def progress_line(update: ProgressUpdate) -> str:
     return f"{PROGRESS_PREFIX} {json.dumps(update.to_dict(), separators=(',', ':'))}\n"
 
 
-def parse_progress_line(line: str) -> dict[str, float | int] | None:
+def parse_progress_line(line: str) -> dict[str, float | int | str] | None:
     """The JSON of a progress line, or None for any other line (for log readers and tests)."""
     if not line.startswith(PROGRESS_PREFIX + " "):
         return None

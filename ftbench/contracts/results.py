@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import Field
 
 from ftbench.contracts.bounded import BoundedMessage, BoundedName, BoundedReason
+from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench.contracts.wire import WireModel
 
 RESULT_SCHEMA_VERSION = "ftbench.io/result/v1"
@@ -286,6 +287,11 @@ class RunEnvironment(WireModel):
         "",
         description="The bare fms-hf-tuning command that trains the same way (accelerate launch ... -m "
         f"tuning.sft_trainer ...), cut at {COMMAND_LIMIT} characters; empty for trl.",
+    )
+    kubeflow_trainer_status: TrainerStatusReport | None = Field(
+        None,
+        description="Inside a Kubeflow TrainJob whose Trainer offers its status endpoint (feature gate "
+        "TrainJobStatus): how rank 0's trainerStatus updates went. Unset elsewhere.",
     )
 
 

@@ -24,6 +24,7 @@ from ftbench.api.stability import aggregate_trials
 from ftbench.api.status import BatchStatus, Condition, FineTuneExperimentStatus, Phase, TrialOutcome
 from ftbench.contracts.bounded import bounded
 from ftbench.contracts.results import Metrics
+from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench.render.plan import roce_unconfigured
 from ftbench.stats import text
 from ftbench_operator.classify import Observation
@@ -40,7 +41,20 @@ ROCE_CONFIGURED = "RoceConfigured"
 # Set with the results: False (reason NoiseFlagged) when status.results.noiseFlags is not empty, its
 # message saying what each flag means and what to do, so a flagged number is not read as clean.
 MEASUREMENT_CLEAN = "MeasurementClean"
-CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, MEASUREMENT_CLEAN, ROCE_CONFIGURED, SPEC_CHANGE_IGNORED)
+# Set with the environment of a run in a Kubeflow TrainJob whose Trainer offered its status
+# endpoint: False (TrainerStatusUnreported) when rank 0's trainerStatus updates failed, so a Kubeflow
+# user who sees no progress on the TrainJob learns why here; training itself was not affected.
+TRAINER_STATUS_REPORTED = "TrainerStatusReported"
+CONDITION_ORDER = (
+    VALID,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    MEASUREMENT_CLEAN,
+    ROCE_CONFIGURED,
+    TRAINER_STATUS_REPORTED,
+    SPEC_CHANGE_IGNORED,
+)
 
 Status = dict[str, Any]
 
@@ -247,6 +261,7 @@ class Builder:
                 self.measurement(obs.result.metrics)
             if obs.result.environment is not None:
                 fields["environment"] = obs.result.environment
+                self.trainer_status(obs.result.environment.kubeflow_trainer_status)
         if trials > 1:
             fields["repeats"] = repeats_status(trials, obs.trial_results)
             if not repeated:
@@ -260,6 +275,24 @@ class Builder:
             self.cond(MEASUREMENT_CLEAN, "False", "NoiseFlagged", text.noise(metrics))
         else:
             self.cond(MEASUREMENT_CLEAN, "True", "Clean", "no noise flag: " + text.steady_throughput(metrics))
+
+    def trainer_status(self, report: TrainerStatusReport | None) -> None:
+        """TrainerStatusReported from how rank 0's updates to Kubeflow Trainer went (none: not in a
+        TrainJob with the status endpoint, no condition)."""
+        if report is None:
+            return
+        if report.failures:
+            self.cond(
+                TRAINER_STATUS_REPORTED,
+                "False",
+                "TrainerStatusUnreported",
+                f"{report.failures} of {report.sent + report.failures} trainerStatus updates to {report.url} failed "
+                f"(training was not affected); last error: {report.last_error}",
+            )
+        else:
+            self.cond(
+                TRAINER_STATUS_REPORTED, "True", "Reported", f"{report.sent} trainerStatus updates sent to {report.url}"
+            )
 
     def queued(self, obs: Observation) -> None:
         """Queued: True while the workload is suspended (Kueue has not admitted it), then False."""

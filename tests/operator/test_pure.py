@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.contracts.bounded import MESSAGE_MAX, bounded
 from ftbench.contracts.results import NoiseFlag
+from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv
 from ftbench_operator.classify import Observation, classify_run, explain_no_pods, pending_too_long
@@ -278,6 +279,30 @@ def test_a_flagged_measurement_says_why_in_a_condition():
         and "hostContention" in flagged["message"]
     )
     assert done["results"]["noiseFlags"] == ["shortWindow", "hostContention"]
+
+
+@pytest.mark.parametrize(
+    ("report", "expected"),
+    [
+        (TrainerStatusReport(url="https://t/s", sent=4), ("True", "Reported", "4 trainerStatus updates sent")),
+        (
+            TrainerStatusReport(url="https://t/s", sent=1, failures=2, last_error="KubeError: connection refused"),
+            ("False", "TrainerStatusUnreported", "2 of 3 trainerStatus updates to https://t/s failed"),
+        ),
+    ],
+    ids=["sent", "unreachable"],
+)
+def test_trainer_status_updates_to_kubeflow_are_a_condition(report, expected):
+    """Inside a TrainJob with Trainer's status endpoint, how rank 0's trainerStatus updates went is a
+    condition (a warning when they failed: training went on); elsewhere there is no such condition."""
+    result = success_result()
+    env = result.environment.model_copy(update={"kubeflow_trainer_status": report})
+    done = st.Builder({}, 1, NOW).observed(run([terminated(result.model_copy(update={"environment": env}))]), trials=1)
+    cond = st.condition(done, st.TRAINER_STATUS_REPORTED)
+    assert cond is not None and (cond["status"], cond["reason"]) == expected[:2] and expected[2] in cond["message"]
+    assert done["environment"]["kubeflowTrainerStatus"]["sent"] == report.sent
+    plain = st.Builder({}, 1, NOW).observed(run([terminated(success_result())]), trials=1)
+    assert st.condition(plain, st.TRAINER_STATUS_REPORTED) is None
 
 
 def test_status_records_the_accepted_batch_and_whether_roce_is_configured():

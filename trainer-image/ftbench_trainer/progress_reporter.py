@@ -13,10 +13,10 @@ Role the operator creates, `ftbench.render.access`)::
 The status subresource ignores changes to spec and metadata, so the pod cannot edit the
 experiment it measures.
 
-Reporting must never fail or slow training: `report()` only stores the latest values and wakes
-a daemon thread that sends them; at most one report per `min_interval_seconds` (10 s) is
-accepted, except a `final` one; errors (no permission, API server away, timeouts) are logged,
-counted and otherwise ignored. Imports only the standard library (the request goes through
+Reporting must never fail or slow training (`ftbench_trainer.sender.ThrottledSender`): `report()`
+only stores the latest values and wakes a daemon thread that sends them; at most one report per
+`min_interval_seconds` (10 s) is accepted, except a `final` one; errors (no permission, API server
+away, timeouts) are logged, counted and otherwise ignored. Imports only the standard library (the request goes through
 `ftbench.kubeapi.http`) and ftbench's pydantic models (no kopf, no torch, no kubernetes client),
 so the trainer image and tests can use it anywhere.
 The body is `ftbench.contracts.progress.Progress`, the model the CRD declares.
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -48,13 +47,13 @@ from ftbench.contracts.progress import Progress, ProgressUpdate
 from ftbench.kubeapi import http
 from ftbench.kubeapi.endpoint import SERVICE_ACCOUNT_DIR, ApiEndpoint
 from ftbench.kubeapi.wire import MERGE_PATCH
+from ftbench_trainer.sender import DEFAULT_TIMEOUT_SECONDS, ThrottledSender
 
 __all__ = ["SERVICE_ACCOUNT_DIR", "ApiEndpoint", "ProgressReporter", "progress_body"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MIN_INTERVAL_SECONDS = 10.0
-DEFAULT_TIMEOUT_SECONDS = 5.0
 
 
 def progress_body(
@@ -64,7 +63,7 @@ def progress_body(
     return Progress.reported(step, total, tokens_per_second, eta, trial, now).to_wire()
 
 
-class ProgressReporter:
+class ProgressReporter(ThrottledSender):
     """Throttled, non-blocking, failure-proof `status.progress` patches for one experiment."""
 
     def __init__(
@@ -78,19 +77,10 @@ class ProgressReporter:
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(
+            "progress report", min_interval_seconds=min_interval_seconds, timeout_seconds=timeout_seconds, clock=clock
+        )
         self.namespace, self.name, self.endpoint, self.trial = namespace, name, endpoint, trial
-        self.min_interval = min_interval_seconds
-        self.timeout = timeout_seconds
-        self.clock = clock
-        self.sent = 0
-        self.failures = 0
-        self.last_error: str | None = None
-        self._last_accepted: float | None = None
-        self._pending: dict[str, Any] | None = None
-        self._busy = False
-        self._closed = False
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
 
     @classmethod
     def from_plan(cls, plan: Any, environ: Mapping[str, str] | None = None, **kwargs: Any) -> ProgressReporter | None:
@@ -123,74 +113,14 @@ class ProgressReporter:
         self, step: int, total: int, tokens_per_second: float, eta: float | None = None, *, final: bool = False
     ) -> bool:
         """Queue a report; False when throttled (or closed). Never raises, never blocks on I/O."""
-        try:
-            now = self.clock()
-            with self._cond:
-                if self._closed:
-                    return False
-                if not final and self._last_accepted is not None and now - self._last_accepted < self.min_interval:
-                    return False
-                self._last_accepted = now
-                self._pending = progress_body(step, total, tokens_per_second, eta, self.trial, datetime.now(UTC))
-                self._ensure_thread()
-                self._cond.notify_all()
-            return True
-        except Exception as err:
-            self._record_failure(err)
-            return False
+        return self.offer(
+            lambda: progress_body(step, total, tokens_per_second, eta, self.trial, datetime.now(UTC)), final=final
+        )
 
     def update(self, progress: ProgressUpdate) -> None:
         """The trainer's ProgressSink protocol."""
         self.report(progress.step, progress.total_steps, progress.tokens_per_second, progress.eta_seconds)
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the queued report was sent (or failed); True if nothing is left."""
-        deadline = self.clock() + (self.timeout if timeout is None else timeout)
-        with self._cond:
-            while self._pending is not None or self._busy:
-                left = deadline - self.clock()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.1))
-        return True
-
-    def close(self, timeout: float | None = None) -> None:
-        """Send what is queued (bounded by `timeout`), then stop the sender thread."""
-        self.flush(timeout)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="ftbench-progress", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while self._pending is None and not self._closed:
-                    self._cond.wait()
-                if self._pending is None:
-                    return
-                body, self._pending, self._busy = self._pending, None, True
-            try:
-                self._send(body)
-                self.sent += 1
-            except Exception as err:
-                self._record_failure(err)
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
-
     def _send(self, progress: dict[str, Any]) -> None:
         body = {"status": {"progress": progress}}
         http.request(self.endpoint, "PATCH", self.path, body, content_type=MERGE_PATCH, timeout=self.timeout)
-
-    def _record_failure(self, err: BaseException) -> None:
-        self.failures += 1
-        self.last_error = f"{type(err).__name__}: {err}"  # a KubeError carries the server's answer
-        # Log the first failure and then every 10th: a broken channel must not flood the training log.
-        if self.failures == 1 or self.failures % 10 == 0:
-            log.warning("progress report %d failed (training continues): %s", self.failures, self.last_error)

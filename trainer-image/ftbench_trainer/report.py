@@ -24,6 +24,7 @@ from ftbench.contracts.progress import ProgressUpdate, progress_line
 from ftbench.contracts.results import TrainerResult
 
 if TYPE_CHECKING:
+    from ftbench_trainer.kubeflow_status import KubeflowStatusReporter
     from ftbench_trainer.progress_reporter import ProgressReporter
 
 log = logging.getLogger(__name__)
@@ -60,19 +61,28 @@ def _emit(line: str, stream: TextIO | None, events_file: str | None) -> None:
 
 
 class TeeProgressSink:
-    """The log line for every update, and ``status.progress`` patches when the plan asks for them.
+    """The log line for every update, ``status.progress`` patches when the plan asks for them, and
+    Kubeflow Trainer's ``trainerStatus`` inside a TrainJob that offers its endpoint.
 
     ``reporter`` is ``ftbench_trainer.progress_reporter.ProgressReporter.from_plan(plan)`` (None when the
     plan does not report or the pod cannot reach the API). The callback already throttles to the
     plan's interval and always reports the last step, so that one is sent as ``final`` (never
-    throttled by the reporter). ``close`` waits, bounded, for the last patch to go out.
+    throttled by the reporter). ``kubeflow`` is
+    ``ftbench_trainer.kubeflow_status.KubeflowStatusReporter.from_environ()``. ``close`` waits,
+    bounded, for the last report of each to go out.
     """
 
     def __init__(
-        self, reporter: ProgressReporter | None, stream: TextIO | None = None, events_file: str | None = None
+        self,
+        reporter: ProgressReporter | None,
+        stream: TextIO | None = None,
+        events_file: str | None = None,
+        *,
+        kubeflow: KubeflowStatusReporter | None = None,
     ) -> None:
         self.stdout = StdoutProgressSink(stream, events_file)
         self.reporter = reporter
+        self.kubeflow = kubeflow
 
     def update(self, progress: ProgressUpdate) -> None:
         self.stdout.update(progress)
@@ -81,10 +91,13 @@ class TeeProgressSink:
             self.reporter.report(
                 progress.step, progress.total_steps, progress.tokens_per_second, progress.eta_seconds, final=final
             )
+        if self.kubeflow is not None:
+            self.kubeflow.update(progress)
 
     def close(self) -> None:
-        if self.reporter is not None:
-            self.reporter.close()
+        for sender in (self.reporter, self.kubeflow):
+            if sender is not None:
+                sender.close()
 
 
 def _atomic_write(path: Path, text: str) -> None:

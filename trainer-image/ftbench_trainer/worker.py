@@ -147,6 +147,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
 
     from ftbench_trainer.engines import engine_command, run_engine
     from ftbench_trainer.engines.run import EngineRun
+    from ftbench_trainer.kubeflow_status import KubeflowStatusReporter
     from ftbench_trainer.measure import distributed
     from ftbench_trainer.measure.callback import MeasureCallback
     from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
@@ -166,7 +167,8 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         # single text field. Report datasetTokensPerSecond as 0 rather than fail the measurement.
         log.warning("dataset tokens (seed note 3) not computable for %s: %s", dataset_path, exc)
         per_sample = 0.0
-    progress = TeeProgressSink(ProgressReporter.from_plan(plan), events_file=plan.output.events_file)
+    kubeflow = KubeflowStatusReporter.from_environ(progress_interval_seconds=plan.output.progress_interval_seconds)
+    progress = TeeProgressSink(ProgressReporter.from_plan(plan), events_file=plan.output.events_file, kubeflow=kubeflow)
     callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress)
     if plan.use_cpu and plan.distributed_backend == DistributedBackend.FSDP:
         from ftbench_trainer import cpu_fsdp
@@ -176,8 +178,11 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
     command = engine_command(run)
     if command:
         log.info("equivalent bare command: %s", command)
+    rank0 = distributed.rank() == 0
     try:
         engine_version = run_engine(run)
+        if kubeflow is not None and rank0 and callback.metrics is not None:
+            kubeflow.finish(callback.metrics, loss=callback.last_loss)
     finally:
         progress.close()
     if callback.metrics is None:
@@ -204,6 +209,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         command=command if len(command) <= COMMAND_LIMIT else command[: COMMAND_LIMIT - 1] + "…",
         dataset_file=dataset_path[-512:],
         dataset_generated=dataset_generated,
+        kubeflow_trainer_status=kubeflow.report() if kubeflow is not None and rank0 else None,
     )
     return TrainerResult(
         outcome=Outcome.SUCCEEDED,

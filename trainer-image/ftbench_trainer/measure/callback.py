@@ -17,6 +17,7 @@ from transformers import TrainerCallback
 
 from ftbench.contracts import env as E
 from ftbench.contracts.plan import LaunchPlan
+from ftbench.contracts.progress import MEMORY_CPU_RSS, MEMORY_GPU_ALLOCATED
 from ftbench.contracts.results import LOSS_CURVE_LIMIT, FsdpInEffect, Metrics
 from ftbench.stats.noise import HostLoad
 from ftbench_trainer.measure import distributed, shards
@@ -75,6 +76,7 @@ class MeasureCallback(TrainerCallback):
         self.shard_probe = shards.ShardProbe()
         self.fsdp: FsdpInEffect | None = None
         self.losses: list[float] = []
+        self.last_loss: float | None = None
         self.activation_checkpointing = False
         self._last_progress = float("-inf")
         self._max_steps = 0
@@ -159,6 +161,7 @@ class MeasureCallback(TrainerCallback):
         # Rank-local count times world size: an estimate (exact totals come with the result).
         tokens = self.tokens.committed.padded_tokens * self.world_size
         eta = (elapsed / step) * (total - step) if step and total else None
+        peak, kind = peak_memory(self.plan.use_cpu)
         self.progress.update(
             ProgressUpdate(
                 step=step,
@@ -166,13 +169,20 @@ class MeasureCallback(TrainerCallback):
                 elapsed_seconds=elapsed,
                 tokens_per_second=tokens / elapsed if elapsed > 0 else 0.0,
                 eta_seconds=eta,
+                loss=self.last_loss,
+                step_time_seconds=elapsed / step if step else None,
+                peak_memory_bytes=peak,
+                memory_kind=kind,
             )
         )
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         loss = (logs or {}).get("loss")
-        if isinstance(loss, int | float) and len(self.losses) < LOSS_CURVE_LIMIT:
-            self.losses.append(float(f"{loss:.6g}"))
+        if not isinstance(loss, int | float):
+            return
+        self.last_loss = float(f"{loss:.6g}")
+        if len(self.losses) < LOSS_CURVE_LIMIT:
+            self.losses.append(self.last_loss)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.sampler.stop()
@@ -237,6 +247,16 @@ def _synchronize(use_cpu: bool) -> None:
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def peak_memory(use_cpu: bool) -> tuple[int, str]:
+    """This process's peak memory so far and what it is (ftbench.contracts.progress): the CUDA
+    allocator's peak on GPU, the peak resident set on CPU (Linux reports ru_maxrss in KiB)."""
+    if not use_cpu:
+        return _cuda_peaks()[0], MEMORY_GPU_ALLOCATED
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, MEMORY_CPU_RSS
 
 
 def _cuda_peaks() -> tuple[int, int]:
