@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"# {doc.source}: {name}: runtime {rendered.runtime.value}")
         for note in rendered.plan.notes:
             print(f"# note: {note}")
+        for warning in rendered.warnings:
+            print(f"# warning: {warning}")
+            print(f"{doc.source}: {name}: warning: {warning}", file=sys.stderr)
         if len(rendered.names.workloads) > 1:
             print("# note: the trial Jobs must run one after another; the operator creates them in sequence")
         print(manifests_yaml(rendered.objects), end="")

@@ -57,6 +57,7 @@ class Rendered:
     plan: LaunchPlan
     objects: tuple[Obj, ...]
     reason: str = ""  # why this runtime (spec, profile pin, or what auto-detection found)
+    warnings: tuple[str, ...] = ()  # what may not work as expected on this runtime (registry)
 
 
 def labels(experiment: str, attempt: int) -> dict[str, str]:
@@ -166,7 +167,15 @@ def render_experiment(
     experiment_labels = {k: v for k, v in common.items() if k != ATTEMPT_LABEL}
     access = trainer_access(profile, name, namespace, experiment_labels, roce=roce)
     objects = (*access, plan_config_map(plan, names.plan_config_map, meta), *workloads)
-    return Rendered(runtime=runtime, names=names, plan=plan, objects=objects, reason=choice.reason)
+    warning = RUNTIMES[runtime].warning(carry)
+    return Rendered(
+        runtime=runtime,
+        names=names,
+        plan=plan,
+        objects=objects,
+        reason=choice.reason,
+        warnings=(warning,) if warning else (),
+    )
 
 
 class _ManifestDumper(yaml.SafeDumper):

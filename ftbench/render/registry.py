@@ -102,6 +102,10 @@ class Carry:
 Refusal = Callable[[Carry], str | None]
 
 
+def _no_warning(c: Carry) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class RuntimeDef:
     runtime: Runtime
@@ -110,6 +114,8 @@ class RuntimeDef:
     build: Callable[[Carry], Builder]  # the builder of this spec's objects
     # Where ranks of several nodes learn the master's address (the plan's rendezvous source).
     rendezvous: RendezvousSource = "local"
+    # What will work but may not for long, or not as the user expects (`ftbench render` prints it).
+    warning: Refusal = _no_warning
 
 
 def multi_node_fix(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str:
@@ -152,6 +158,20 @@ def _pytorch_job_refusal(c: Carry) -> str | None:
     )
 
 
+def _pytorch_job_warning(c: Carry) -> str | None:
+    """Checked against Kueue v0.14 (API v1beta2): its `kubeflow.org/pytorchjob` integration is no
+    longer enabled by default and is planned for removal with Trainer v1, so a queued PyTorchJob may
+    never be admitted (or never be held back) on a current Kueue."""
+    if not c.spec.run.queue_name:
+        return None
+    return (
+        f"spec.run.queueName {c.spec.run.queue_name!r} with runtime PyTorchJob: current Kueue (API v1beta2) no "
+        "longer enables its kubeflow.org/pytorchjob integration by default and plans to remove it, so the "
+        "PyTorchJob is only queued where the cluster's Kueue enables that integration; use runtime TrainJob "
+        "(Kubeflow Trainer v2, queued through the kueue.x-k8s.io/queue-name label) or IndexedJob"
+    )
+
+
 def _train_job_refusal(c: Carry) -> str | None:
     if not c.spec.run.priority_class_name:
         return None
@@ -174,7 +194,12 @@ RUNTIMES: dict[Runtime, RuntimeDef] = {
         Runtime.INDEXED_JOB, JOB, _indexed_job_refusal, _indexed_job_builder, rendezvous="indexedjob"
     ),
     Runtime.PYTORCH_JOB: RuntimeDef(
-        Runtime.PYTORCH_JOB, PYTORCH_JOB, _pytorch_job_refusal, lambda c: pytorch_job, rendezvous="pytorchjob"
+        Runtime.PYTORCH_JOB,
+        PYTORCH_JOB,
+        _pytorch_job_refusal,
+        lambda c: pytorch_job,
+        rendezvous="pytorchjob",
+        warning=_pytorch_job_warning,
     ),
     Runtime.TRAIN_JOB: RuntimeDef(
         Runtime.TRAIN_JOB,

@@ -31,6 +31,7 @@ ROCE_VALUES: dict[str, Any] = {
 }
 NAMESPACED_VALUES: dict[str, Any] = {"watch": {"namespaces": ["team-a", "team-b"]}}
 MONITOR_VALUES: dict[str, Any] = {"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+TRAINER_RUNTIME_VALUES: dict[str, Any] = {"kubeflowTrainer": {"runtime": {"enabled": True}}}
 
 # The value sets every offline test renders: defaults and each switch that changes the objects.
 VALUE_SETS: dict[str, dict[str, Any]] = {
@@ -38,6 +39,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "roce-profile": ROCE_VALUES,
     "namespaced": NAMESPACED_VALUES,
     "monitors": MONITOR_VALUES,
+    "trainer-runtime": TRAINER_RUNTIME_VALUES,
     "no-metrics": {"metrics": {"enabled": False}},
 }
 

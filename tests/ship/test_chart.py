@@ -27,8 +27,9 @@ from tests.ship.chart import (
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="dev extra kubernetes-validate not installed")
 # The oldest schema kubernetes-validate ships and the newest it knows.
 KUBERNETES_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
-# prometheus-operator kinds have no schema in kubernetes-validate; checked structurally below.
-CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor"}
+# prometheus-operator kinds have no schema in kubernetes-validate; checked structurally below. The
+# ClusterTrainingRuntime is checked against Trainer's own CRD (test_chart_trainer_runtime.py).
+CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor", "ClusterTrainingRuntime"}
 
 
 @pytest.mark.parametrize("filename", sorted(all_crds()))

@@ -66,3 +66,19 @@ def test_render_impossible_runtime_and_bad_profile(tmp_path: Path, capsys: pytes
     profile.write_text("gpuResourse: typo\n")
     assert main(["render", str(path), "--profile", str(profile)]) == 2
     assert "cluster profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("runtime", "warned"), [("PyTorchJob", True), ("TrainJob", False), ("IndexedJob", False)])
+def test_a_queued_pytorchjob_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], runtime: str, warned: bool
+) -> None:
+    """Kueue's PyTorchJob integration is off by default and due for removal: queueing one is warned
+    about (the objects are still printed); TrainJob and Indexed Jobs are queued as usual."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT.replace("enableRoce: true}", "enableRoce: true, run: {queueName: gpu-queue}}"))
+    assert main(["render", str(path), "--runtime", runtime]) == 0
+    out, err = capsys.readouterr()
+    assert ("kubeflow.org/pytorchjob integration" in err) == warned
+    assert ("# warning: spec.run.queueName 'gpu-queue' with runtime PyTorchJob" in out) == warned
+    kinds = {o["kind"] for o in _objects(out)}
+    assert {"PyTorchJob": "PyTorchJob", "TrainJob": "TrainJob", "IndexedJob": "Job"}[runtime] in kinds

@@ -58,9 +58,18 @@ app.kubernetes.io/component: trainer
 {{- printf "%s-cluster-profile" (include "ftbench.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The cluster profile as the operator reads it. */}}
+{{/* The cluster profile as the operator reads it: with the chart's ClusterTrainingRuntime, the
+runtime ftbench's TrainJobs reference, unless the profile names one itself. */}}
 {{- define "ftbench.clusterProfile" -}}
-{{- toYaml .Values.clusterProfile }}
+{{- $profile := deepCopy .Values.clusterProfile }}
+{{- if .Values.kubeflowTrainer.runtime.enabled }}
+{{- $trainJob := get $profile "trainJob" | default dict }}
+{{- if not (hasKey $trainJob "runtimeName") }}
+{{- $_ := set $trainJob "runtimeName" .Values.kubeflowTrainer.runtime.name }}
+{{- end }}
+{{- $_ := set $profile "trainJob" $trainJob }}
+{{- end }}
+{{- toYaml $profile }}
 {{- end }}
 
 {{/*
