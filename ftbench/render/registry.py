@@ -159,9 +159,9 @@ def _pytorch_job_refusal(c: Carry) -> str | None:
 
 
 def _pytorch_job_warning(c: Carry) -> str | None:
-    """Checked against Kueue v0.14 (API v1beta2): its `kubeflow.org/pytorchjob` integration is no
-    longer enabled by default and is planned for removal with Trainer v1, so a queued PyTorchJob may
-    never be admitted (or never be held back) on a current Kueue."""
+    """Kueue's default configuration no longer enables its `kubeflow.org/pytorchjob` integration
+    (kubernetes-sigs/kueue#12606, June 2026; to be deprecated with Trainer v1), so on a current Kueue
+    a queued PyTorchJob is not managed by the queue unless the cluster enabled it."""
     if not c.spec.run.queue_name:
         return None
     return (
