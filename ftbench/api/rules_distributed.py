@@ -14,7 +14,14 @@ from ftbench.api import effective
 from ftbench.api.rule import Rule, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
-from ftbench.contracts.enums import Device, DistributedBackend, Engine, FsdpShardingStrategy, FsdpStateDictType
+from ftbench.contracts.enums import (
+    AttentionImplementation,
+    Device,
+    DistributedBackend,
+    Engine,
+    FsdpShardingStrategy,
+    FsdpStateDictType,
+)
 from ftbench.engines.releases import load_releases
 
 HYBRID = (FsdpShardingStrategy.HYBRID_SHARD, FsdpShardingStrategy.HYBRID_SHARD_ZERO2)
@@ -32,6 +39,24 @@ def distributed_rules() -> Iterator[Rule]:
         "device gpu needs at least one GPU",
         gpu_needs_gpus,
         "!has(self.device) || self.device != 'gpu' || self.numberGpus > 0",
+    )
+
+    def flash_needs_gpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.attention_implementation != AttentionImplementation.FLASH_ATTENTION_2 or not effective.uses_cpu(s):
+            return None
+        return (
+            "attentionImplementation flash_attention_2 runs flash-attn's CUDA kernels, which need a GPU, but this "
+            "experiment trains on CPU (numberGpus 0 or device cpu); set attentionImplementation to sdpa, eager or "
+            "auto, or run on GPUs"
+        )
+
+    yield Rule(
+        "attention.flash-needs-gpu",
+        "attentionImplementation",
+        "flash_attention_2 needs GPUs",
+        flash_needs_gpu,
+        "!has(self.attentionImplementation) || self.attentionImplementation != 'flash_attention_2' || "
+        "(self.numberGpus > 0 && (!has(self.device) || self.device != 'cpu'))",
     )
 
     def data_parallel_needs_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:

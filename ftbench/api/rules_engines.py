@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from ftbench.api.rule import Rule, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
-from ftbench.contracts.enums import Engine, Experiment, experiment_spellings
+from ftbench.contracts.enums import AttentionImplementation, Engine, Experiment, experiment_spellings
 from ftbench.engines.flags import releases_knowing
 from ftbench.engines.releases import load_releases, version_tuple
 
@@ -110,6 +110,28 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
         "vision datasets need a release with --dataset_image_field",
         vision_release,
         FMS + "!(self.datasetId in " + cel_list(vision) + ") || self.fmsHfTuningVersion in " + cel_list(image_ok),
+    )
+
+    eager_ok = releases_knowing("--flash_attn_implementation")
+
+    def eager_attention(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.FMS_HF_TUNING or s.attention_implementation != AttentionImplementation.EAGER:
+            return None
+        if s.fms_hf_tuning_version in eager_ok:
+            return None
+        return (
+            f"attentionImplementation eager with fms-hf-tuning needs --flash_attn_implementation, which "
+            f"{s.fms_hf_tuning_version}'s parser does not have (its --use_flash_attn only chooses flash_attention_2 "
+            f"or the default sdpa); set fmsHfTuningVersion to one of {', '.join(eager_ok)}, use sdpa, or engine trl"
+        )
+
+    yield Rule(
+        "engine.fms-eager-attention",
+        "attentionImplementation",
+        "eager attention with fms-hf-tuning needs a release with --flash_attn_implementation",
+        eager_attention,
+        FMS + "!has(self.attentionImplementation) || self.attentionImplementation != 'eager' || "
+        "self.fmsHfTuningVersion in " + cel_list(eager_ok),
     )
 
     kwargs_ok = releases_knowing("--dataset_kwargs")

@@ -19,6 +19,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 from ftbench.contracts.enums import (
     EXPERIMENT_ALIASES,
     OPTIMIZERS,
+    AttentionImplementation,
     AutoStopMethod,
     Device,
     DistributedBackend,
@@ -172,6 +173,15 @@ class FineTuneExperimentSpec(ApiModel):
     gradient_checkpointing: bool = Field(
         default=True,
         description="Use gradient checkpointing: saves memory (bigger batches) at the cost of a slower backward pass.",
+    )
+    attention_implementation: AttentionImplementation = Field(
+        default=AttentionImplementation.AUTO,
+        description="transformers' attn_implementation the model is loaded with: eager (plain PyTorch "
+        "attention), sdpa (torch.nn.functional.scaled_dot_product_attention) or flash_attention_2 (the "
+        "flash-attn package's CUDA kernels: GPU only, and only where the cluster profile's images carry "
+        "flash-attn). auto: flash_attention_2 on GPUs where the images carry flash-attn, else sdpa. The one "
+        "in effect, read from the loaded model, is in status.environment.attentionImplementation. With "
+        "engine fms-hf-tuning, eager needs a release with --flash_attn_implementation (3.1.0 or later).",
     )
     gradient_accumulation_steps: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
         default=4,

@@ -60,6 +60,15 @@ class FsdpShardingStrategy(StrEnum):
     HYBRID_SHARD_ZERO2 = "HYBRID_SHARD_ZERO2"
 
 
+class AttentionImplementation(StrEnum):
+    """transformers' `attn_implementation` the model is loaded with (auto: ftbench chooses)."""
+
+    AUTO = "auto"
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLASH_ATTENTION_2 = "flash_attention_2"
+
+
 class Device(StrEnum):
     """What one rank trains on: a GPU, or a CPU process (gloo) for the same plan on CPU ranks."""
 

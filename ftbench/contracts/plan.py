@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field
 
-from ftbench.contracts.enums import DistributedBackend, Engine, Experiment, TorchDtype
+from ftbench.contracts.enums import AttentionImplementation, DistributedBackend, Engine, Experiment, TorchDtype
 from ftbench.contracts.wire import WireModel
 
 PLAN_SCHEMA_VERSION: Final = "ftbench.io/plan/v1"
@@ -106,7 +106,8 @@ class TrainingSettings(WireModel):
 
     torch_dtype: TorchDtype
     model_max_length: Annotated[int, Field(ge=1)]
-    use_flash_attn: bool
+    # Resolved, never auto: what the engine loads the model with (transformers' attn_implementation).
+    attn_implementation: AttentionImplementation
     response_template: str = RESPONSE_TEMPLATE
     dataset_text_field: str = "output"
     dataset_image_field: str | None = None

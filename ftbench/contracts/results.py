@@ -283,6 +283,11 @@ class RunEnvironment(WireModel):
         False,
         description="Gradient (activation) checkpointing in effect, read from the model at the start of training.",
     )
+    attention_implementation: BoundedReason = Field(
+        "",
+        description="transformers' attention implementation in effect (eager, sdpa, flash_attention_2, ...), "
+        "read from the loaded model's config at the start of training.",
+    )
     command: Annotated[str, Field(max_length=COMMAND_LIMIT)] = Field(
         "",
         description="The bare fms-hf-tuning command that trains the same way (accelerate launch ... -m "

@@ -32,7 +32,7 @@ RENDERED_FLAGS: tuple[str, ...] = (
     "--lr_scheduler_type", "--logging_steps", "--include_tokens_per_second", "--gradient_checkpointing",
     "--gradient_checkpointing_kwargs", "--packing", "--peft_method", "--seed", "--r", "--lora_alpha",
     "--target_modules", "--fp16", "--bf16", "--optim", "--fast_kernels", "--fused_lora", "--auto_gptq",
-    "--use_cpu", "--remove_unused_columns", "--dataset_kwargs", "--fast_moe",
+    "--use_cpu", "--remove_unused_columns", "--dataset_kwargs", "--fast_moe", "--flash_attn_implementation",
 )  # fmt: skip
 
 FILE = "fms-flags.yaml"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from ftbench.contracts.enums import AttentionImplementation
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.engines.flags import known_flags
 
@@ -29,7 +30,9 @@ def _core(plan: LaunchPlan, dataset_path: str, model_path: str | None) -> list[t
     return [
         ("--model_name_or_path", [model_path or plan.model.ref]),
         ("--torch_dtype", [t.torch_dtype.value]),
-        ("--use_flash_attn", [_bool(t.use_flash_attn)]),
+        # sdpa is what the releases load without flash (transformers' default); eager goes through
+        # --flash_attn_implementation, which only takes effect with --use_flash_attn True.
+        ("--use_flash_attn", [_bool(t.attn_implementation != AttentionImplementation.SDPA)]),
         ("--training_data_path", [dataset_path]),
         ("--response_template", [t.response_template]),
         ("--dataset_text_field", [t.dataset_text_field]),
@@ -73,6 +76,8 @@ def _optional(plan: LaunchPlan) -> list[tuple[str, list[str]]]:
         out.append(("--fused_lora", list(t.fused_lora)))
     if t.auto_gptq:
         out.append(("--auto_gptq", list(t.auto_gptq)))
+    if t.attn_implementation == AttentionImplementation.EAGER:
+        out.append(("--flash_attn_implementation", ["eager"]))
     if plan.use_cpu:
         out.append(("--use_cpu", ["True"]))
     if not t.remove_unused_columns:

@@ -15,7 +15,7 @@ from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ModelWeights
-from ftbench.contracts.enums import DistributedBackend, Engine, FsdpShardingStrategy, Runtime
+from ftbench.contracts.enums import AttentionImplementation, DistributedBackend, Engine, FsdpShardingStrategy, Runtime
 from ftbench.contracts.plan import (
     DatasetRef,
     ExperimentRef,
@@ -162,6 +162,23 @@ def accelerate_config(
     return {"distributed_type": "FSDP", "fsdp_config": fsdp, **common}
 
 
+def attention(spec: FineTuneExperimentSpec, profile: ClusterProfile, use_cpu: bool) -> AttentionImplementation:
+    """spec.attentionImplementation resolved: auto is flash_attention_2 on GPUs where the images
+    carry flash-attn (seed 001's use_flash_attn), else sdpa. flash_attention_2 on CPU is refused by
+    validation (rule attention.flash-needs-gpu); on images without flash-attn it is refused here."""
+    asked = spec.attention_implementation
+    flash = AttentionImplementation.FLASH_ATTENTION_2
+    if asked == AttentionImplementation.AUTO:
+        return flash if not use_cpu and profile.flash_attention else AttentionImplementation.SDPA
+    if asked == flash and not profile.flash_attention:
+        raise PlanError(
+            "attentionImplementation flash_attention_2 needs the flash-attn package, but the cluster profile says "
+            "the trainer images are built without it (flashAttention false); set attentionImplementation "
+            "to sdpa or auto, or build the images with flash-attn"
+        )
+    return asked
+
+
 def roce_unconfigured(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
     """Why a multi-node `enableRoce` run will not use RoCE on this profile, or None.
 
@@ -243,7 +260,7 @@ def build_plan(
     training = TrainingSettings(
         torch_dtype=dtype,
         model_max_length=spec.model_max_length,
-        use_flash_attn=not use_cpu and profile.flash_attention,
+        attn_implementation=attention(spec, profile, use_cpu),
         dataset_text_field=effective.dataset_text_field(spec),
         dataset_image_field=spec.dataset_image_field,
         num_train_epochs=spec.num_train_epochs,

@@ -56,6 +56,8 @@ def parsed(args):
         "target_modules": sorted(getattr(tune, "target_modules", None) or []),
         "auto_gptq_kernel": getattr(getattr(qlora, "auto_gptq", None), "kernel", None),
         "fp16": training.fp16,
+        # What sft_trainer loads the model with (None: transformers' default, sdpa).
+        "attention": getattr(model, "flash_attn_implementation", "flash_attention_2") if model.use_flash_attn else "sdpa",
     }
 
 
@@ -101,12 +103,15 @@ def _parse_in_fms_env(release: str, cases: dict[str, list[str]]) -> dict[str, di
 
 
 def _cases_for(release: str) -> dict[str, LaunchPlan]:
-    """Every render case asking for `release` that validation lets through (with the engine fms-hf-tuning)."""
+    """Every render case asking for `release` that validation lets through (with the engine fms-hf-tuning),
+    and the first one with each explicit attention implementation the release can load."""
     plans = {}
-    for case in CASES:
-        spec = {**case.spec, "engine": "fms-hf-tuning", "fmsHfTuningVersion": release}
+    attention = [(f"{CASES[0].name}-{a}", {**CASES[0].spec, "attentionImplementation": a}, CASES[0].profile)
+                 for a in ("eager", "sdpa", "flash_attention_2")]  # fmt: skip
+    for name, case_spec, profile in [*((c.name, c.spec, c.profile) for c in CASES), *attention]:
+        spec = {**case_spec, "engine": "fms-hf-tuning", "fmsHfTuningVersion": release}
         if validate_spec_dict(spec).ok:
-            plans[case.name] = Case(case.name, spec, case.profile, case.namespace).render().plan
+            plans[name] = Case(name, spec, profile).render().plan
     return plans
 
 
@@ -127,6 +132,7 @@ def test_rendered_args_parse_with_each_release(release: str) -> None:
         assert got["model"] == plan.model.ref
         assert got["per_device_train_batch_size"] == plan.topology.per_device_batch_size
         assert got["max_steps"] == plan.training.max_steps
+        assert got["attention"] == plan.training.attn_implementation.value
         assert (
             got["tune"]
             == {"lora": "LoraConfig", "pt": "PromptTuningConfig", "none": "NoneType"}[plan.training.peft.method]

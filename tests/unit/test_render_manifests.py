@@ -21,6 +21,7 @@ from ftbench.render.manifests import (
     render_experiment,
 )
 from ftbench.render.names import child_names
+from ftbench.render.plan import PlanError
 from tests.unit.render_cases import A100, CASES, ROCE_PROFILE
 
 CATALOG = load_catalog()
@@ -150,6 +151,25 @@ def test_stability_trials_are_sequential_pods() -> None:
 def test_impossible_runtimes_are_errors(kw: dict, profile: dict, message: str) -> None:
     with pytest.raises(RenderError, match=message):
         render(spec(**kw), profile)
+
+
+@pytest.mark.parametrize(
+    ("kw", "profile", "expected"),
+    [
+        ({}, {}, "flash_attention_2"),  # auto on GPUs whose images carry flash-attn (seed 001)
+        ({}, {"flashAttention": False}, "sdpa"),
+        ({"numberGpus": 0, "gpuModel": None, "batchSize": 2}, {}, "sdpa"),  # auto on CPU
+        ({"attentionImplementation": "eager"}, {}, "eager"),
+        ({"attentionImplementation": "sdpa"}, {}, "sdpa"),
+    ],
+)
+def test_attention_implementation_in_the_plan(kw: dict, profile: dict, expected: str) -> None:
+    assert render(spec(**kw), profile).plan.training.attn_implementation.value == expected
+
+
+def test_flash_attention_on_images_without_it_is_refused() -> None:
+    with pytest.raises(PlanError, match=r"flashAttention false"):
+        render(spec(attentionImplementation="flash_attention_2"), {"flashAttention": False})
 
 
 # ---- pods ----

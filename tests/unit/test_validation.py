@@ -59,10 +59,29 @@ def test_valid_spec_has_no_issues() -> None:
         ({"experiment": "finetune_full_stability-v1.0.0", "maxSteps": 3}, "experiment.full_stability.fixed"),
         ({"experiment": "finetune_pt_benchmark-v1.0.0", "r": 8}, "experiment.pt_benchmark.no-lora.r"),
         ({"experiment": "finetune_lora_benchmark-v1.0.0", "model": "granite-3b-1.5"}, "catalog.lora-targets"),
+        (
+            {"attentionImplementation": "flash_attention_2", "numberGpus": 0, "gpuModel": ""},
+            "attention.flash-needs-gpu",
+        ),
+        ({"attentionImplementation": "flash_attention_2", "device": "cpu"}, "attention.flash-needs-gpu"),
+        ({"attentionImplementation": "eager", "fmsHfTuningVersion": "2.8.2"}, "engine.fms-eager-attention"),
     ],
 )
 def test_each_rule_fires(overrides: dict, rule: str) -> None:
     assert rule in rules(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"attentionImplementation": "eager", "fmsHfTuningVersion": "3.1.0"},
+        {"attentionImplementation": "eager", "engine": "trl", "numberGpus": 0, "gpuModel": ""},
+        {"attentionImplementation": "sdpa", "fmsHfTuningVersion": "2.8.2"},
+        {"attentionImplementation": "flash_attention_2"},
+    ],
+)
+def test_attention_implementations_that_can_run_are_valid(overrides: dict) -> None:
+    assert rules(**overrides) == set()
 
 
 def test_fast_moe_valid_case() -> None:

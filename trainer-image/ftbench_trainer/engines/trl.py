@@ -108,7 +108,7 @@ def build_trainer(run: EngineRun, callbacks: list[Any]) -> Any:
     model = AutoModelForCausalLM.from_pretrained(
         run.model_path,
         dtype=getattr(torch, t.torch_dtype.value),
-        attn_implementation="flash_attention_2" if t.use_flash_attn else "sdpa",
+        attn_implementation=t.attn_implementation.value,
     )
     return SFTTrainer(
         model=model,

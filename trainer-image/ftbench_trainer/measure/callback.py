@@ -78,6 +78,7 @@ class MeasureCallback(TrainerCallback):
         self.losses: list[float] = []
         self.last_loss: float | None = None
         self.activation_checkpointing = False
+        self.attention_implementation = ""
         self._last_progress = float("-inf")
         self._max_steps = 0
 
@@ -95,6 +96,7 @@ class MeasureCallback(TrainerCallback):
         self.world_size = distributed.world_size()
         self.fsdp = shards.fsdp_in_effect(model, _state_dict_type())
         self.activation_checkpointing = shards.activation_checkpointing(model)
+        self.attention_implementation = attention_in_effect(model)
         self.shard_probe.attach(model, kwargs.get("optimizer"))
         self._count_parameters(model)
         self._max_steps = int(state.max_steps or 0)
@@ -226,6 +228,13 @@ class MeasureCallback(TrainerCallback):
             model=self.model_size,
             stopped_by=self.stopped_by,
         )
+
+
+def attention_in_effect(model: Any) -> str:
+    """The attention implementation the loaded model runs (its config's `_attn_implementation`, which
+    transformers sets when it loads or dispatches the model; a PEFT wrapper forwards to the base)."""
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_attn_implementation", "") or "")
 
 
 def _state_dict_type() -> str:
