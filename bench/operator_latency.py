@@ -39,45 +39,20 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "operator")]
+sys.path[:0] = [str(REPO), str(REPO / "operator"), str(REPO / "tests" / "operator")]
+
+from operator_testkit import TEST_PROFILE, Kubelet, lora_spec, success_result  # noqa: E402
 
 from ftbench.api.crd import crd  # noqa: E402
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
 from ftbench.contracts.env import operator_setting  # noqa: E402
 from ftbench.contracts.labels import EXPERIMENT_LABEL, MANAGED_SELECTOR  # noqa: E402
-from ftbench.contracts.results import Metrics, Outcome, RunEnvironment, TrainerResult  # noqa: E402
 from ftbench_devcluster import ControlPlane  # noqa: E402
 from ftbench_devcluster.crds import install_crd  # noqa: E402
 
-SPEC = {
-    "experiment": "finetune_lora_benchmark-v1.0.0",
-    "model": "llama3.1-8b",
-    "modelMaxLength": 4096,
-    "numberGpus": 1,
-    "batchSize": 4,
-    "gpuModel": "NVIDIA-A100-SXM4-80GB",
-}
-PROFILE = {"features": {"indexedJobs": False, "podFailurePolicy": False, "trainingOperator": False}}
-
-
-def result_message() -> str:
-    metrics = Metrics(
-        train_runtime_seconds=60.0,
-        train_steps=100,
-        train_samples=800,
-        train_tokens=3_276_800,
-        train_non_padding_tokens=3_000_000,
-        train_samples_per_second=13.3,
-        train_steps_per_second=1.67,
-        train_tokens_per_second=54613.3,
-        train_tokens_per_gpu_per_second=54613.3,
-        dataset_tokens_per_second=50000.0,
-        dataset_tokens_per_second_per_gpu=50000.0,
-    )
-    env = RunEnvironment(engine="fms-hf-tuning", device="cuda")
-    return TrainerResult(
-        outcome=Outcome.SUCCEEDED, is_valid=True, metrics=metrics, environment=env
-    ).to_termination_message()
+# The operator tests' experiment and cluster profile: the bench measures the same path they check.
+SPEC = lora_spec()
+PROFILE = TEST_PROFILE
 
 
 def free_port() -> int:
@@ -130,7 +105,8 @@ class Bench:
         self.finished: dict[str, float] = {}
         self.results: dict[str, float] = {}
         self.failed: dict[str, str] = {}
-        self.message = result_message()
+        # A real trainer result as the termination message (the operator tests' fake kubelet writes it).
+        self.message = success_result().to_termination_message()
         self.stop = threading.Event()
         self.pool = ThreadPoolExecutor(4)
 
@@ -164,23 +140,10 @@ class Bench:
         from kubernetes.client import CoreV1Api
 
         core = CoreV1Api(self.api)
+        kubelet = Kubelet(self.api, self.namespace)
 
         def complete(pod: Any) -> None:
-            status = {
-                "phase": "Succeeded",
-                "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "containerStatuses": [
-                    {
-                        "name": pod.spec.containers[0].name,
-                        "image": pod.spec.containers[0].image,
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": self.message}},
-                    }
-                ],
-            }
-            core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, {"status": status})
+            kubelet.terminate(pod, 0, self.message)
             with self.lock:
                 self.finished[pod.metadata.labels[EXPERIMENT_LABEL]] = time.monotonic()
 

@@ -56,6 +56,12 @@ ObjectiveMetric = Literal[OBJECTIVE_METRICS]  # type: ignore[valid-type]
 # Any JSON value: a matrix value is whatever the spec field takes (a number, a string, a list...).
 _ANY_VALUE = {"x-kubernetes-preserve-unknown-fields": True}
 _POINT_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+# include and exclude take the same thing, a bounded list of points (spec field -> value): one type for both,
+# so their schemas cannot drift apart.
+PointList = Annotated[
+    list[dict[str, Any]],
+    WithJsonSchema({"type": "array", "maxItems": MAX_LIST_ENTRIES, "items": _POINT_OBJECT}),
+]
 
 
 class Direction(StrEnum):
@@ -98,18 +104,12 @@ class FineTuneSweepSpec(ApiModel):
         description="Spec field (as in fte.spec, e.g. batchSize, or run.<field>) -> the values it takes. "
         "The points are the Cartesian product of the lists.",
     )
-    include: Annotated[
-        list[dict[str, Any]],
-        WithJsonSchema({"type": "array", "maxItems": MAX_LIST_ENTRIES, "items": _POINT_OBJECT}),
-    ] = Field(
+    include: PointList = Field(
         default_factory=list,
         description="Extra points: each entry sets spec fields on top of the template (its fields need not be "
         "in the matrix). An entry equal to a point of the product adds nothing.",
     )
-    exclude: Annotated[
-        list[dict[str, Any]],
-        WithJsonSchema({"type": "array", "maxItems": MAX_LIST_ENTRIES, "items": _POINT_OBJECT}),
-    ] = Field(
+    exclude: PointList = Field(
         default_factory=list,
         description="Points to drop from the product: a point is dropped when it has every value of an entry "
         "(an entry may name only some matrix fields). Applied before include.",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ftbench.catalog import load_catalog
 from ftbench.cli.main import UsageError
+from ftbench.cli.source import add_cluster_options, cluster_errors, reads_cluster
 from ftbench.extras import require
-from ftbench.kubeapi.errors import KubeError
 from ftbench.local.home import ftbench_home
 from ftbench.local.store import ResultsStore
 from ftbench.report.plots import FORMATS
@@ -22,9 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "spread across repeats) of the local results store, one sweep of it, or a cluster's sweeps.",
     )
     p.add_argument("--sweep", metavar="NAME", help="only this sweep (default: every sweep and run)")
-    p.add_argument("--from-cluster", action="store_true",
-                   help="read FineTuneSweeps and FineTuneExperiments from the cluster (KUBECONFIG or in-cluster)")  # fmt: skip
-    p.add_argument("-n", "--namespace", help="with --from-cluster: the namespace (default: the context's)")
+    add_cluster_options(p, "read FineTuneSweeps and FineTuneExperiments from the cluster (KUBECONFIG or in-cluster)")
     p.add_argument("-o", "--output-dir", metavar="DIR", default="report", help="where to write (default: report)")
     p.add_argument("--format", choices=FORMATS, default="png", help="plot format (default: png)")
     p.set_defaults(func=run)
@@ -35,17 +33,13 @@ def run(args: argparse.Namespace) -> int:
     from ftbench.report.data import NotFound, ReportData, from_store
     from ftbench.report.render import write_report
 
-    if args.namespace and not args.from_cluster:
-        raise UsageError("--namespace reads a cluster: add --from-cluster")
     catalog = load_catalog()
     data: ReportData
-    if args.from_cluster:
-        from ftbench.report.cluster import NoCluster, from_cluster
+    if reads_cluster(args):
+        from ftbench.report.cluster import from_cluster
 
-        try:
+        with cluster_errors():
             data = from_cluster(catalog, args.namespace)
-        except (KubeError, NoCluster) as err:
-            raise UsageError(f"cannot read the cluster: {err}") from err
     else:
         data = from_store(ResultsStore(ftbench_home() / "results.db"), catalog)
     try:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ftbench.cli.main import UsageError
+from ftbench.cli.source import add_cluster_options, cluster_errors, reads_cluster
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home
 from ftbench.local.store import ResultsStore, RunRecord, export_runs
@@ -21,12 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ado: one row per trial with ado's property names (train_tokens_per_second, is_valid, ...)",
     )
     p.add_argument("-o", "--output-file", metavar="FILE", help="write the export to FILE instead of stdout")
-    p.add_argument(
-        "--from-cluster",
-        action="store_true",
-        help="export the FineTuneExperiments of a cluster (KUBECONFIG or in-cluster) instead of local runs",
+    add_cluster_options(
+        p, "export the FineTuneExperiments of a cluster (KUBECONFIG or in-cluster) instead of local runs"
     )
-    p.add_argument("-n", "--namespace", help="with --from-cluster: the namespace (default: the context's)")
     p.set_defaults(func=run)
     actions = p.add_subparsers(dest="action", metavar="ACTION")  # optional: plain `ftbench results` lists
     c = actions.add_parser(
@@ -54,17 +52,12 @@ def compare_runs(args: argparse.Namespace) -> int:
 
 def _runs(args: argparse.Namespace) -> list[RunRecord]:
     """The local store's runs, or with --from-cluster what the cluster's experiments measured."""
-    if args.namespace and not args.from_cluster:
-        raise UsageError("--namespace reads a cluster: add --from-cluster")
-    if not args.from_cluster:
+    if not reads_cluster(args):
         return ResultsStore(ftbench_home() / "results.db").runs()
-    from ftbench.kubeapi.errors import KubeError
-    from ftbench.report.cluster import NoCluster, experiment_records
+    from ftbench.report.cluster import experiment_records
 
-    try:
+    with cluster_errors():
         return experiment_records(args.namespace)
-    except (KubeError, NoCluster) as err:
-        raise UsageError(f"cannot read the cluster: {err}") from err
 
 
 def run(args: argparse.Namespace) -> int:

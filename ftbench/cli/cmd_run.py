@@ -12,11 +12,12 @@ import yaml
 from ftbench.api.effective import describe_batch
 from ftbench.api.profile import catalog_for
 from ftbench.api.repeats import combined_result, repeats_status
+from ftbench.api.resource import KIND
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
 from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
-from ftbench.cli.documents import read_documents
+from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.contracts.results import Metrics, TrainerResult
@@ -145,17 +146,12 @@ def _with_interval(metrics: Metrics, key: str, value: object) -> str:
 
 def _load_spec(args: argparse.Namespace, base: Catalog):
     catalog = catalog_from_args(args, base)
-    try:
-        documents = list(read_documents([args.file]))
-    except (OSError, ValueError) as err:
-        raise UsageError(str(err)) from err
-    if len(documents) != 1:
-        raise UsageError(f"{args.file}: expected one FineTuneExperiment, found {len(documents)} documents")
-    report = validate_document(documents[0].body, catalog)
+    body = read_one_document(args.file, KIND)
+    report = validate_document(body, catalog)
     if not report.ok or report.spec is None:
         lines = "\n".join(f"  - {issue}" for issue in report.issues)
         raise UsageError(f"{args.file} is invalid:\n{lines}")
-    return report.spec, documents[0].body["metadata"]["name"], catalog
+    return report.spec, body["metadata"]["name"], catalog
 
 
 def run(args: argparse.Namespace) -> int:

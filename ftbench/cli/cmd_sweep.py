@@ -14,10 +14,11 @@ import sys
 from typing import Any
 
 from ftbench.api.profile import ClusterProfile, catalog_for
+from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.sweep import FineTuneSweepSpec, SweepPhase
 from ftbench.catalog import Catalog
 from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
-from ftbench.cli.documents import read_documents
+from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile
@@ -43,13 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[str, FineTuneSweepSpec]:
-    try:
-        documents = list(read_documents([args.file]))
-    except (OSError, ValueError) as err:
-        raise UsageError(str(err)) from err
-    if len(documents) != 1:
-        raise UsageError(f"{args.file}: expected one FineTuneSweep, found {len(documents)} documents")
-    parsed = parse_sweep_document(documents[0].body)
+    parsed = parse_sweep_document(read_one_document(args.file, SWEEP_KIND))
     if parsed.issues or parsed.spec is None or parsed.name is None:
         raise UsageError(f"{args.file} is invalid:\n" + "\n".join(f"  - {issue}" for issue in parsed.issues))
     return parsed.name, parsed.spec

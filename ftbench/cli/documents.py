@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from ftbench.cli.main import UsageError
+
 
 @dataclass(frozen=True)
 class Document:
@@ -28,3 +30,15 @@ def read_documents(paths: list[str]) -> Iterator[Document]:
         non_empty = [b for b in bodies if b is not None]
         for index, body in enumerate(non_empty, start=1):
             yield Document(f"{path}#{index}" if len(non_empty) > 1 else path, body)
+
+
+def read_one_document(path: str, kind: str) -> Any:
+    """The body of the one YAML document in `path` ('-': standard input), for the commands that run one
+    `kind` (run, sweep); unreadable files, bad YAML and any other count are usage errors."""
+    try:
+        documents = list(read_documents([path]))
+    except (OSError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    if len(documents) != 1:
+        raise UsageError(f"{path}: expected one {kind}, found {len(documents)} documents")
+    return documents[0].body

@@ -13,7 +13,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,7 @@ class ResultsStore:
         if sweep is not None:
             query, args = "SELECT * FROM runs WHERE sweep = ? ORDER BY started_at", (sweep,)
         with self._connect() as db:
+            db.row_factory = sqlite3.Row
             rows = db.execute(query, args).fetchall()
         return [_record(row) for row in rows]
 
@@ -230,28 +231,15 @@ def _csv(header: tuple[str, ...], rows: list[list[Any]]) -> str:
     return buffer.getvalue()
 
 
-def _record(row: tuple) -> RunRecord:
-    (run_id, name, started, finished, experiment, engine, model, gpus, batch, seq, status, valid, tps, run_dir) = row[
-        :14
-    ]
-    return RunRecord(
-        id=run_id,
-        name=name,
-        started_at=started,
-        finished_at=finished,
-        experiment=experiment,
-        engine=engine,
-        model=model,
-        number_gpus=gpus,
-        batch_size=batch,
-        model_max_length=seq,
-        status=status,
-        is_valid=None if valid is None else bool(valid),
-        train_tokens_per_second=tps,
-        run_dir=run_dir,
-        spec=json.loads(row[14]),
-        results=json.loads(row[15]),
-        sweep=row[16],
-        point=row[17],
-        repeat=row[18],
-    )
+_RECORD_FIELDS = frozenset(f.name for f in fields(RunRecord))
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    """A `runs` row read by column name, since RunRecord's fields are the table's columns: only the JSON
+    columns (spec_json, results_json) are parsed and is_valid (SQLite's 0/1) made a bool again. Columns
+    RunRecord does not know (a newer ftbench's) are left out, as reading by position did."""
+    columns = dict(row)
+    spec, results, valid = columns.pop("spec_json"), columns.pop("results_json"), columns.pop("is_valid")
+    known = {name: value for name, value in columns.items() if name in _RECORD_FIELDS}
+    is_valid = None if valid is None else bool(valid)
+    return RunRecord(**known, spec=json.loads(spec), results=json.loads(results), is_valid=is_valid)

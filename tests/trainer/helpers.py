@@ -20,7 +20,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
-from ftbench.contracts.results import TrainerResult
+from ftbench.contracts.results import EXIT_OK, TrainerResult
 from ftbench.engines.envs import package_path
 from ftbench.host.ports import free_port
 from ftbench.render.plan import build_plan
@@ -106,6 +106,16 @@ def run_trainer(
 
 def read_result(plan: LaunchPlan) -> TrainerResult:
     return TrainerResult.from_json(Path(plan.output.result_file).read_text())
+
+
+def train(
+    python: Path | str, plan: LaunchPlan, tmp: Path, *, timeout: float = 300
+) -> tuple[TrainerResult, subprocess.CompletedProcess[str]]:
+    """Run `plan` to a clean exit and read its result: the steps of every test of a run that must succeed
+    (the test fails with the trainer's output tail when the exit code is not EXIT_OK)."""
+    proc = run_trainer(python, write_plan(plan, tmp), timeout=timeout)
+    assert proc.returncode == EXIT_OK, tail(proc)
+    return read_result(plan), proc
 
 
 def tail(proc: subprocess.CompletedProcess[str], n: int = 4000) -> str:

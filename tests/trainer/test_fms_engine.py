@@ -11,19 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import (
-    dataset_file,
-    independent_lengths,
-    make_plan,
-    read_result,
-    run_trainer,
-    tail,
-    two_processes_one_node,
-    write_plan,
-)
+from helpers import dataset_file, independent_lengths, make_plan, train, two_processes_one_node
 
 from ftbench.contracts.enums import Experiment
-from ftbench.contracts.results import EXIT_OK, Outcome
+from ftbench.contracts.results import Outcome
 from ftbench.engines.releases import load_releases, version_tuple
 
 pytestmark = [pytest.mark.training, pytest.mark.fms, pytest.mark.slow]
@@ -44,10 +35,8 @@ def test_fms_trains_and_reports(
     model_dir, data_dir = fms_dirs
     plan = make_plan(tmp_path, model_dir, data_dir, engine="fms-hf-tuning", experiment=experiment, maxSteps=2,
                      fmsHfTuningVersion=NEWEST)  # fmt: skip
-    proc = run_trainer(fms_python, write_plan(plan, tmp_path))
-    result = read_result(plan)
-    assert result.outcome == Outcome.SUCCEEDED, result.error or tail(proc)
-    assert proc.returncode == EXIT_OK
+    result, _ = train(fms_python, plan, tmp_path)
+    assert result.outcome == Outcome.SUCCEEDED, result.error
     m, env = result.metrics, result.environment
     assert m is not None and env is not None
     assert env.engine == "fms-hf-tuning" and env.engine_version == NEWEST and env.transformers_version.startswith("4.")
@@ -62,9 +51,7 @@ def test_fms_token_counts_equal_an_independent_count(
     plan = make_plan(
         tmp_path, model_dir, data_dir, engine="fms-hf-tuning", batchSize=16, maxSteps=1, fmsHfTuningVersion=NEWEST
     )
-    proc = run_trainer(fms_python, write_plan(plan, tmp_path))
-    assert proc.returncode == EXIT_OK, tail(proc)
-    m = read_result(plan).metrics
+    m = train(fms_python, plan, tmp_path)[0].metrics
     assert m is not None
     # The tiny model dir was built by the fms environment; its tokenizer.json loads here too.
     lengths = independent_lengths(model_dir, dataset_file(data_dir), 1024)
@@ -86,9 +73,7 @@ def test_fms_two_processes_on_cpu(tmp_path: Path, fms_python: Path, fms_dirs: tu
         tmp_path, model_dir, data_dir, engine="fms-hf-tuning", distributedBackend="DDP", maxSteps=-1,
         fmsHfTuningVersion=NEWEST,
     )  # fmt: skip
-    proc = run_trainer(fms_python, write_plan(plan, tmp_path))
-    assert proc.returncode == EXIT_OK, tail(proc)
-    result = read_result(plan)
+    result, _ = train(fms_python, plan, tmp_path)
     m, env = result.metrics, result.environment
     assert m is not None and env is not None
     assert env.world_size == 2 and env.distributed_mode == "MULTI_CPU"

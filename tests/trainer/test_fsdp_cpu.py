@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import make_plan, read_result, run_trainer, tail, write_plan
+from helpers import make_plan, train
 
 from ftbench.contracts.enums import Experiment
-from ftbench.contracts.results import EXIT_OK, Metrics, RunEnvironment, TrainerResult
+from ftbench.contracts.results import Metrics, RunEnvironment, TrainerResult
 
 pytest.importorskip("trl")
 pytestmark = [pytest.mark.training, pytest.mark.slow]
@@ -34,9 +34,7 @@ def _train(tmp: Path, model_dir: Path, data_dir: Path, name: str, **spec: object
     fields: dict[str, object] = {"device": "cpu", "numberGpus": 2, "distributedBackend": "FSDP", "maxSteps": 4,
                                  **spec}  # fmt: skip
     plan = make_plan(run_dir, model_dir, data_dir, **fields)  # type: ignore[arg-type]
-    proc = run_trainer(PYTHON, write_plan(plan, run_dir), timeout=600)
-    assert proc.returncode == EXIT_OK, tail(proc)
-    return read_result(plan)
+    return train(PYTHON, plan, run_dir, timeout=600)[0]
 
 
 def _parts(result: TrainerResult) -> tuple[Metrics, RunEnvironment]:

@@ -8,16 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import (
-    dataset_file,
-    independent_lengths,
-    make_plan,
-    read_result,
-    run_trainer,
-    tail,
-    two_processes_one_node,
-    write_plan,
-)
+from helpers import dataset_file, independent_lengths, make_plan, train, two_processes_one_node, write_plan
 
 from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.progress import parse_progress_line
@@ -34,9 +25,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _train(tmp: Path, model: Path, data: Path, **spec: object) -> tuple[TrainerResult, str]:
     plan = make_plan(tmp, model, data, **spec)  # type: ignore[arg-type]
-    proc = run_trainer(PYTHON, write_plan(plan, tmp))
-    assert proc.returncode == EXIT_OK, tail(proc)
-    result = read_result(plan)
+    result, proc = train(PYTHON, plan, tmp)
     # The termination message is the same result, compact and within Kubernetes' limit.
     message = (tmp / "termination-log").read_bytes()
     assert len(message) <= 4096
@@ -100,9 +89,7 @@ def test_two_processes_on_cpu_sum_their_tokens(tmp_path: Path, tiny_model_dir: P
         tmp_path, tiny_model_dir, data_dir, distributedBackend="FSDP", maxSteps=-1, numTrainEpochs=1.0
     )
     assert plan.launcher == "accelerate" and plan.topology.per_device_batch_size == 2
-    proc = run_trainer(PYTHON, write_plan(plan, tmp_path))
-    assert proc.returncode == EXIT_OK, tail(proc)
-    result = read_result(plan)
+    result, _ = train(PYTHON, plan, tmp_path)
     m, env = result.metrics, result.environment
     assert m is not None and env is not None
     assert env.world_size == 2 and env.number_nodes == 1

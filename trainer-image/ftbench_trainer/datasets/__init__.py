@@ -373,7 +373,7 @@ def generate_dataset(
     path = dataset_path(dataset_id, out_dir, entries=entries, min_tokens=min_tokens, seed=seed)
     if path.is_file():
         return path
-    return _write(dataset_id, dataset_params(dataset_id, entries=entries, min_tokens=min_tokens), seed, path)
+    return write_dataset(dataset_id, path, entries=entries, min_tokens=min_tokens, seed=seed)
 
 
 def seed_002_file(dataset_id: str, data_dir: str | os.PathLike) -> Path | None:
