@@ -183,6 +183,14 @@ class FineTuneExperimentSpec(ApiModel):
         "in effect, read from the loaded model, is in status.environment.attentionImplementation. With "
         "engine fms-hf-tuning, eager needs a release with --flash_attn_implementation (3.1.0 or later).",
     )
+    packing: bool = Field(
+        default=False,
+        description="Pack several samples into each row (trl's best-fit-decreasing packing, padding-free): no "
+        "padding tokens are trained, and each sample attends only to itself (the samples' position ids restart "
+        "at 0; transformers masks each sample on sdpa and eager, flash attention's varlen kernels split them on "
+        "flash_attention_2). status.environment.packing says which isolation ran; status.results counts samples "
+        "and real tokens. Engine trl only; not with prompt tuning.",
+    )
     gradient_accumulation_steps: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
         default=4,
         description="Forward/backward passes accumulated per optimizer step (HF's gradient_accumulation_steps). "

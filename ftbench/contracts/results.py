@@ -165,6 +165,11 @@ class Metrics(WireModel):
     train_non_padding_tokens: Annotated[int, Field(ge=0)] = Field(
         description="Tokens excluding padding processed by all ranks in measured steps."
     )
+    train_non_padding_tokens_per_step: NonNegative = Field(
+        0.0,
+        description="trainNonPaddingTokens / trainSteps: the real tokens one optimizer step carried (with packing, "
+        "every token is real and a step carries more samples).",
+    )
     train_samples_per_second: NonNegative = Field(description="trainSamples / trainRuntimeSeconds.")
     train_steps_per_second: NonNegative = Field(description="trainSteps / trainRuntimeSeconds.")
     train_tokens_per_second: NonNegative = Field(description="trainTokens / trainRuntimeSeconds (all ranks).")
@@ -282,6 +287,13 @@ class RunEnvironment(WireModel):
     activation_checkpointing: bool = Field(
         False,
         description="Gradient (activation) checkpointing in effect, read from the model at the start of training.",
+    )
+    packing: BoundedReason = Field(
+        "",
+        description="How packed samples were kept from attending to each other, read from the batches the model "
+        "consumed: flashVarlen (position ids, flash attention's varlen kernels), positionIds (position ids, from "
+        "which transformers masks each sample for sdpa and eager), none (not isolated); empty when the run did "
+        "not pack.",
     )
     attention_implementation: BoundedReason = Field(
         "",

@@ -268,6 +268,7 @@ def build_plan(
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         gradient_checkpointing=spec.gradient_checkpointing,
         gradient_checkpointing_use_reentrant=spec.gradient_checkpointing_use_reentrant,
+        packing=spec.packing,
         optim=spec.optim,
         bf16=spec.bf16,
         fp16=str(fixed.get("fp16", "false")).lower() == "true",

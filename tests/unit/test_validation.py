@@ -65,6 +65,8 @@ def test_valid_spec_has_no_issues() -> None:
         ),
         ({"attentionImplementation": "flash_attention_2", "device": "cpu"}, "attention.flash-needs-gpu"),
         ({"attentionImplementation": "eager", "fmsHfTuningVersion": "2.8.2"}, "engine.fms-eager-attention"),
+        ({"packing": True}, "packing.engine"),  # fms-hf-tuning is the default engine
+        ({"packing": True, "engine": "trl", "experiment": "finetune_pt_benchmark-v1.0.0"}, "packing.prompt-tuning"),
     ],
 )
 def test_each_rule_fires(overrides: dict, rule: str) -> None:
@@ -78,6 +80,8 @@ def test_each_rule_fires(overrides: dict, rule: str) -> None:
         {"attentionImplementation": "eager", "engine": "trl", "numberGpus": 0, "gpuModel": ""},
         {"attentionImplementation": "sdpa", "fmsHfTuningVersion": "2.8.2"},
         {"attentionImplementation": "flash_attention_2"},
+        {"packing": True, "engine": "trl"},
+        {"packing": True, "engine": "trl", "experiment": "finetune_lora_benchmark-v1.0.0"},
     ],
 )
 def test_attention_implementations_that_can_run_are_valid(overrides: dict) -> None:

@@ -206,6 +206,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         fsdp=callback.fsdp,
         activation_checkpointing=callback.activation_checkpointing,
         attention_implementation=callback.attention_implementation,
+        packing=callback.tokens.packing,
         device="cpu" if plan.use_cpu or not torch.cuda.is_available() else "cuda",
         command=command if len(command) <= COMMAND_LIMIT else command[: COMMAND_LIMIT - 1] + "…",
         dataset_file=dataset_path[-512:],

@@ -91,6 +91,7 @@ class MeasureCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model = kwargs["model"]
+        self.tokens.attention = attention_in_effect(model)
         self._hooks = self.tokens.attach(model, kwargs["train_dataloader"])
         self.distributed_mode = distributed_mode()
         self.world_size = distributed.world_size()

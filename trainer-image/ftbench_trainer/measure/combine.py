@@ -125,6 +125,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         train_samples=samples,
         train_tokens=tokens,
         train_non_padding_tokens=sum(w.non_padding_tokens for w in windows),
+        train_non_padding_tokens_per_step=sum(w.non_padding_tokens for w in windows) / steps if steps else 0.0,
         train_samples_per_second=rate(samples),
         train_steps_per_second=rate(steps),
         train_tokens_per_second=tokens_per_second,

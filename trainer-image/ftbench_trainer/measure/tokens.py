@@ -15,7 +15,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
+
+from ftbench_trainer.packing import isolation
 
 
 @dataclass
@@ -38,16 +41,26 @@ class BatchCount:
 def count_batch(batch: Mapping[str, Any]) -> BatchCount:
     """Counts of a collated batch: `input_ids` gives the padded shape, `attention_mask` the real tokens.
 
-    Padding-free/packed batches have no attention mask (every position is a real token); their
-    rows are delimited by `position_ids`, and the attention term uses the packed row length.
+    Padding-free/packed batches (trl's packing) have no 2D attention mask: every position is a real
+    token (trl pads them only on Neuron), so padded == non-padding, and each sample starts where
+    `position_ids` is 0: that many samples, and the attention term is the sum of the samples' squared
+    lengths (each attends to itself only, ftbench_trainer.packing).
     """
     input_ids = batch["input_ids"]
     rows, length = (int(d) for d in input_ids.shape[:2]) if input_ids.dim() > 1 else (1, int(input_ids.shape[0]))
     padded = rows * length
     mask = batch.get("attention_mask")
-    non_padding = int(mask.sum()) if mask is not None and mask.dim() == input_ids.dim() else padded
-    return BatchCount(samples=rows, padded_tokens=padded, non_padding_tokens=non_padding,
-                      padded_length_squared=rows * length * length)  # fmt: skip
+    if mask is not None and mask.dim() == input_ids.dim():
+        return BatchCount(samples=rows, padded_tokens=padded, non_padding_tokens=int(mask.sum()),
+                          padded_length_squared=rows * length * length)  # fmt: skip
+    position_ids = batch.get("position_ids")
+    if position_ids is None:
+        return BatchCount(samples=rows, padded_tokens=padded, non_padding_tokens=padded,
+                          padded_length_squared=rows * length * length)  # fmt: skip
+    starts = [i for i, p in enumerate(position_ids.reshape(-1).tolist()) if p == 0] + [padded]
+    lengths = [b - a for a, b in pairwise(starts)]
+    return BatchCount(samples=len(lengths), padded_tokens=padded, non_padding_tokens=padded,
+                      padded_length_squared=sum(n * n for n in lengths))  # fmt: skip
 
 
 class TokenCounter:
@@ -57,6 +70,9 @@ class TokenCounter:
         self._pending: deque[BatchCount] = deque()
         self.committed = BatchCount()
         self.uncounted_forwards = 0
+        # How packed samples were kept apart (ftbench_trainer.packing), from the first packed batch.
+        self.attention = ""
+        self.packing = ""
 
     def wrap_collator(self, collate: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
         if getattr(collate, "_ftbench_counter", None) is self:
@@ -65,6 +81,8 @@ class TokenCounter:
         def counting_collate(examples: list[Any]) -> Any:
             batch = collate(examples)
             self._pending.append(count_batch(batch))
+            if not self.packing:
+                self.packing = isolation(batch, self.attention) or ""
             return batch
 
         counting_collate._ftbench_counter = self  # type: ignore[attr-defined]

@@ -1,0 +1,45 @@
+"""Rules of seed 003's speed and memory options (packing, and what each can run with).
+
+An option is offered only where a test shows it in effect; where it cannot be shown (or would
+change what is trained), the spec is refused here with the reason instead of measuring something
+else than it says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ftbench.api import effective
+from ftbench.api.rule import Rule
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
+from ftbench.contracts.enums import Engine
+
+
+def option_rules() -> Iterator[Rule]:
+    def packing_engine(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if not s.packing or s.engine == Engine.TRL:
+            return None
+        return (
+            "packing with engine fms-hf-tuning is not offered: ftbench has not shown its --packing (its own trl "
+            "and transformers releases) keeping packed samples from attending to each other; use engine trl, "
+            "whose packing is tested to train each packed sample as it would alone"
+        )
+
+    yield Rule(
+        "packing.engine",
+        "packing",
+        "packing runs with engine trl",
+        packing_engine,
+        "!has(self.packing) || !self.packing || self.engine == 'trl'",
+    )
+
+    def packing_prompt_tuning(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        if not s.packing or effective.experiment_of(s, c).peft_method != "pt":
+            return None
+        return (
+            "packing with prompt tuning is not offered: the virtual tokens are prepended once per packed row, "
+            "not per sample, so the samples would be trained without their prompt; set packing to false"
+        )
+
+    yield Rule("packing.prompt-tuning", "packing", "packing does not run with prompt tuning", packing_prompt_tuning)
