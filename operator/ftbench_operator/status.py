@@ -17,6 +17,7 @@ from typing import Any
 
 from ftbench.api import effective
 from ftbench.api.display import rounded
+from ftbench.api.network import NetworkExpectation, network_verdict
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.repeats import repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -40,7 +41,19 @@ ROCE_CONFIGURED = "RoceConfigured"
 # Set with the results: False (reason NoiseFlagged) when status.results.noiseFlags is not empty, its
 # message saying what each flag means and what to do, so a flagged number is not read as clean.
 MEASUREMENT_CLEAN = "MeasurementClean"
-CONDITION_ORDER = (VALID, QUEUED, RUNNING, SUCCEEDED, MEASUREMENT_CLEAN, ROCE_CONFIGURED, SPEC_CHANGE_IGNORED)
+# Set when the trainer ran the network preflight: False when enableRoce found no RoCE (reason SocketTransport
+# or RoceNotInEffect) or the peak busbw is far below the profile's expectedBusBandwidthGbps (LowBusBandwidth).
+NETWORK_AS_EXPECTED = "NetworkAsExpected"
+CONDITION_ORDER = (
+    VALID,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    MEASUREMENT_CLEAN,
+    ROCE_CONFIGURED,
+    NETWORK_AS_EXPECTED,
+    SPEC_CHANGE_IGNORED,
+)
 
 Status = dict[str, Any]
 
@@ -222,8 +235,10 @@ class Builder:
         self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
         return patch(observed_generation=self.generation, conditions=self.conditions)
 
-    def observed(self, obs: Observation, *, trials: int, repeated: bool = False) -> Status:
-        """Status for what the children show (`classify`)."""
+    def observed(
+        self, obs: Observation, *, trials: int, repeated: bool = False, network: NetworkExpectation | None = None
+    ) -> Status:
+        """Status for what the children show (`classify`); `network`: what the network preflight should show."""
         fields: dict[str, Any] = {"phase": obs.phase, "message": bounded(obs.message)}
         if obs.start_time and not self.current.get("startTime"):
             fields["start_time"] = obs.start_time
@@ -247,6 +262,9 @@ class Builder:
                 self.measurement(obs.result.metrics)
             if obs.result.environment is not None:
                 fields["environment"] = obs.result.environment
+                if obs.result.environment.network is not None:
+                    verdict = network_verdict(obs.result.environment.network, network or NetworkExpectation())
+                    self.cond(NETWORK_AS_EXPECTED, verdict.status, verdict.reason, verdict.message)
         if trials > 1:
             fields["repeats"] = repeats_status(trials, obs.trial_results)
             if not repeated:
