@@ -15,7 +15,18 @@ from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
 from ftbench.contracts.enums import Runtime
 from ftbench.contracts.plan import ExperimentRef
-from ftbench.contracts.results import Collective
+from ftbench.contracts.results import (
+    COMMAND_LIMIT,
+    NETWORK_DEVICE_LIMIT,
+    TERMINATION_MESSAGE_LIMIT,
+    Collective,
+    Metrics,
+    NetworkInEffect,
+    NetworkTransport,
+    Outcome,
+    RunEnvironment,
+    TrainerResult,
+)
 from ftbench.render.plan import PREFLIGHT_SIZES_CPU, PREFLIGHT_SIZES_GPU, build_plan
 from ftbench_trainer.network.bandwidth import bus_factor, sample, timed_iterations
 from ftbench_trainer.network.preflight import debug_file, nccl_debug_env, process_group_backend
@@ -62,13 +73,13 @@ def test_nccl_debug_settings_add_to_the_pods(tmp_path: Path) -> None:
     assert nccl_debug_env({}, tmp_path) == {
         E.NCCL_DEBUG: "INFO",
         E.NCCL_DEBUG_SUBSYS: "INIT,NET",
-        E.NCCL_DEBUG_FILE: str(tmp_path / "nccl-%h-%p.log"),
+        E.NCCL_DEBUG_FILE: str(tmp_path / "nccl-%p.log"),
     }
     # spec.run.ncclDebug's subsystems are kept and NET added; a pod's own file and TRACE are kept.
     pod = {E.NCCL_DEBUG: "TRACE", E.NCCL_DEBUG_SUBSYS: "INIT,BOOTSTRAP,ENV", E.NCCL_DEBUG_FILE: "/x/%h.%p"}
     assert nccl_debug_env(pod, tmp_path) == {E.NCCL_DEBUG_SUBSYS: "INIT,BOOTSTRAP,ENV,NET"}
     assert nccl_debug_env({E.NCCL_DEBUG: "WARN", E.NCCL_DEBUG_SUBSYS: "ALL"}, tmp_path)[E.NCCL_DEBUG] == "INFO"
-    assert debug_file("/x/nccl-%h-%p.log", "node-1", 42) == Path("/x/nccl-node-1-42.log")
+    assert debug_file("/x/nccl-%h-%p.log", "node-1.cluster.local", 42) == Path("/x/nccl-node-1-42.log")
 
 
 def test_the_group_is_the_one_accelerate_makes() -> None:
@@ -125,3 +136,41 @@ def test_require_roce_rule(overrides: dict[str, Any], refused: bool) -> None:
 def test_require_roce_reaches_the_plan() -> None:
     plan = _plan(numberNodes=2, enableRoce=True, run={"requireRoce": True})
     assert plan.network_preflight is not None and plan.network_preflight.require_roce
+
+
+def test_a_full_result_with_the_network_fits_the_termination_message() -> None:
+    """The per-size figures go after the metrics' lists when 4 KiB are short; the peak and transport stay."""
+    samples = [sample(c, size, 0.01, 16) for c in Collective for size in PREFLIGHT_SIZES_GPU]
+    network = NetworkInEffect(
+        backend="nccl",
+        transport=NetworkTransport.IB,
+        link_layer="RoCE",
+        rdma=True,
+        gpu_direct_rdma=True,
+        devices=[f"mlx5_{i}:1/RoCE" for i in range(NETWORK_DEVICE_LIMIT)],
+        ranks=16,
+        warmup_iterations=2,
+        iterations=10,
+        seconds=3.2,
+        bandwidth=samples,
+        peak_bus_bandwidth_gbps=max(s.bus_bandwidth_gbps for s in samples),
+    )
+    metrics = Metrics.model_validate(
+        {
+            "trainRuntimeSeconds": 1.0, "trainSteps": 1, "trainSamples": 1, "trainTokens": 1,
+            "trainNonPaddingTokens": 1, "trainSamplesPerSecond": 1.0, "trainStepsPerSecond": 1.0,
+            "trainTokensPerSecond": 1.0, "trainTokensPerGpuPerSecond": 1.0, "datasetTokensPerSecond": 1.0,
+            "datasetTokensPerSecondPerGpu": 1.0, "lossCurve": [1.23456] * 16,
+            "rankMemory": [{"rank": r, "parameterBytes": 10**10, "gradientBytes": 10**10, "optimizerStateBytes": 10**10}
+                           for r in range(16)],
+        }
+    )  # fmt: skip
+    env = RunEnvironment(engine="fms-hf-tuning", command="x" * COMMAND_LIMIT, network=network)
+    result = TrainerResult(outcome=Outcome.SUCCEEDED, metrics=metrics, environment=env)
+    text = result.to_termination_message()
+    assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT
+    kept = TrainerResult.from_json(text).environment
+    assert kept is not None and kept.network is not None
+    assert kept.network.peak_bus_bandwidth_gbps == network.peak_bus_bandwidth_gbps and kept.network.link_layer == "RoCE"
+    small = TrainerResult(outcome=Outcome.SUCCEEDED, environment=RunEnvironment(engine="trl", network=network))
+    assert TrainerResult.from_json(small.to_termination_message()) == small  # whole when it fits

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 # The most of one rank's NCCL log read back (its network lines come first, at communicator init).
 NCCL_LOG_LIMIT = 256 * 1024
 ELEMENT_BYTES = 4  # float32
+# Each process's NCCL log in the pod's (or local run's) output directory; NCCL fills in the pid.
+NCCL_LOG_NAME = "nccl-%p.log"
 
 
 def process_group_backend(use_cpu: bool, cuda: bool, environ: Mapping[str, str]) -> str:
@@ -68,13 +70,13 @@ def nccl_debug_env(environ: Mapping[str, str], log_dir: Path) -> dict[str, str]:
     if "ALL" not in subsys and not set(E.NCCL_PREFLIGHT_SUBSYS) <= set(subsys):
         out[E.NCCL_DEBUG_SUBSYS] = ",".join(dict.fromkeys([*subsys, *E.NCCL_PREFLIGHT_SUBSYS]))
     if not environ.get(E.NCCL_DEBUG_FILE):
-        out[E.NCCL_DEBUG_FILE] = str(log_dir / "nccl-%h-%p.log")
+        out[E.NCCL_DEBUG_FILE] = str(log_dir / NCCL_LOG_NAME)
     return out
 
 
 def debug_file(pattern: str, host: str, pid: int) -> Path:
-    """NCCL_DEBUG_FILE with NCCL's %h (host name) and %p (pid) filled in."""
-    return Path(pattern.replace("%h", host).replace("%p", str(pid)))
+    """NCCL_DEBUG_FILE with NCCL's %h (the host name up to its first dot, as NCCL cuts it) and %p (pid)."""
+    return Path(pattern.replace("%h", host.split(".", 1)[0]).replace("%p", str(pid)))
 
 
 def init_process_group(use_cpu: bool, log_dir: Path) -> str:
@@ -173,7 +175,7 @@ def read_nccl_logs(log_dir: Path) -> NcclNetwork:
     """Every rank's NCCL lines, gathered to every rank and read together."""
     import torch.distributed as dist
 
-    pattern = os.environ.get(E.NCCL_DEBUG_FILE) or str(log_dir / "nccl-%h-%p.log")
+    pattern = os.environ.get(E.NCCL_DEBUG_FILE) or str(log_dir / NCCL_LOG_NAME)
     path = debug_file(pattern, socket.gethostname(), os.getpid())
     try:
         with path.open(errors="replace") as f:
