@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ftbench.contracts.results import NetworkTransport
-from ftbench_trainer.network.nccl_log import NcclNetwork, parse_nccl_log
+from ftbench_trainer.network.nccl_log import NcclNetwork, network_lines, parse_nccl_log
 
 LOGS = Path(__file__).parent / "nccl_logs"
 
@@ -70,3 +70,13 @@ def test_one_rank_on_sockets_decides() -> None:
 @pytest.mark.parametrize("lines", [[], ["no NCCL here"], ["host:1:1 [0] NCCL INFO Using network AWS Libfabric"]])
 def test_nothing_said_is_unknown(lines: list[str]) -> None:
     assert parse_nccl_log(lines).transport == NetworkTransport.UNKNOWN
+
+
+def test_the_lines_echoed_to_the_pod_log() -> None:
+    lines = (LOGS / "roce-not-found.log").read_text().splitlines()
+    echoed = network_lines(lines)
+    assert any("NCCL WARN NET/IB : No device found." in line for line in echoed)
+    assert any("NCCL_IB_DISABLE set by environment to 0." in line for line in echoed)
+    assert any("Using network Socket" in line for line in echoed)
+    assert not any("Bootstrap" in line or "NET/Plugin" in line for line in echoed)
+    assert parse_nccl_log(echoed) == parse_nccl_log(lines)  # what the log shows decides the same

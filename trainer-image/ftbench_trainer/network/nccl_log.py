@@ -69,6 +69,13 @@ class NcclNetwork:
         return self.ib_ports if self.transport == NetworkTransport.IB else self.socket_interfaces
 
 
+def network_lines(lines: Iterable[str]) -> list[str]:
+    """The lines this module reads, plus NCCL's own warnings and NCCL_IB_* echoes: what a person checks in
+    a pod's log (the trainer echoes them there, since the rest of NCCL's lines go to its debug file)."""
+    readers = (_USING_NETWORK, _NET_IB, _NET_SOCKET, _NO_DEVICE, _VIA_NET, _VERSION)
+    return [line for line in lines if "NCCL WARN" in line or "NCCL_IB_" in line or any(r.search(line) for r in readers)]
+
+
 def _add(seen: tuple[str, ...], new: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*seen, *new]))
 

@@ -37,7 +37,7 @@ from ftbench.contracts.results import (
     NetworkTransport,
 )
 from ftbench_trainer.network.bandwidth import peak_bus_bandwidth, sample, timed_iterations
-from ftbench_trainer.network.nccl_log import NcclNetwork, parse_nccl_log
+from ftbench_trainer.network.nccl_log import NcclNetwork, network_lines, parse_nccl_log
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +183,8 @@ def read_nccl_logs(log_dir: Path) -> NcclNetwork:
     except OSError as exc:
         log.warning("network preflight: NCCL's log %s not readable: %s", path, exc)
         text = ""
+    for line in network_lines(text.splitlines()):  # NCCL's network lines stay in the pod's log too
+        print(line, flush=True)
     texts: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(texts, text)
     return parse_nccl_log(line for t in texts for line in (t or "").splitlines())
