@@ -202,6 +202,9 @@ def run_preflight(settings: NetworkPreflightSettings, *, use_cpu: bool, log_dir:
     coll = _Collectives(device, dist.get_world_size())
     coll.slowest(0.0)  # the first collective sets up the communicator: not part of any size's time
     samples, iterations = measure(settings, coll)
+    if device.type == "cuda":  # the buffers are gone: training's peak-memory figures must not see them
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
     network = read_nccl_logs(log_dir) if nccl else NcclNetwork(transport=NetworkTransport.TCP)
     result = NetworkInEffect(
         backend="nccl" if nccl else backend,
