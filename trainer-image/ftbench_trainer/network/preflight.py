@@ -10,8 +10,9 @@ collectives; a size whose iterations would not fit gets fewer, and once nothing 
 sizes are skipped.
 
 With NCCL the test runs with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS including INIT,NET, its lines
-going to a file of ours (NCCL_DEBUG_FILE, unless the pod names one); rank 0 reads every rank's
-file (`nccl_log`) for the transport really used. gloo (CPU ranks) prints nothing of the kind: its
+going to a file of ours (NCCL_DEBUG_FILE, unless the pod names one); each rank echoes its network
+lines to its log, and the lines of every rank, gathered, are read together (`nccl_log`) for the
+transport really used. gloo (CPU ranks) prints nothing of the kind: its
 transport is TCP, and the figures come from the same code with the same definitions.
 """
 
