@@ -15,6 +15,7 @@ from ftbench.contracts.enums import (
     FsdpBackwardPrefetch,
     FsdpShardingStrategy,
     FsdpStateDictType,
+    NetworkPreflight,
     TorchDtype,
 )
 from ftbench.engines.releases import load_releases
@@ -63,6 +64,15 @@ def processes_per_node(spec: FineTuneExperimentSpec) -> int:
 
 def world_size(spec: FineTuneExperimentSpec) -> int:
     return processes_per_node(spec) * spec.number_nodes
+
+
+def network_preflight(spec: FineTuneExperimentSpec) -> bool:
+    """Whether the collective bandwidth self-test runs: spec.run.networkPreflight, auto meaning multi-node;
+    never for a single rank (nothing to measure between ranks)."""
+    if world_size(spec) < 2:
+        return False
+    setting = spec.run.network_preflight
+    return setting == NetworkPreflight.ON or (setting == NetworkPreflight.AUTO and spec.number_nodes > 1)
 
 
 def per_device_batch_size(spec: FineTuneExperimentSpec) -> int:

@@ -241,6 +241,12 @@ class ClusterProfile(ApiModel):
     )
     flash_attention: bool = Field(True, description="Images carry flash-attn (seed: use_flash_attn True on GPUs).")
     master_port: Annotated[int, Field(ge=1, le=65535)] = Field(29500, description="Rendezvous port.")
+    expected_bus_bandwidth_gbps: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="The bus bandwidth (GB/s, nccl-tests' busbw) the inter-node network should reach: a network "
+        "preflight whose peak busbw is below half of it sets condition NetworkAsExpected=False with reason "
+        "LowBusBandwidth (docs/roce.md). Unset: not checked.",
+    )
     model_map: dict[str, dict[str, str] | str] = Field(
         default_factory=dict,
         description="Seed 002 model_map: {model: {Vanilla: id-or-path, GPTQ-Quantized: ...}}, or ado's "

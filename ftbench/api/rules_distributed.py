@@ -21,6 +21,7 @@ from ftbench.contracts.enums import (
     Engine,
     FsdpShardingStrategy,
     FsdpStateDictType,
+    NetworkPreflight,
 )
 from ftbench.engines.releases import load_releases
 
@@ -28,6 +29,33 @@ HYBRID = (FsdpShardingStrategy.HYBRID_SHARD, FsdpShardingStrategy.HYBRID_SHARD_Z
 
 
 def distributed_rules() -> Iterator[Rule]:
+    def require_roce_needs_preflight(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        run = s.run
+        if not run.require_roce:
+            return None
+        if not s.enable_roce or s.number_nodes < 2:
+            return (
+                "run.requireRoce checks that NCCL uses RoCE between nodes, so it needs enableRoce true and "
+                f"numberNodes >= 2 (enableRoce {str(s.enable_roce).lower()}, numberNodes {s.number_nodes}); set "
+                "them, or remove requireRoce"
+            )
+        if run.network_preflight == NetworkPreflight.OFF:
+            return (
+                "run.requireRoce is decided by the network preflight, but run.networkPreflight is off; set it to "
+                "auto or on, or remove requireRoce"
+            )
+        return None
+
+    yield Rule(
+        "run.require-roce",
+        "run.requireRoce",
+        "requireRoce needs a multi-node enableRoce run with the network preflight",
+        require_roce_needs_preflight,
+        "!has(self.run) || !has(self.run.requireRoce) || !self.run.requireRoce || (has(self.enableRoce) && "
+        "self.enableRoce && has(self.numberNodes) && self.numberNodes >= 2 && (!has(self.run.networkPreflight) "
+        "|| self.run.networkPreflight != 'off'))",
+    )
+
     def gpu_needs_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.device != Device.GPU or s.number_gpus > 0:
             return None

@@ -29,6 +29,7 @@ from ftbench.contracts.enums import (
     FsdpShardingStrategy,
     FsdpStateDictType,
     MixedPrecision,
+    NetworkPreflight,
     Runtime,
     TorchDtype,
     canonical_experiment,
@@ -113,6 +114,22 @@ class RunSettings(ApiModel):
         default=False,
         description="Set NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV) so the logs show "
         "whether NCCL uses RoCE (see docs/roce.md).",
+    )
+    network_preflight: NetworkPreflight = Field(
+        default=NetworkPreflight.AUTO,
+        description="Before training, every rank runs a short all-reduce and all-gather bandwidth test with "
+        "torch.distributed (NCCL on GPUs, gloo on CPU ranks): message sizes small to large, warm-up then timed "
+        "iterations, at most about 30 s. status.environment.network records algbw and busbw per size "
+        "(nccl-tests' definitions), the peak busbw and the transport NCCL really used (IB verbs on RoCE or "
+        "InfiniBand, or TCP sockets; GPUDirect RDMA; devices), read from NCCL's own init lines. auto: on for "
+        "multi-node runs; on: every run with more than one rank; off: never (docs/roce.md).",
+    )
+    require_roce: bool = Field(
+        default=False,
+        description="Refuse to train unless the network preflight shows NCCL on RoCE (IB verbs over an "
+        "Ethernet link layer): otherwise the run ends Invalid with reason RoceNotInEffect before any training "
+        "step, instead of measuring a socket fallback. Needs enableRoce, numberNodes >= 2 and networkPreflight "
+        "not off.",
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from ftbench.api.effective import describe_batch
+from ftbench.api.network import describe
 from ftbench.api.profile import catalog_for
 from ftbench.api.repeats import combined_result, repeats_status
 from ftbench.api.resource import KIND
@@ -20,7 +21,7 @@ from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_f
 from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
-from ftbench.contracts.results import Metrics, TrainerResult
+from ftbench.contracts.results import Metrics, NetworkInEffect, TrainerResult
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
@@ -116,7 +117,20 @@ def results_table(outcome: RunOutcome, repeated: bool = False) -> str:
         env = result.environment
         rows += [("distributed mode", env.distributed_mode), ("world size", env.world_size), ("device", env.device)]
     table = format_table(("PROPERTY", "VALUE"), rows)
+    if result.environment and result.environment.network:
+        table += "\n\n" + network_table(result.environment.network)
     return repeats_table(outcome.results) + "\n" + table if repeated else table
+
+
+def network_table(network: NetworkInEffect) -> str:
+    """The network preflight: what ran over what, then algbw and busbw per collective and size (docs/roce.md)."""
+    rows = [
+        (s.collective.value, f"{s.size_bytes:,}", f"{s.seconds * 1e3:.3f}", f"{s.alg_bandwidth_gbps:g}",
+         f"{s.bus_bandwidth_gbps:g}")
+        for s in network.bandwidth
+    ]  # fmt: skip
+    head = f"network preflight: {describe(network)}"
+    return head + "\n" + format_table(("COLLECTIVE", "SIZE (B)", "TIME (ms)", "ALGBW GB/s", "BUSBW GB/s"), rows)
 
 
 def repeats_table(results: list[TrainerResult]) -> str:

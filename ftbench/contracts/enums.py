@@ -107,6 +107,14 @@ class Runtime(StrEnum):
     TRAIN_JOB = "TrainJob"
 
 
+class NetworkPreflight(StrEnum):
+    """Whether the collective bandwidth self-test runs before training (spec.run.networkPreflight)."""
+
+    AUTO = "auto"  # on for multi-node runs, off on one node
+    ON = "on"  # every run with more than one rank
+    OFF = "off"
+
+
 # The optimizers transformers' TrainingArguments accepts, as listed by seed 001.
 OPTIMIZERS: tuple[str, ...] = (
     "adamw_hf",

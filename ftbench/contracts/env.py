@@ -136,6 +136,12 @@ DISABLE_KUBEFLOW_INTEGRATION = "DISABLE_KUBEFLOW_INTEGRATION"
 NCCL_IB_DISABLE = "NCCL_IB_DISABLE"
 NCCL_DEBUG = "NCCL_DEBUG"
 NCCL_DEBUG_SUBSYS = "NCCL_DEBUG_SUBSYS"
+# Where NCCL writes its debug lines (%h host, %p pid expanded by NCCL): the trainer points it at a
+# file of its own for the network preflight and reads the transport lines back from it.
+NCCL_DEBUG_FILE = "NCCL_DEBUG_FILE"
+# What the network preflight needs from NCCL (its values for NCCL_DEBUG and NCCL_DEBUG_SUBSYS).
+NCCL_PREFLIGHT_DEBUG = "INFO"
+NCCL_PREFLIGHT_SUBSYS = ("INIT", "NET")
 
 
 class RendezvousEnvError(ValueError):

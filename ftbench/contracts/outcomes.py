@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_OK, Outcome
+from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_NETWORK_UNFIT, EXIT_OK, Outcome
 
 
 class Phase(StrEnum):
@@ -52,6 +52,14 @@ OUTCOMES: Mapping[Outcome, OutcomeRule] = MappingProxyType(
             False,
             EXIT_GPU_OOM,
             "the configuration does not fit in GPU memory",
+        ),
+        Outcome.NETWORK_UNFIT: OutcomeRule(
+            Phase.INVALID,
+            "RoceNotInEffect",
+            "RoceNotInEffect",
+            False,
+            EXIT_NETWORK_UNFIT,
+            "spec.run.requireRoce: the network preflight did not show NCCL on RoCE, so nothing was trained",
         ),
         Outcome.FAILED: OutcomeRule(
             Phase.FAILED, "TrainingError", "TrainingError", None, EXIT_FAILED, "training failed", own_reason=True

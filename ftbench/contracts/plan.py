@@ -149,6 +149,22 @@ class StopSettings(WireModel):
     warmup_steps: int | None = None
 
 
+class NetworkPreflightSettings(WireModel):
+    """The collective bandwidth self-test every rank runs before training (spec.run.networkPreflight)."""
+
+    sizes_bytes: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        description="Message sizes S, small to large (nccl-tests' S: the all-gather's is the total size)."
+    )
+    warmup_iterations: Annotated[int, Field(ge=0)] = 2
+    iterations: Annotated[int, Field(ge=1)] = 10
+    time_budget_seconds: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="Fewer iterations, then no larger sizes, once the measured times would exceed it."
+    )
+    require_roce: bool = Field(
+        False, description="spec.run.requireRoce: refuse to train (outcome NetworkUnfit) unless NCCL uses RoCE."
+    )
+
+
 class OutputSettings(WireModel):
     dir: str = Field(description="Scratch output directory (checkpoints are never saved).")
     result_file: str = Field(description="Full result JSON written by rank 0.")
@@ -196,6 +212,9 @@ class LaunchPlan(WireModel):
     stop: StopSettings
     trials: Annotated[int, Field(ge=1)] = 1
     use_cpu: bool = Field(False, description="No GPUs: train on CPU (gloo across processes).")
+    network_preflight: NetworkPreflightSettings | None = Field(
+        None, description="The collective bandwidth self-test before training; None: none runs."
+    )
     output: OutputSettings
     notes: tuple[str, ...] = Field((), description="Decisions a user should know about, e.g. RoCE ignored.")
 

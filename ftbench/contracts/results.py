@@ -34,6 +34,8 @@ class Outcome(StrEnum):
     SUCCEEDED = "Succeeded"
     GPU_OOM = "GpuOom"
     FAILED = "Failed"
+    # The network preflight showed what spec.run.requireRoce refuses (no RoCE): nothing was trained.
+    NETWORK_UNFIT = "NetworkUnfit"
 
 
 # Exit codes of ftbench-trainer, so a pod's exit code alone classifies the run (and a
@@ -42,6 +44,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID_PLAN = 2
 EXIT_GPU_OOM = 42
+EXIT_NETWORK_UNFIT = 43
 
 # The reason of a run refused because the environment holds another fms-hf-tuning release.
 REASON_ENGINE_MISMATCH = "EngineMismatch"
@@ -255,6 +258,81 @@ class Metrics(WireModel):
     )
 
 
+# Message sizes and devices a network result keeps (the termination message holds 4 KiB in all).
+BANDWIDTH_SAMPLE_LIMIT = 16
+NETWORK_DEVICE_LIMIT = 16
+
+
+class Collective(StrEnum):
+    """The collectives the network preflight times (nccl-tests' all_reduce_perf and all_gather_perf)."""
+
+    ALL_REDUCE = "allReduce"
+    ALL_GATHER = "allGather"
+
+
+class NetworkTransport(StrEnum):
+    """The network the collectives used between nodes, as the backend reported it."""
+
+    IB = "ib"  # NCCL's IB verbs transport: InfiniBand or RoCE (linkLayer says which), RDMA
+    SOCKET = "socket"  # NCCL's TCP socket transport (no RDMA)
+    TCP = "tcp"  # gloo (CPU ranks): always TCP
+    UNKNOWN = "unknown"  # NCCL printed no "Using network" line (its debug log was not readable)
+
+
+class BandwidthSample(WireModel):
+    """One collective at one message size, timed as nccl-tests time it (docs/roce.md)."""
+
+    collective: Collective = Field(description="allReduce or allGather.")
+    size_bytes: Annotated[int, Field(ge=1)] = Field(
+        description="S of nccl-tests: the per-rank buffer of allReduce, the total (gathered) size of allGather."
+    )
+    seconds: NonNegative = Field(
+        description="Mean time of one timed iteration (after the warm-up ones), the slowest rank's."
+    )
+    alg_bandwidth_gbps: NonNegative = Field(description="algbw: sizeBytes / seconds, in GB/s (1e9 bytes/s).")
+    bus_bandwidth_gbps: NonNegative = Field(
+        description="busbw: algbw x 2(n-1)/n for allReduce, x (n-1)/n for allGather (n ranks), in GB/s: "
+        "comparable with the links' peak bandwidth whatever n is."
+    )
+
+
+class NetworkInEffect(WireModel):
+    """The collective bandwidth self-test run before training, and the transport the backend really used."""
+
+    backend: BoundedReason = Field(description="torch.distributed backend: nccl (GPUs) or gloo (CPU ranks).")
+    transport: NetworkTransport = Field(
+        description="ib (NCCL over IB verbs: InfiniBand or RoCE), socket (NCCL over TCP sockets), tcp (gloo), "
+        "or unknown (NCCL's log said nothing)."
+    )
+    link_layer: BoundedReason = Field(
+        "", description="RoCE or IB for transport ib, read from NCCL's NET/IB device list; empty otherwise."
+    )
+    rdma: bool = Field(False, description="True when NCCL moved data between nodes with RDMA (transport ib).")
+    gpu_direct_rdma: bool = Field(
+        False, description="True when NCCL reported a GPUDirect RDMA path (via NET/IB/.../GDRDMA)."
+    )
+    devices: Annotated[list[BoundedReason], Field(max_length=NETWORK_DEVICE_LIMIT)] = Field(
+        default_factory=list,
+        description="What the transport used: HCA ports (mlx5_0:1/RoCE) for ib, interfaces (eth0) for sockets.",
+    )
+    fallback: BoundedName = Field(
+        "", description="NCCL's warning when it fell back to sockets (e.g. 'NET/IB : No device found.'); empty if none."
+    )
+    nccl_version: BoundedName = Field("", description="NCCL's version as it printed it; empty for gloo.")
+    ranks: Annotated[int, Field(ge=1)] = Field(description="Ranks that took part (n in the busbw factors).")
+    warmup_iterations: Annotated[int, Field(ge=0)] = Field(description="Untimed iterations before each size.")
+    iterations: Annotated[int, Field(ge=0)] = Field(
+        description="Most timed iterations per size (fewer where the time budget required it)."
+    )
+    seconds: NonNegative = Field(description="Wall-clock time of the whole self-test.")
+    bandwidth: Annotated[list[BandwidthSample], Field(max_length=BANDWIDTH_SAMPLE_LIMIT)] = Field(
+        default_factory=list, description="algbw and busbw per collective and message size, small to large."
+    )
+    peak_bus_bandwidth_gbps: NonNegative = Field(
+        0.0, description="The largest busBandwidthGbps of any collective and size, in GB/s."
+    )
+
+
 class RunEnvironment(WireModel):
     """What actually ran: versions and the distributed mode read at run time, not from the spec."""
 
@@ -310,6 +388,11 @@ class RunEnvironment(WireModel):
         description="Inside a Kubeflow TrainJob whose Trainer offers its status endpoint (feature gate "
         "TrainJobStatus): how rank 0's trainerStatus updates went. Unset elsewhere.",
     )
+    network: NetworkInEffect | None = Field(
+        None,
+        description="The network preflight (spec.run.networkPreflight): the transport in effect and the "
+        "measured collective bandwidth; unset when it did not run.",
+    )
 
 
 class RunError(WireModel):
@@ -347,6 +430,11 @@ class TrainerResult(WireModel):
             # The lists go first (the result file keeps them whole); then the error text.
             lean = self.metrics.model_copy(update={"loss_curve": [], "rank_memory": self.metrics.rank_memory[:2]})
             return self.model_copy(update={"metrics": lean}).to_termination_message()
+        network = self.environment.network if self.environment is not None else None
+        if self.environment is not None and network is not None and network.bandwidth:
+            # Then the bandwidth per size (the peak stays).
+            lean_env = self.environment.model_copy(update={"network": network.model_copy(update={"bandwidth": []})})
+            return self.model_copy(update={"environment": lean_env}).to_termination_message()
         if self.error is not None:
             overflow = len(text.encode()) - TERMINATION_MESSAGE_LIMIT + 16
             short = self.error.message[: max(0, len(self.error.message) - overflow)] + "…"

@@ -22,6 +22,7 @@ from ftbench.contracts.plan import (
     FsdpSettings,
     LaunchPlan,
     ModelRef,
+    NetworkPreflightSettings,
     OutputSettings,
     PeftSettings,
     Rendezvous,
@@ -31,6 +32,13 @@ from ftbench.contracts.plan import (
     TrainingSettings,
 )
 from ftbench.render.registry import RUNTIMES
+
+# The network preflight's message sizes (nccl-tests' S) and time budget. GPUs: up to 128 MiB, where
+# inter-node links approach their peak; CPU ranks (gloo, same code): up to 8 MiB, a few seconds.
+PREFLIGHT_SIZES_GPU = (64 << 10, 1 << 20, 16 << 20, 128 << 20)
+PREFLIGHT_SIZES_CPU = (64 << 10, 1 << 20, 8 << 20)
+PREFLIGHT_BUDGET_GPU_SECONDS = 30.0
+PREFLIGHT_BUDGET_CPU_SECONDS = 10.0
 
 
 class PlanError(ValueError):
@@ -197,6 +205,18 @@ def roce_unconfigured(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> 
     )
 
 
+def network_preflight(spec: FineTuneExperimentSpec) -> NetworkPreflightSettings | None:
+    """The collective bandwidth self-test the ranks run before training, or None (effective.network_preflight)."""
+    if not effective.network_preflight(spec):
+        return None
+    cpu = effective.uses_cpu(spec)
+    return NetworkPreflightSettings(
+        sizes_bytes=PREFLIGHT_SIZES_CPU if cpu else PREFLIGHT_SIZES_GPU,
+        time_budget_seconds=PREFLIGHT_BUDGET_CPU_SECONDS if cpu else PREFLIGHT_BUDGET_GPU_SECONDS,
+        require_roce=spec.run.require_roce,
+    )
+
+
 def _notes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> tuple[str, ...]:
     notes = []
     if spec.enable_roce and spec.number_nodes == 1:
@@ -332,6 +352,7 @@ def build_plan(
         ),
         trials=effective.trials(spec, catalog),
         use_cpu=use_cpu,
+        network_preflight=network_preflight(spec),
         output=OutputSettings(
             dir=output_dir,
             result_file=posixpath.join(output_dir, "result.json"),

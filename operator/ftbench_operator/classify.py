@@ -23,7 +23,7 @@ from typing import Any
 
 from ftbench.api.status import Phase, TrialOutcome
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, status_reason
-from ftbench.contracts.results import EXIT_GPU_OOM, Outcome, TrainerResult
+from ftbench.contracts.results import EXIT_GPU_OOM, EXIT_NETWORK_UNFIT, Outcome, TrainerResult
 from ftbench_operator.reasons import (
     CHILD_DELETED,
     CONTAINER_CONFIG,
@@ -39,6 +39,7 @@ from ftbench_operator.reasons import (
     PENDING_TIMEOUT,
     POD_FAILED,
     QUEUED_REASON,
+    ROCE_NOT_IN_EFFECT,
     RUNNING,
     UNSCHEDULABLE,
     WORKLOAD_FAILED,
@@ -101,6 +102,12 @@ def pod_failure(pod: PodSummary, rank: int | None = None) -> Observation | None:
         )
     if c.exit_code == EXIT_GPU_OOM:
         return Observation(Phase.INVALID, GPU_OOM, f"{where} exited with the trainer's GPU OOM code {EXIT_GPU_OOM}")
+    if c.exit_code == EXIT_NETWORK_UNFIT:
+        return Observation(
+            Phase.INVALID,
+            ROCE_NOT_IN_EFFECT,
+            f"{where} exited with the trainer's code {EXIT_NETWORK_UNFIT}: spec.run.requireRoce and NCCL used no RoCE",
+        )
     if c.exit_code == 0 and c.state == "terminated":
         if rank:  # other ranks finish normally; only rank 0 owes a result
             return None

@@ -12,6 +12,7 @@ from ftbench.contracts.results import Outcome
 RESULTS_RECORDED = OUTCOMES[Outcome.SUCCEEDED].status_reason
 GPU_OOM = OUTCOMES[Outcome.GPU_OOM].status_reason
 TRAINING_ERROR = OUTCOMES[Outcome.FAILED].status_reason
+ROCE_NOT_IN_EFFECT = OUTCOMES[Outcome.NETWORK_UNFIT].status_reason
 INVALID_SPEC = "InvalidSpec"
 NOT_RUNNABLE = "NotRunnable"
 HOST_OOM_KILLED = "OOMKilled"

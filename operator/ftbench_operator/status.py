@@ -17,6 +17,7 @@ from typing import Any
 
 from ftbench.api import effective
 from ftbench.api.display import rounded
+from ftbench.api.network import NetworkExpectation, network_verdict
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.repeats import repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -45,6 +46,9 @@ MEASUREMENT_CLEAN = "MeasurementClean"
 # endpoint: False (TrainerStatusUnreported) when rank 0's trainerStatus updates failed, so a Kubeflow
 # user who sees no progress on the TrainJob learns why here; training itself was not affected.
 TRAINER_STATUS_REPORTED = "TrainerStatusReported"
+# Set when the trainer ran the network preflight: False when enableRoce found no RoCE (reason SocketTransport
+# or RoceNotInEffect) or the peak busbw is far below the profile's expectedBusBandwidthGbps (LowBusBandwidth).
+NETWORK_AS_EXPECTED = "NetworkAsExpected"
 CONDITION_ORDER = (
     VALID,
     QUEUED,
@@ -53,6 +57,7 @@ CONDITION_ORDER = (
     MEASUREMENT_CLEAN,
     ROCE_CONFIGURED,
     TRAINER_STATUS_REPORTED,
+    NETWORK_AS_EXPECTED,
     SPEC_CHANGE_IGNORED,
 )
 
@@ -236,8 +241,10 @@ class Builder:
         self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
         return patch(observed_generation=self.generation, conditions=self.conditions)
 
-    def observed(self, obs: Observation, *, trials: int, repeated: bool = False) -> Status:
-        """Status for what the children show (`classify`)."""
+    def observed(
+        self, obs: Observation, *, trials: int, repeated: bool = False, network: NetworkExpectation | None = None
+    ) -> Status:
+        """Status for what the children show (`classify`); `network`: what the network preflight should show."""
         fields: dict[str, Any] = {"phase": obs.phase, "message": bounded(obs.message)}
         if obs.start_time and not self.current.get("startTime"):
             fields["start_time"] = obs.start_time
@@ -262,6 +269,9 @@ class Builder:
             if obs.result.environment is not None:
                 fields["environment"] = obs.result.environment
                 self.trainer_status(obs.result.environment.kubeflow_trainer_status)
+                if obs.result.environment.network is not None:
+                    verdict = network_verdict(obs.result.environment.network, network or NetworkExpectation())
+                    self.cond(NETWORK_AS_EXPECTED, verdict.status, verdict.reason, verdict.message)
         if trials > 1:
             fields["repeats"] = repeats_status(trials, obs.trial_results)
             if not repeated:

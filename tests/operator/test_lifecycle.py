@@ -22,6 +22,16 @@ from operator_testkit import (
 )
 
 from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.contracts.labels import EXPERIMENT_LABEL, label_value
+from ftbench.contracts.results import (
+    EXIT_NETWORK_UNFIT,
+    BandwidthSample,
+    Collective,
+    NetworkInEffect,
+    NetworkTransport,
+    Outcome,
+    RunEnvironment,
+)
 
 pytestmark = pytest.mark.k8s
 
@@ -292,3 +302,40 @@ def test_rejected_child_fails_without_retrying_forever(operator, kubelet, create
     name = create_experiment(lora_spec())["metadata"]["name"]
     fte = kubelet.wait_phase(name, "Failed")
     assert conditions(fte)["Succeeded"]["reason"] == "ChildRejected" and "quota" in fte["status"]["message"]
+
+
+def _with_network(result, outcome=None):
+    """`result` whose environment carries a socket-fallback network preflight (tests/unit/nccl_logs shapes)."""
+    sample = BandwidthSample(
+        collective=Collective.ALL_REDUCE, size_bytes=128 << 20, seconds=0.12, alg_bandwidth_gbps=1.118,
+        bus_bandwidth_gbps=1.118,
+    )  # fmt: skip
+    network = NetworkInEffect(
+        backend="nccl", transport=NetworkTransport.SOCKET, devices=["eth0", "net1"],
+        fallback="NET/IB : No device found.", nccl_version="2.21.5+cuda12.4", ranks=2, warmup_iterations=2,
+        iterations=10, seconds=3.5, bandwidth=[sample], peak_bus_bandwidth_gbps=1.118,
+    )  # fmt: skip
+    env = (result.environment or RunEnvironment(engine="trl")).model_copy(update={"network": network})
+    return result.model_copy(update={"environment": env, **({"outcome": outcome} if outcome else {})})
+
+
+def test_the_network_preflight_reaches_status(operator, kubelet, create_experiment):
+    """status.environment.network through the real API server (the CRD keeps every field) with its condition;
+    a NetworkUnfit result (run.requireRoce) is Invalid with reason RoceNotInEffect."""
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    kubelet.finish(kubelet.wait_pods(1)[0], _with_network(success_result()))
+    fte = kubelet.wait_phase(name, "Succeeded")
+    network = fte["status"]["environment"]["network"]
+    assert network["transport"] == "socket" and network["fallback"] == "NET/IB : No device found."
+    assert network["bandwidth"][0]["busBandwidthGbps"] == 1.118 and network["peakBusBandwidthGbps"] == 1.118
+    cond = conditions(fte)["NetworkAsExpected"]  # one node, no enableRoce: sockets are what was asked for
+    assert (cond["status"], cond["reason"]) == ("True", "AsExpected") and "nccl over socket" in cond["message"]
+
+    name = create_experiment(lora_spec())["metadata"]["name"]
+    unfit = _with_network(failed_result(), Outcome.NETWORK_UNFIT).model_copy(update={"reason": "RoceNotInEffect"})
+    kubelet.finish(
+        kubelet.wait_pods(1, selector=f"{EXPERIMENT_LABEL}={label_value(name)}")[0], unfit, EXIT_NETWORK_UNFIT
+    )
+    fte = kubelet.wait_phase(name, "Invalid")
+    assert fte["status"]["isValid"] is False and conditions(fte)["Succeeded"]["reason"] == "RoceNotInEffect"
+    assert fte["status"]["environment"]["network"]["transport"] == "socket"

@@ -161,7 +161,7 @@ def test_stability_trials_each_report_their_outcome(
     result file; an OOM or error in one trial is that trial's measurement (exit 0)."""
     from ftbench.contracts.enums import Experiment
 
-    def trial_fails(plan: object, *, trial: int | None, started: object) -> TrainerResult:
+    def trial_fails(plan: object, *, trial: int | None, started: object, network: object) -> TrainerResult:
         raise (torch.OutOfMemoryError("CUDA out of memory.") if trial == 1 else RuntimeError("NCCL error"))
 
     monkeypatch.delenv("FTBENCH_TRIAL_INDEX", raising=False)

@@ -46,6 +46,9 @@ def wire_specs() -> st.SearchStrategy[dict]:
         "fsdpShardingStrategy": st.sampled_from([s.value for s in FsdpShardingStrategy]),
         "bf16": st.booleans(),
         "enableRoce": st.booleans(),
+        "run": st.fixed_dictionaries(
+            {}, optional={"networkPreflight": st.sampled_from(["auto", "on", "off"]), "requireRoce": st.booleans()}
+        ),
     }
     return st.fixed_dictionaries(required, optional=optional)
 

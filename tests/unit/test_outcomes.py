@@ -4,8 +4,8 @@ from ftbench.contracts.results import EXIT_GPU_OOM, REASON_ENGINE_MISMATCH, Outc
 
 def test_every_outcome_has_one_rule() -> None:
     assert set(OUTCOMES) == set(Outcome)
-    assert [OUTCOMES[o].phase for o in Outcome] == [Phase.SUCCEEDED, Phase.INVALID, Phase.FAILED]
-    assert [OUTCOMES[o].is_valid for o in Outcome] == [True, False, None]  # seed 001's is_valid
+    assert [OUTCOMES[o].phase for o in Outcome] == [Phase.SUCCEEDED, Phase.INVALID, Phase.FAILED, Phase.INVALID]
+    assert [OUTCOMES[o].is_valid for o in Outcome] == [True, False, None, False]  # seed 001's is_valid
     assert OUTCOMES[Outcome.GPU_OOM].exit_code == EXIT_GPU_OOM
 
 

@@ -105,7 +105,7 @@ def merge_rank_results(results: list[TrainerResult | None], returncode: int) -> 
     exception", seen with 4 gloo ranks on CPU), which says nothing about what was measured (logged).
     """
     present = [r for r in results if r is not None]
-    for outcome in (Outcome.GPU_OOM, Outcome.FAILED):
+    for outcome in (Outcome.GPU_OOM, Outcome.NETWORK_UNFIT, Outcome.FAILED):
         for r in present:
             if r.outcome == outcome:
                 return r

@@ -19,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import MappingProxyType
 
+from ftbench.api.network import roce_problem
 from ftbench.contracts import env as E
 from ftbench.contracts.enums import DistributedBackend
 from ftbench.contracts.outcomes import OUTCOMES
@@ -26,6 +27,7 @@ from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
     COMMAND_LIMIT,
     FsdpInEffect,
+    NetworkInEffect,
     Outcome,
     RunEnvironment,
     RunError,
@@ -50,10 +52,15 @@ def exception_type_name(exc: BaseException) -> str:
 
 
 def failure_result(
-    exc: BaseException, *, trial: int | None = None, started_at: datetime | None = None
+    exc: BaseException,
+    *,
+    trial: int | None = None,
+    started_at: datetime | None = None,
+    environment: RunEnvironment | None = None,
 ) -> TrainerResult:
-    """Seed 001's is_valid logic: GPU OOM is a valid 'does not fit' measurement, the rest Failed."""
-    outcome = classify_exception(exc)
+    """Seed 001's is_valid logic: GPU OOM is a valid 'does not fit' measurement, the rest Failed; an
+    exception may carry its own `outcome` (NetworkUnfitError)."""
+    outcome = getattr(exc, "outcome", None) or classify_exception(exc)
     message = " ".join(str(exc).strip().splitlines()[:5]) or exception_type_name(exc)
     return TrainerResult(
         outcome=outcome,
@@ -61,6 +68,7 @@ def failure_result(
         # An exception may name its own reason (e.g. EngineMismatch); the outcome still decides validity.
         reason=getattr(exc, "reason", None) or OUTCOMES[outcome].result_reason,
         error=RunError(type=exception_type_name(exc), message=message[:ERROR_MESSAGE_LIMIT]),
+        environment=environment,
         trial=trial,
         started_at=started_at,
         finished_at=datetime.now(UTC),
@@ -125,13 +133,46 @@ def check_fsdp(plan: LaunchPlan, fsdp: FsdpInEffect | None) -> None:
         )
 
 
+class NetworkUnfitError(RuntimeError):
+    """spec.run.requireRoce, and the network preflight showed no RoCE: nothing is trained."""
+
+    outcome = Outcome.NETWORK_UNFIT
+    reason = OUTCOMES[Outcome.NETWORK_UNFIT].result_reason
+
+    def __init__(self, message: str, network: NetworkInEffect) -> None:
+        super().__init__(message)
+        self.network = network
+
+
+def network_preflight(plan: LaunchPlan) -> NetworkInEffect | None:
+    """The plan's network preflight on this rank (every rank runs it), or None when the plan has none;
+    raises NetworkUnfitError when the plan requires RoCE and NCCL did not use it."""
+    if plan.network_preflight is None:
+        return None
+    from ftbench_trainer.network.preflight import run_preflight
+
+    network = run_preflight(plan.network_preflight, use_cpu=plan.use_cpu, log_dir=Path(plan.output.dir) / "nccl")
+    if plan.network_preflight.require_roce and (problem := roce_problem(network)):
+        raise NetworkUnfitError(f"run.requireRoce: {problem}", network)
+    return network
+
+
 def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
     """Train once on this rank; never raises for training errors (they become the result)."""
     from ftbench_trainer.measure import distributed
 
     started = datetime.now(UTC)
     try:
-        result = _train(plan, trial=trial, started=started)
+        result = _train(plan, trial=trial, started=started, network=network_preflight(plan))
+    except NetworkUnfitError as exc:
+        log.error("%s", exc)
+        environment = RunEnvironment(
+            engine=plan.engine.value,
+            world_size=exc.network.ranks,
+            device="cpu" if plan.use_cpu else "cuda",
+            network=exc.network,
+        )
+        result = failure_result(exc, trial=trial, started_at=started, environment=environment)
     except Exception as exc:
         log.error("training failed:\n%s", traceback.format_exc())
         result = failure_result(exc, trial=trial, started_at=started)
@@ -142,7 +183,7 @@ def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
     return result
 
 
-def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> TrainerResult:
+def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: NetworkInEffect | None) -> TrainerResult:
     from transformers import AutoTokenizer
 
     from ftbench_trainer.engines import engine_command, run_engine
@@ -212,6 +253,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime) -> Trainer
         dataset_file=dataset_path[-512:],
         dataset_generated=dataset_generated,
         kubeflow_trainer_status=kubeflow.report() if kubeflow is not None and rank0 else None,
+        network=network,
     )
     return TrainerResult(
         outcome=Outcome.SUCCEEDED,

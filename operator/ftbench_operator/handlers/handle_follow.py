@@ -13,12 +13,17 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from ftbench.api import effective
+from ftbench.api.network import NetworkExpectation
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.catalog import load_catalog
 from ftbench.contracts.labels import label_value
 from ftbench.kubeapi import KubeError
+from ftbench.render.pods import uses_roce
 from ftbench.render.registry import workload_kind
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView
@@ -242,7 +247,18 @@ async def _record(
     builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
     failed = obs.phase in (Phase.FAILED, Phase.INVALID)
     announce = Announce(obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed, when="phase")
-    await write_status(ctx, experiment, builder.observed(obs, trials=trials, repeated=repeated), announce)
+    network = network_expectation(experiment.accepted_spec()[0], ctx.profiles.current())
+    desired = builder.observed(obs, trials=trials, repeated=repeated, network=network)
+    await write_status(ctx, experiment, desired, announce)
+
+
+def network_expectation(spec: Mapping[str, Any], profile: ClusterProfile) -> NetworkExpectation:
+    """What the network preflight should show: RoCE on a multi-node enableRoce run, the profile's busbw."""
+    try:
+        roce = uses_roce(FineTuneExperimentSpec.model_validate(spec))
+    except ValidationError:  # a run that never passed validation ran no preflight either
+        roce = False
+    return NetworkExpectation(roce=roce, bus_bandwidth_gbps=profile.expected_bus_bandwidth_gbps)
 
 
 async def start_trial(
