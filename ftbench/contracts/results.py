@@ -435,6 +435,9 @@ class TrainerResult(WireModel):
             # Then the bandwidth per size (the peak stays).
             lean_env = self.environment.model_copy(update={"network": network.model_copy(update={"bandwidth": []})})
             return self.model_copy(update={"environment": lean_env}).to_termination_message()
+        if self.environment is not None and (leaner := _leaner_environment(self.environment)) is not None:
+            # Then the Kubeflow report's error text, then the bare command (the result file keeps both).
+            return self.model_copy(update={"environment": leaner}).to_termination_message()
         if self.error is not None:
             overflow = len(text.encode()) - TERMINATION_MESSAGE_LIMIT + 16
             short = self.error.message[: max(0, len(self.error.message) - overflow)] + "…"
@@ -457,6 +460,19 @@ class TrainerResult(WireModel):
         if not line.startswith(RESULT_PREFIX + " "):
             return None
         return cls.from_json(line[len(RESULT_PREFIX) + 1 :])
+
+
+TERMINATION_COMMAND_LIMIT = 200
+
+
+def _leaner_environment(env: RunEnvironment) -> RunEnvironment | None:
+    """The environment with the next thing a termination message can do without, or None."""
+    report = env.kubeflow_trainer_status
+    if report is not None and report.last_error:
+        return env.model_copy(update={"kubeflow_trainer_status": report.model_copy(update={"last_error": ""})})
+    if len(env.command) > TERMINATION_COMMAND_LIMIT:
+        return env.model_copy(update={"command": env.command[: TERMINATION_COMMAND_LIMIT - 1] + "…"})
+    return None
 
 
 def classify_exception(exc: BaseException) -> Outcome:

@@ -27,6 +27,7 @@ from ftbench.contracts.results import (
     RunEnvironment,
     TrainerResult,
 )
+from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench.render.plan import PREFLIGHT_SIZES_CPU, PREFLIGHT_SIZES_GPU, build_plan
 from ftbench_trainer.network.bandwidth import bus_factor, sample, timed_iterations
 from ftbench_trainer.network.preflight import debug_file, nccl_debug_env, process_group_backend
@@ -165,7 +166,15 @@ def test_a_full_result_with_the_network_fits_the_termination_message() -> None:
                            for r in range(16)],
         }
     )  # fmt: skip
-    env = RunEnvironment(engine="fms-hf-tuning", command="x" * COMMAND_LIMIT, network=network)
+    kubeflow = TrainerStatusReport(url="https://" + "u" * 600, sent=3, failures=9, last_error="e" * 600)
+    env = RunEnvironment(
+        engine="fms-hf-tuning",
+        command="x" * COMMAND_LIMIT,
+        network=network,
+        kubeflow_trainer_status=kubeflow,
+        attention_implementation="flash_attention_2",
+        packing="flashVarlen",
+    )
     result = TrainerResult(outcome=Outcome.SUCCEEDED, metrics=metrics, environment=env)
     text = result.to_termination_message()
     assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT
