@@ -145,6 +145,11 @@ class Metrics(WireModel):
     gpu_max_memory_reserved_bytes: Annotated[int, Field(ge=0)] = Field(
         0, description="Largest torch.cuda.max_memory_reserved() over ranks."
     )
+    cpu_peak_rss_bytes: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="Largest peak resident set size of a training process (getrusage ru_maxrss, from its start: "
+        "loading included): the memory figure of CPU runs, where the GPU ones are 0.",
+    )
     # CPU (seed note 2): the training process, 100 = one full core.
     cpu_compute_utilization_percent: Percent = Field(0.0, description="Mean CPU use of the training processes.")
     cpu_memory_utilization_percent: Percent = Field(

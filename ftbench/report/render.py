@@ -22,6 +22,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
 from ftbench.report import scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
+from ftbench.report.effects import effect_rows, toggle_effects
 from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
 from ftbench.stats import text
 from ftbench.sweep.schedule import within_noise_of
@@ -153,8 +154,24 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
                      "between runs (bench/noise.py) need repeats")  # fmt: skip
         blocks.append(Paragraph(text + "."))
     blocks.append(_sweep_table(sweep))
+    blocks += _effect_blocks(sweep)
     blocks += _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
     return blocks + _scaling_blocks(sweep, fmt)
+
+
+def _effect_blocks(sweep: SweepData) -> list[Block]:
+    """What each varied field did (ftbench.report.effects), when any pair of points shows it."""
+    effects = toggle_effects(sweep)
+    if not effects:
+        return []
+    intro = (
+        "Effect of each varied field: the ratio of a metric between points that differ in that field only "
+        "(median over such pairs, and their range across the other fields). datasetTokensPerSecond compares "
+        "packed and unpacked runs fairly; peakMemory is gpuMaxMemoryAllocatedBytes on GPUs, cpuPeakRssBytes on "
+        f"CPU. Beyond noise: pairs whose {sweep.objective} 95% intervals do not overlap."
+    )
+    headers = ("field", "change", "metric", "pairs", "ratio (median)", "range", "beyond noise")
+    return [Heading(f"Effects in {sweep.name}", 3), Paragraph(intro), Table(headers, effect_rows(effects))]
 
 
 def _bytes(n: int) -> str:

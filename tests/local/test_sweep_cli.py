@@ -21,6 +21,7 @@ from ftbench.cli import main
 from ftbench.contracts.results import Outcome, RunError, TrainerResult
 from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.sweep.points import expand
+from tests.local.report_cases import table
 from tests.local.terminal import foreground
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,3 +173,34 @@ def test_a_store_from_before_sweeps_gains_the_columns(home: Path) -> None:
     db.close()
     [old] = ResultsStore(home / "results.db").runs()
     assert old.name == "old" and old.sweep is None and old.point is None
+
+
+@pytest.mark.training
+@pytest.mark.slow
+def test_packing_sweep_example_runs_with_its_report(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/packing-sweep.yaml (packing x attention x checkpointing, 8 CPU points) runs, each
+    option is in effect in every result, and the report shows each toggle's effect with its spread."""
+    pytest.importorskip("trl")
+    example = REPO / "examples" / "packing-sweep.yaml"
+    assert main(["sweep", str(example), "--dataset-entries", "64", "-o", "json"]) == 0
+    result = sweep_json(capsys)
+    assert result["phase"] == "Succeeded" and result["counts"]["succeeded"] == 8
+    for run in ResultsStore(home / "results.db").runs(sweep="packing-sweep"):
+        (trained,) = [TrainerResult.model_validate(r) for r in run.results]
+        spec, env, m = run.spec, trained.environment, trained.metrics
+        assert env is not None and m is not None
+        assert env.packing == ("positionIds" if spec["packing"] else "")
+        assert env.attention_implementation == spec["attentionImplementation"]
+        assert env.activation_checkpointing == spec["gradientCheckpointing"]
+        assert (m.train_tokens == m.train_non_padding_tokens) == spec["packing"] and m.cpu_peak_rss_bytes > 0
+    assert main(["report", "--sweep", "packing-sweep", "-o", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "### Effects in packing-sweep" in report
+    effects = table(report, "### Effects in packing-sweep")
+    fields = {(r["field"], r["metric"]) for r in effects}
+    for field in ("packing", "attentionImplementation", "gradientCheckpointing"):
+        assert {(field, "datasetTokensPerSecond"), (field, "peakMemory")} <= fields
+    packing = next(r for r in effects if (r["field"], r["metric"]) == ("packing", "datasetTokensPerSecond"))
+    assert packing["pairs"] == "4" and packing["change"] == "False -> True" and packing["beyond noise"]

@@ -50,7 +50,7 @@ def test_sweep_example_is_valid_in_every_point(path: Path) -> None:
 
 
 def test_the_sweep_examples_are_found() -> None:
-    assert sorted(p.name for p in SWEEP_FILES) == ["fsdp-scaling.yaml", "sweep.yaml"]
+    assert sorted(p.name for p in SWEEP_FILES) == ["fsdp-scaling.yaml", "packing-sweep.yaml", "sweep.yaml"]
 
 
 @pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.name)

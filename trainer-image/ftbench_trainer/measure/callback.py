@@ -215,6 +215,7 @@ class MeasureCallback(TrainerCallback):
             gpu_name=self.sampler.gpu_name,
             max_memory_allocated=allocated,
             max_memory_reserved=reserved,
+            peak_rss=peak_rss_bytes(),
             uncounted_forwards=self.tokens.uncounted_forwards,
             parameter_bytes=self.shard_probe.parameter_bytes,
             gradient_bytes=self.shard_probe.gradient_bytes,
@@ -264,9 +265,14 @@ def peak_memory(use_cpu: bool) -> tuple[int, str]:
     allocator's peak on GPU, the peak resident set on CPU (Linux reports ru_maxrss in KiB)."""
     if not use_cpu:
         return _cuda_peaks()[0], MEMORY_GPU_ALLOCATED
+    return peak_rss_bytes(), MEMORY_CPU_RSS
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size since it started (Linux: ru_maxrss in KiB)."""
     import resource
 
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, MEMORY_CPU_RSS
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _cuda_peaks() -> tuple[int, int]:

@@ -36,6 +36,7 @@ class RankReport:
     gpu_name: str = ""
     max_memory_allocated: int = 0
     max_memory_reserved: int = 0
+    peak_rss: int = 0
     uncounted_forwards: int = 0
     # This rank's tensors (measure.shards): parameters between steps, gradients at the optimizer
     # step, optimizer state after it; local shards only, so FSDP's split shows rank by rank.
@@ -117,6 +118,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=0.0),
         gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports),
         gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
+        cpu_peak_rss_bytes=max(r.peak_rss for r in reports),
         cpu_compute_utilization_percent=_avg([r.cpu_percent for r in reports]),
         cpu_memory_utilization_percent=_avg([r.cpu_memory_percent for r in reports]),
         node_memory_used_percent=_avg([r.node_memory_percent for r in reports]),
