@@ -43,3 +43,27 @@ def option_rules() -> Iterator[Rule]:
         )
 
     yield Rule("packing.prompt-tuning", "packing", "packing does not run with prompt tuning", packing_prompt_tuning)
+
+    def liger(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if not s.liger_kernel:
+            return None
+        if effective.uses_cpu(s):
+            return (
+                "ligerKernel runs Liger's Triton kernels, which need a GPU, but this experiment trains on CPU "
+                "(numberGpus 0 or device cpu); set ligerKernel to false, or run on GPUs"
+            )
+        if s.engine != Engine.TRL:
+            return (
+                "ligerKernel is not offered with engine fms-hf-tuning: each release pins its transformers, and no "
+                "liger-kernel release was checked against those pins; use engine trl (its image installs liger-kernel)"
+            )
+        return None
+
+    yield Rule(
+        "liger.gpu-trl",
+        "ligerKernel",
+        "Liger kernels need GPUs and engine trl",
+        liger,
+        "!has(self.ligerKernel) || !self.ligerKernel || (self.engine == 'trl' && self.numberGpus > 0 && "
+        "(!has(self.device) || self.device != 'cpu'))",
+    )

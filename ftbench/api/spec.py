@@ -208,6 +208,12 @@ class FineTuneExperimentSpec(ApiModel):
         "flash_attention_2). status.environment.packing says which isolation ran; status.results counts samples "
         "and real tokens. Engine trl only; not with prompt tuning.",
     )
+    liger_kernel: bool = Field(
+        default=False,
+        description="Patch the model with Liger's Triton kernels (RMSNorm, RoPE, SwiGLU, fused linear cross-entropy; "
+        "trl's use_liger_kernel). GPU only (Triton kernels), and engine trl only (the trl image installs "
+        "liger-kernel); status.environment.ligerKernel says whether the trained model ran them.",
+    )
     gradient_accumulation_steps: Annotated[int, Field(ge=1, le=MAX_BATCH)] = Field(
         default=4,
         description="Forward/backward passes accumulated per optimizer step (HF's gradient_accumulation_steps). "

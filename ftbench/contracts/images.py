@@ -21,6 +21,7 @@ ARG_ENGINE = "ENGINE"
 ARG_FMS_VERSION = "FMS_HF_TUNING_VERSION"
 ARG_FMS_ACCELERATION = "FMS_ACCELERATION"
 ARG_FLASH_ATTN = "FLASH_ATTN"
+ARG_LIGER_KERNEL = "LIGER_KERNEL"
 
 # The users the images run as (Dockerfile USER; the cluster profile's security.runAsUser and the
 # chart's securityContext use the same numbers).

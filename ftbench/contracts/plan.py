@@ -122,6 +122,7 @@ class TrainingSettings(WireModel):
     gradient_checkpointing: bool = True
     gradient_checkpointing_use_reentrant: bool = False
     packing: bool = False
+    use_liger_kernel: bool = False
     optim: str = "adamw_torch"
     bf16: bool = False
     fp16: bool = False

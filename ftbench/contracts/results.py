@@ -378,6 +378,11 @@ class RunEnvironment(WireModel):
         "which transformers masks each sample for sdpa and eager), none (not isolated); empty when the run did "
         "not pack.",
     )
+    liger_kernel: bool = Field(
+        False,
+        description="Liger's kernels patched into the trained model (its modules' forward functions are "
+        "liger_kernel's), read at the start of training.",
+    )
     attention_implementation: BoundedReason = Field(
         "",
         description="transformers' attention implementation in effect (eager, sdpa, flash_attention_2, ...), "

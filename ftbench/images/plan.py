@@ -34,8 +34,8 @@ DEBIAN_PACKAGES = ("python3.11", "python3-pip", "python3-venv", "python-is-pytho
 # "externally managed" Python: images install into the system Python, as the official ones do.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "PIP_NO_CACHE_DIR": "1", "PIP_BREAK_SYSTEM_PACKAGES": "1"}
-# The fms-acceleration plugins are CUDA kernels (triton, auto-gptq): not built for CPU images.
-CPU_BUILD_ARGS = {C.ARG_FLASH_ATTN: "false", C.ARG_FMS_ACCELERATION: "false"}
+# The fms-acceleration plugins and Liger are CUDA kernels (triton, auto-gptq): not built for CPU images.
+CPU_BUILD_ARGS = {C.ARG_FLASH_ATTN: "false", C.ARG_FMS_ACCELERATION: "false", C.ARG_LIGER_KERNEL: "false"}
 _SKIP_PARTS = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
 

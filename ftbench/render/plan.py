@@ -289,6 +289,7 @@ def build_plan(
         gradient_checkpointing=spec.gradient_checkpointing,
         gradient_checkpointing_use_reentrant=spec.gradient_checkpointing_use_reentrant,
         packing=spec.packing,
+        use_liger_kernel=spec.liger_kernel,
         optim=spec.optim,
         bf16=spec.bf16,
         fp16=str(fixed.get("fp16", "false")).lower() == "true",

@@ -159,7 +159,14 @@ def test_dockerfiles_spell_the_contract_names() -> None:
 
     trainer = (REPO / "Dockerfile.trainer").read_text()
     operator = (REPO / "Dockerfile.operator").read_text()
-    for arg in (C.ARG_BASE_IMAGE, C.ARG_ENGINE, C.ARG_FMS_VERSION, C.ARG_FMS_ACCELERATION, C.ARG_FLASH_ATTN):
+    for arg in (
+        C.ARG_BASE_IMAGE,
+        C.ARG_ENGINE,
+        C.ARG_FMS_VERSION,
+        C.ARG_FMS_ACCELERATION,
+        C.ARG_FLASH_ATTN,
+        C.ARG_LIGER_KERNEL,
+    ):
         assert re.search(rf"^ARG {arg}=", trainer, re.M), arg
     assert re.search(rf"^ARG {C.ARG_PYTHON_IMAGE}=", operator, re.M)
     assert f'{C.ENGINE_LABEL}="${{ENGINE}}"' in trainer and f"{C.FMS_VERSION_LABEL}=" in trainer

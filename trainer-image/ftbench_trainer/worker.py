@@ -247,6 +247,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
         fsdp=callback.fsdp,
         activation_checkpointing=callback.activation_checkpointing,
         attention_implementation=callback.attention_implementation,
+        liger_kernel=callback.liger_kernel,
         packing=callback.tokens.packing,
         device="cpu" if plan.use_cpu or not torch.cuda.is_available() else "cuda",
         command=command if len(command) <= COMMAND_LIMIT else command[: COMMAND_LIMIT - 1] + "…",

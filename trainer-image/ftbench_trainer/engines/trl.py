@@ -80,6 +80,7 @@ def sft_config(plan: LaunchPlan) -> Any:
         report_to="none",
         max_length=t.model_max_length,
         packing=t.packing,
+        use_liger_kernel=t.use_liger_kernel,
         completion_only_loss=True,
         remove_unused_columns=t.remove_unused_columns,
         dataset_kwargs={"skip_prepare_dataset": True} if t.dataset_kwargs_skip_prepare_dataset else None,

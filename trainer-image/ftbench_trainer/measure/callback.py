@@ -79,6 +79,7 @@ class MeasureCallback(TrainerCallback):
         self.last_loss: float | None = None
         self.activation_checkpointing = False
         self.attention_implementation = ""
+        self.liger_kernel = False
         self._last_progress = float("-inf")
         self._max_steps = 0
 
@@ -98,6 +99,7 @@ class MeasureCallback(TrainerCallback):
         self.fsdp = shards.fsdp_in_effect(model, _state_dict_type())
         self.activation_checkpointing = shards.activation_checkpointing(model)
         self.attention_implementation = attention_in_effect(model)
+        self.liger_kernel = liger_in_effect(model)
         self.shard_probe.attach(model, kwargs.get("optimizer"))
         self._count_parameters(model)
         self._max_steps = int(state.max_steps or 0)
@@ -237,6 +239,17 @@ def attention_in_effect(model: Any) -> str:
     transformers sets when it loads or dispatches the model; a PEFT wrapper forwards to the base)."""
     config = getattr(model, "config", None)
     return str(getattr(config, "_attn_implementation", "") or "")
+
+
+def liger_in_effect(model: Any) -> bool:
+    """Whether Liger patched the model: liger-kernel replaces the forward of the model and of its
+    norm, MLP and attention modules on the instance (`_apply_liger_kernel_to_instance`), so a forward
+    function from the liger_kernel package is the trace of it."""
+    for module in model.modules():
+        forward = getattr(module.forward, "__func__", module.forward)
+        if str(getattr(forward, "__module__", "")).startswith("liger_kernel"):
+            return True
+    return False
 
 
 def _state_dict_type() -> str:
