@@ -30,7 +30,7 @@ FTBENCH = re.compile(r"(?:^|`|&&\s*|\|\s*|\$\s|\.venv/bin/)\s*ftbench ([^`\n#&|;
 # `kubectl get|describe|delete fte|fts NAME`: NAME is an object a page created from examples/.
 KUBECTL_NAME = re.compile(r"kubectl (?:get|describe|delete) (fte|fts) ([a-z0-9][a-z0-9.-]*)")
 SWEEP_NAME = re.compile(r"ftbench report --sweep ([a-z0-9][a-z0-9.-]*)")
-HELM_SET = re.compile(r"--set ([\w.]+)=(\S+)")
+HELM_SET = re.compile(r"--set ([\w.]+)=([^\s`]+)")
 
 
 def texts() -> list[tuple[str, str]]:
@@ -93,14 +93,15 @@ def test_objects_kubectl_is_pointed_at_are_examples() -> None:
 
 
 def _values(key: str, value: str) -> dict:
-    """`--set a.b.c=v` as values, a placeholder like `<your registry>/x` made concrete."""
+    """`--set a.b.c=v` as Helm reads it, a placeholder like `<your registry>/x` made concrete."""
     value = re.sub(r"<[^>]*>", "registry.example.com", value)
     out: dict = {}
     node = out
     *parents, last = key.split(".")
     for part in parents:
         node = node.setdefault(part, {})
-    node[last] = value
+    # Helm's --set reads true/false as booleans and digits as integers (--set-string would not).
+    node[last] = {"true": True, "false": False}.get(value, int(value) if value.isdigit() else value)
     return out
 
 
