@@ -154,8 +154,8 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
                      "between runs (bench/noise.py) need repeats")  # fmt: skip
         blocks.append(Paragraph(text + "."))
     blocks.append(_sweep_table(sweep))
-    blocks += _effect_blocks(sweep)
     blocks += _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
+    blocks += _effect_blocks(sweep)
     return blocks + _scaling_blocks(sweep, fmt)
 
 
