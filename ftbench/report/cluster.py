@@ -20,7 +20,7 @@ from ftbench.api.sweep import FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
 from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL, label_value
 from ftbench.contracts.outcomes import Phase
-from ftbench.contracts.results import Metrics
+from ftbench.contracts.results import Metrics, NetworkInEffect
 from ftbench.extras import require
 from ftbench.kubeapi.client import call
 from ftbench.local.store import RunRecord
@@ -41,6 +41,11 @@ def _metrics(status: Obj) -> Metrics | None:
     return Metrics.model_validate(results) if results else None
 
 
+def _network(status: Obj) -> NetworkInEffect | None:
+    network = (status.get("environment") or {}).get("network")
+    return NetworkInEffect.model_validate(network) if network else None
+
+
 def _gpu_oom(status: Obj) -> bool:
     return status.get("phase") == Phase.INVALID and str(status.get("invalidReason") or "").startswith(OOM_REASON)
 
@@ -57,6 +62,7 @@ def run_state(obj: Obj, point: int, repeat: int) -> RunState:
         reason=OOM_REASON if _gpu_oom(status) else "",
         message=str(status.get("invalidReason") or status.get("message") or ""),
         metrics=_metrics(status),
+        network=_network(status),
     )
 
 
@@ -81,7 +87,9 @@ def from_objects(sweeps: Sequence[Obj], experiments: Sequence[Obj], catalog: Cat
         status = obj.get("status") or {}
         phase = "GpuOom" if _gpu_oom(status) else str(status.get("phase") or "Pending")
         spec = status.get("acceptedSpec") or obj.get("spec") or {}
-        plain.append(RunMeasurement(str(obj["metadata"]["name"]), spec, phase, _metrics(status)))
+        plain.append(
+            RunMeasurement(str(obj["metadata"]["name"]), spec, phase, _metrics(status), network=_network(status))
+        )
     found = []
     for obj in sorted(sweeps, key=lambda o: str(o["metadata"]["name"])):
         name = str(obj["metadata"]["name"])

@@ -26,7 +26,7 @@ from ftbench.api.sweep import (
     SweepPhase,
 )
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
-from ftbench.contracts.results import Metrics, Outcome
+from ftbench.contracts.results import Metrics, NetworkInEffect, Outcome
 from ftbench.stats.intervals import Interval, separated
 from ftbench.stats.results import metric_interval
 from ftbench.sweep.frontier import memory_order, needs_at_least
@@ -47,6 +47,7 @@ class RunState:
     reason: str = ""
     message: str = ""
     metrics: Metrics | None = None
+    network: NetworkInEffect | None = None  # its network preflight (status.environment.network), for reports
 
     @property
     def finished(self) -> bool:
