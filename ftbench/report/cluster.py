@@ -14,13 +14,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ftbench.api.network import status_network
 from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
 from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL, label_value
 from ftbench.contracts.outcomes import Phase
-from ftbench.contracts.results import Metrics, NetworkInEffect
+from ftbench.contracts.results import Metrics
 from ftbench.extras import require
 from ftbench.kubeapi.client import call
 from ftbench.local.store import RunRecord
@@ -41,11 +42,6 @@ def _metrics(status: Obj) -> Metrics | None:
     return Metrics.model_validate(results) if results else None
 
 
-def _network(status: Obj) -> NetworkInEffect | None:
-    network = (status.get("environment") or {}).get("network")
-    return NetworkInEffect.model_validate(network) if network else None
-
-
 def _gpu_oom(status: Obj) -> bool:
     return status.get("phase") == Phase.INVALID and str(status.get("invalidReason") or "").startswith(OOM_REASON)
 
@@ -62,7 +58,7 @@ def run_state(obj: Obj, point: int, repeat: int) -> RunState:
         reason=OOM_REASON if _gpu_oom(status) else "",
         message=str(status.get("invalidReason") or status.get("message") or ""),
         metrics=_metrics(status),
-        network=_network(status),
+        network=status_network(status),
     )
 
 
@@ -88,7 +84,7 @@ def from_objects(sweeps: Sequence[Obj], experiments: Sequence[Obj], catalog: Cat
         phase = "GpuOom" if _gpu_oom(status) else str(status.get("phase") or "Pending")
         spec = status.get("acceptedSpec") or obj.get("spec") or {}
         plain.append(
-            RunMeasurement(str(obj["metadata"]["name"]), spec, phase, _metrics(status), network=_network(status))
+            RunMeasurement(str(obj["metadata"]["name"]), spec, phase, _metrics(status), network=status_network(status))
         )
     found = []
     for obj in sorted(sweeps, key=lambda o: str(o["metadata"]["name"])):

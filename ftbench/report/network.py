@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ftbench.api.network import describe
+from ftbench.api.network import transport_text as transport
+from ftbench.api.sweep import PointRow
 from ftbench.contracts.results import Collective, NetworkInEffect
 from ftbench.report.data import RunMeasurement
 from ftbench.report.plots import Figure, render_figure
@@ -42,23 +44,17 @@ class Preflight:
     network: NetworkInEffect
 
 
-def transport(network: NetworkInEffect) -> str:
-    """The transport with its link layer: 'ib (RoCE)', 'socket', 'tcp'."""
-    return network.transport.value + (f" ({network.link_layer})" if network.link_layer else "")
+def point_columns(row: PointRow) -> tuple[str, str]:
+    """A sweep point's transport(s) and mean peak busbw, as plan_sweep put them in its row."""
+    peak = row.peak_bus_bandwidth_gbps
+    return row.transport, "" if peak is None else f"{peak:,.1f}"
 
 
-def any_network(runs: Sequence[RunMeasurement]) -> bool:
-    return any(r.network is not None for r in runs)
-
-
-def columns(runs: Sequence[RunMeasurement]) -> tuple[str, str]:
-    """The transport(s) and the mean peak busbw of one point's runs (a run of its own: just it); empty
-    cells when none had a preflight."""
-    found = [r.network for r in runs if r.network is not None]
-    if not found:
+def run_columns(run: RunMeasurement) -> tuple[str, str]:
+    """A run's transport and peak busbw; empty cells without a preflight."""
+    if run.network is None:
         return "", ""
-    kinds = ", ".join(dict.fromkeys(transport(n) for n in found))
-    return kinds, f"{statistics.fmean(n.peak_bus_bandwidth_gbps for n in found):,.1f}"
+    return transport(run.network), f"{run.network.peak_bus_bandwidth_gbps:,.1f}"
 
 
 def size_text(size: int) -> str:

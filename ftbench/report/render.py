@@ -79,7 +79,7 @@ def _best(sweep: SweepData) -> PointRow | None:
 
 def _sweep_table(sweep: SweepData) -> Table:
     varied = list(dict.fromkeys(k for r in sweep.rows for k in r.values))
-    network = net.any_network(sweep.runs)
+    network = any(r.transport for r in sweep.rows)
     rows = []
     for r in sweep.rows:
         spec = sweep.point_specs.get(r.point)
@@ -91,7 +91,7 @@ def _sweep_table(sweep: SweepData) -> Table:
             _num(r.dataset_tokens_per_second),
             _num(r.gpu_memory_peak_percent), _num(r.mfu_percent, 2),
             "" if r.step_time_cv_across_repeats is None else f"{r.step_time_cv_across_repeats:.1%}",
-            *(net.columns([x for x in sweep.runs if x.point == r.point]) if network else ()),
+            *(net.point_columns(r) if network else ()),
             _cut(r.message), ", ".join(r.experiments),
         ))  # fmt: skip
     gpus = () if "numberGpus" in varied else ("GPUs",)
@@ -109,7 +109,7 @@ def _ci(row: PointRow) -> str:
 
 
 def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
-    network = net.any_network(runs)
+    network = any(r.network is not None for r in runs)
     rows = []
     for run in runs:
         try:
@@ -123,7 +123,7 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
             str(per_device_batch_size(spec)) if spec else "", str(spec.model_max_length) if spec else "", run.phase,
             _num(m.train_tokens_per_second if m else None), _num(m.gpu_memory_utilization_peak_percent if m else None),
             _num(m.mfu_percent if m else None, 2), _num(m.step_time_p50_seconds if m else None, 3),
-            text.steady_short(m) if m else "", text.flag_names(m), *(net.columns([run]) if network else ()),
+            text.steady_short(m) if m else "", text.flag_names(m), *(net.run_columns(run) if network else ()),
         ))  # fmt: skip
     headers = ("run", "experiment", "model", "GPUs", "batch", "per-device batch", "seq length", "phase", "tokens/s",
                "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise",

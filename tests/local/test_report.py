@@ -371,11 +371,7 @@ def test_preflights_agree_or_name_the_outliers() -> None:
     assert "transport" not in net.agreement(far)  # one transport: only the peak is named
     links = net.run_preflights(runs(network("ib", 45.0, "RoCE"), network("ib", 45.0, "IB")))
     assert "transport ib (RoCE) except r1 (ib (IB))" in net.agreement(links)
-    # a point's repeats: their transports once each and the mean peak
-    assert net.columns(runs(network("ib", 40.0, "RoCE"), network("socket", 10.0), network("ib", 40.0, "RoCE"))) == (
-        "ib (RoCE), socket", "30.0",
-    )  # fmt: skip
-    assert net.columns(runs(None)) == ("", "")
+    assert [net.run_columns(r) for r in runs(network("socket", 10.0), None)] == [("socket", "10.0"), ("", "")]
     # a size one run skipped (time budget) is an empty cell in its row
     short = net.run_preflights(runs(network("ib", 45.0, "RoCE"), network("ib", 45.0, "RoCE", PREFLIGHT_SIZES[:3])))
     headers, rows = net.bandwidth_table(short)
@@ -394,3 +390,20 @@ def test_cluster_experiments_carry_their_preflight() -> None:
     assert data.runs[0].network is not None and data.runs[0].network.peak_bus_bandwidth_gbps == 45.0
     assert run_state(child, 0, 0).network == data.runs[0].network
     assert from_objects([], [{"metadata": {"name": "e2"}, "spec": spec}], load_catalog(), "t").runs[0].network is None
+
+
+def test_sweep_table_shows_each_points_preflight(with_preflights: Recorder, capsys: pytest.CaptureFixture[str]) -> None:
+    from ftbench.cli.cmd_sweep import _print
+    from ftbench.local.sweeps import stored_sweep
+
+    state = stored_sweep(with_preflights.store, "net-sweep", load_catalog())
+    assert state is not None and state.plan is not None
+    _print(state, "table")  # what `ftbench sweep` prints at the end
+    lines = capsys.readouterr().out.splitlines()
+    assert "TRANSPORT" in lines[0] and "PEAK BUSBW GB/S" in lines[0]
+    assert "ib (RoCE)  45.00" in lines[1] and "socket     10.00" in lines[3]
+    _print(state, "json")  # and its JSON: the FineTuneSweep's status.points shape
+    points = json.loads(capsys.readouterr().out)["points"]
+    assert [(p["transport"], p["peakBusBandwidthGbps"]) for p in points] == [
+        ("ib (RoCE)", 45.0), ("ib (RoCE)", 47.0), ("socket", 10.0),
+    ]  # fmt: skip
