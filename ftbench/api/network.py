@@ -7,7 +7,9 @@ cluster profile. Each returns None when all is well, else the problem in words (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.results import NetworkInEffect, NetworkTransport, Outcome
@@ -89,9 +91,20 @@ def network_verdict(network: NetworkInEffect, expect: NetworkExpectation) -> Net
     return NetworkVerdict(True, AS_EXPECTED, describe(network))
 
 
+def status_network(status: Mapping[str, Any]) -> NetworkInEffect | None:
+    """An experiment's network preflight, `status.environment.network`, whatever its phase; None without one."""
+    network = (status.get("environment") or {}).get("network")
+    return NetworkInEffect.model_validate(network) if network else None
+
+
+def transport_text(network: NetworkInEffect) -> str:
+    """The transport with its link layer: 'ib (RoCE)', 'socket', 'tcp'."""
+    return network.transport.value + (f" ({network.link_layer})" if network.link_layer else "")
+
+
 def describe(network: NetworkInEffect) -> str:
     """One line: backend, transport, devices, peak busbw (the trainer's log and the condition say it so)."""
-    transport = network.transport.value + (f" ({network.link_layer})" if network.link_layer else "")
+    transport = transport_text(network)
     gdr = ", GPUDirect RDMA" if network.gpu_direct_rdma else ""
     devices = f" on {','.join(network.devices)}" if network.devices else ""
     fallback = f"; {network.fallback}" if network.fallback else ""

@@ -20,7 +20,7 @@ from pydantic import Field, WithJsonSchema
 
 from ftbench.api.spec import MAX_REPEATS, ApiModel, FineTuneExperimentSpec, RunSettings
 from ftbench.api.status import Condition
-from ftbench.contracts.bounded import BoundedMessage
+from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.results import Metrics
 
 # Bounds: the status table holds one row per point, and a Kubernetes object must stay well under
@@ -182,6 +182,14 @@ class PointRow(ApiModel):
         None,
         description="Coefficient of variation (stdev / mean) of the repeats' median step times "
         "(stepTimeP50Seconds); unset with fewer than 2 successful repeats.",
+    )
+    transport: BoundedReason = Field(
+        "",
+        description="The network preflight's transport with its link layer (status.environment.network of the "
+        "point's runs, e.g. 'ib (RoCE)'); each one, comma-separated, when the repeats differed; empty without one.",
+    )
+    peak_bus_bandwidth_gbps: float | None = Field(
+        None, description="Mean over repeats of the network preflight's peakBusBandwidthGbps (GB/s)."
     )
     objective: float | None = Field(None, description="Mean over repeats of the objective's metric.")
     objective_ci95_low: float | None = Field(

@@ -137,13 +137,14 @@ def _print(state: LocalSweep, fmt: str) -> None:
                           "points": [row.to_wire() for row in plan.rows]}, indent=2))  # fmt: skip
         return
     varied = list(plan.rows[0].values) if plan.rows else []
+    network = any(row.transport for row in plan.rows)  # the network preflight's columns, when a run had one
     header = ("POINT", *(k.upper() for k in varied), "PHASE", "TOKENS/S", "DATASET TOK/S", "PEAK MEM %", "MFU %",
-              "STEP CV", "MESSAGE")  # fmt: skip
+              "STEP CV", *(("TRANSPORT", "PEAK BUSBW GB/S") if network else ()), "MESSAGE")  # fmt: skip
     rows = [
         (row.point, *(json.dumps(row.values.get(k)) for k in varied), row.phase.value,
          _cell(row.train_tokens_per_second), _cell(row.dataset_tokens_per_second),
          _cell(row.gpu_memory_peak_percent), _cell(row.mfu_percent), _cell(row.step_time_cv_across_repeats),
-         row.message[:60])
+         *((row.transport, _cell(row.peak_bus_bandwidth_gbps)) if network else ()), row.message[:60])
         for row in plan.rows
     ]  # fmt: skip
     print(format_table(header, rows))

@@ -15,7 +15,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
-from ftbench.contracts.results import Metrics, TrainerResult
+from ftbench.contracts.results import Metrics, NetworkInEffect, TrainerResult
 from ftbench.local.store import ResultsStore, RunRecord
 from ftbench.sweep.points import Expansion, SweepPoint, expand
 from ftbench.sweep.schedule import ReuseCandidate, RunState, SweepPlan, plan_sweep, reuse_key
@@ -26,6 +26,11 @@ LOCAL_IMAGE = "local"
 
 def _results(record: RunRecord) -> list[TrainerResult]:
     return [TrainerResult.model_validate(r) for r in record.results]
+
+
+def record_network(record: RunRecord) -> NetworkInEffect | None:
+    """The run's network preflight (the first result that has one: every trial ran on the same pods)."""
+    return next((r.environment.network for r in _results(record) if r.environment and r.environment.network), None)
 
 
 def _finished_phase(record: RunRecord) -> Phase | None:
@@ -43,7 +48,7 @@ def run_state(record: RunRecord) -> RunState | None:
     reason = OUTCOMES[first.outcome].status_reason if first is not None else ""
     message = f"{first.error.type}: {first.error.message}" if first is not None and first.error else ""
     metrics = next((r.metrics for r in results if r.metrics is not None), None)
-    return RunState(record.id, record.point, record.repeat, phase, reason, message, metrics)
+    return RunState(record.id, record.point, record.repeat, phase, reason, message, metrics, record_network(record))
 
 
 def sweep_runs(store: ResultsStore, name: str) -> list[RunState]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ftbench.api.network import status_network
 from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, PointRow
@@ -57,6 +58,7 @@ def run_state(obj: Obj, point: int, repeat: int) -> RunState:
         reason=OOM_REASON if _gpu_oom(status) else "",
         message=str(status.get("invalidReason") or status.get("message") or ""),
         metrics=_metrics(status),
+        network=status_network(status),
     )
 
 
@@ -81,7 +83,9 @@ def from_objects(sweeps: Sequence[Obj], experiments: Sequence[Obj], catalog: Cat
         status = obj.get("status") or {}
         phase = "GpuOom" if _gpu_oom(status) else str(status.get("phase") or "Pending")
         spec = status.get("acceptedSpec") or obj.get("spec") or {}
-        plain.append(RunMeasurement(str(obj["metadata"]["name"]), spec, phase, _metrics(status)))
+        plain.append(
+            RunMeasurement(str(obj["metadata"]["name"]), spec, phase, _metrics(status), network=status_network(status))
+        )
     found = []
     for obj in sorted(sweeps, key=lambda o: str(o["metadata"]["name"])):
         name = str(obj["metadata"]["name"])

@@ -15,9 +15,9 @@ from typing import Any
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
-from ftbench.contracts.results import Metrics, TrainerResult
+from ftbench.contracts.results import Metrics, NetworkInEffect, TrainerResult
 from ftbench.local.store import ResultsStore, RunRecord
-from ftbench.local.sweeps import stored_sweep, sweep_runs
+from ftbench.local.sweeps import record_network, stored_sweep, sweep_runs
 from ftbench.stats.results import mean_of_repeats
 from ftbench.sweep.points import Expansion
 from ftbench.sweep.schedule import RunState
@@ -33,6 +33,7 @@ class RunMeasurement:
     metrics: Metrics | None
     point: int | None = None
     repeat: int | None = None
+    network: NetworkInEffect | None = None  # the network preflight, when the run had one
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def sweep_data(
     specs = {p.index: p.spec for p in expansion.points if p.spec is not None}
     wires = {p.index: p.wire for p in expansion.points}
     measured = tuple(
-        RunMeasurement(r.name, wires.get(r.point, {}), _phase(r), r.metrics, r.point, r.repeat)
+        RunMeasurement(r.name, wires.get(r.point, {}), _phase(r), r.metrics, r.point, r.repeat, r.network)
         for r in sorted(runs, key=lambda r: (r.point, r.repeat))
     )
     return SweepData(
@@ -114,7 +115,7 @@ def from_store(store: ResultsStore, catalog: Catalog, sweep: str | None = None) 
         rows = local.plan.rows if local.plan is not None else ()
         sweeps.append(sweep_data(name, local.spec, local.expansion, rows, sweep_runs(store, name)))
     plain = tuple(
-        RunMeasurement(r.id, r.spec, _record_phase(r), _record_metrics(r))
+        RunMeasurement(r.id, r.spec, _record_phase(r), _record_metrics(r), network=record_network(r))
         for r in store.runs()
         if r.sweep is None or r.sweep not in names
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from ftbench.api.effective import per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
+from ftbench.report import network as net
 from ftbench.report import scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
 from ftbench.report.effects import effect_rows, toggle_effects
@@ -79,6 +80,7 @@ def _best(sweep: SweepData) -> PointRow | None:
 
 def _sweep_table(sweep: SweepData) -> Table:
     varied = list(dict.fromkeys(k for r in sweep.rows for k in r.values))
+    network = any(r.transport for r in sweep.rows)
     rows = []
     for r in sweep.rows:
         spec = sweep.point_specs.get(r.point)
@@ -90,12 +92,14 @@ def _sweep_table(sweep: SweepData) -> Table:
             _num(r.dataset_tokens_per_second),
             _num(r.gpu_memory_peak_percent), _num(r.mfu_percent, 2),
             "" if r.step_time_cv_across_repeats is None else f"{r.step_time_cv_across_repeats:.1%}",
+            *(net.point_columns(r) if network else ()),
             _cut(r.message), ", ".join(r.experiments),
         ))  # fmt: skip
     gpus = () if "numberGpus" in varied else ("GPUs",)
     headers = ("point", *varied, "per-device batch", *gpus, "phase", "repeats", "tokens/s",
                f"{sweep.objective} 95% CI", "dataset tokens/s",
-               "peak GPU mem %", "MFU %", "step-time CV", "note", "runs")  # fmt: skip
+               "peak GPU mem %", "MFU %", "step-time CV", *(net.COLUMN_HEADERS if network else ()), "note",
+               "runs")  # fmt: skip
     return Table(headers, tuple(rows))
 
 
@@ -106,6 +110,7 @@ def _ci(row: PointRow) -> str:
 
 
 def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
+    network = any(r.network is not None for r in runs)
     rows = []
     for run in runs:
         try:
@@ -119,10 +124,11 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
             str(per_device_batch_size(spec)) if spec else "", str(spec.model_max_length) if spec else "", run.phase,
             _num(m.train_tokens_per_second if m else None), _num(m.gpu_memory_utilization_peak_percent if m else None),
             _num(m.mfu_percent if m else None, 2), _num(m.step_time_p50_seconds if m else None, 3),
-            text.steady_short(m) if m else "", text.flag_names(m),
+            text.steady_short(m) if m else "", text.flag_names(m), *(net.run_columns(run) if network else ()),
         ))  # fmt: skip
     headers = ("run", "experiment", "model", "GPUs", "batch", "per-device batch", "seq length", "phase", "tokens/s",
-               "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise")  # fmt: skip
+               "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise",
+               *(net.COLUMN_HEADERS if network else ()))  # fmt: skip
     return Table(headers, tuple(rows))
 
 
@@ -156,6 +162,7 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
     blocks.append(_sweep_table(sweep))
     blocks += _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
     blocks += _effect_blocks(sweep)
+    blocks += _network_blocks(net.sweep_preflights(sweep.runs), ("point", "repeat"), _slug(sweep.name), fmt)
     return blocks + _scaling_blocks(sweep, fmt)
 
 
@@ -172,6 +179,20 @@ def _effect_blocks(sweep: SweepData) -> list[Block]:
     )
     headers = ("field", "change", "metric", "pairs", "ratio (median)", "range", "beyond noise")
     return [Heading(f"Effects in {sweep.name}", 3), Paragraph(intro), Table(headers, effect_rows(effects))]
+
+
+def _network_blocks(found: Sequence[net.Preflight], first: tuple[str, ...], prefix: str, fmt: str) -> list[Block]:
+    """The network preflight of each run that had one (ftbench.report.network), and whether they matched."""
+    if not found:
+        return []
+    headers, rows = net.bandwidth_table(found)
+    return [
+        Heading("Network preflight", 3),
+        Paragraph(net.agreement(found) + " The table is busbw in GB/s per collective and message size, as nccl-tests "
+                  "report it (docs/roce.md); small sizes measure latency, the largest ones the network."),
+        Table((*first, *headers), rows),
+        *_plots(prefix, [net.figure(found, fmt)]),
+    ]  # fmt: skip
 
 
 def _bytes(n: int) -> str:
@@ -257,6 +278,7 @@ def document(data: ReportData, fmt: str = "png", now: datetime | None = None) ->
     if data.runs:
         blocks += [Heading("Runs outside sweeps"), _runs_table(data.runs)]
         blocks += _plots("runs", figures(run_points(data.runs), fmt, RUN_LABEL))
+        blocks += _network_blocks(net.run_preflights(data.runs), ("run",), "runs", fmt)
     return blocks
 
 

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ftbench.api.network import transport_text
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import (
     FINISHED_POINT_PHASES,
@@ -26,7 +27,7 @@ from ftbench.api.sweep import (
     SweepPhase,
 )
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
-from ftbench.contracts.results import Metrics, Outcome
+from ftbench.contracts.results import Metrics, NetworkInEffect, Outcome
 from ftbench.stats.intervals import Interval, separated
 from ftbench.stats.results import metric_interval
 from ftbench.sweep.frontier import memory_order, needs_at_least
@@ -47,6 +48,7 @@ class RunState:
     reason: str = ""
     message: str = ""
     metrics: Metrics | None = None
+    network: NetworkInEffect | None = None  # its network preflight (status.environment.network), for reports
 
     @property
     def finished(self) -> bool:
@@ -133,6 +135,7 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
 
     dumped = [m.model_dump(by_alias=True) for m in metrics]
     interval = metric_interval(metrics, objective)
+    networks = [r.network for r in runs if r.network is not None]
     return PointRow(
         point=point.index,
         values=dict(point.values),
@@ -145,6 +148,8 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
         gpu_memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in metrics), default=None),
         mfu_percent=mean_of("mfu_percent"),
         step_time_cv_across_repeats=_cv([m.step_time_p50_seconds for m in metrics]),
+        transport=", ".join(dict.fromkeys(transport_text(n) for n in networks)),
+        peak_bus_bandwidth_gbps=_mean([n.peak_bus_bandwidth_gbps for n in networks]),
         objective=_mean([float(d[objective]) for d in dumped]),
         objective_ci95_low=interval.low if interval else None,
         objective_ci95_high=interval.high if interval else None,

@@ -5,6 +5,10 @@
 - `ftbench_reconcile_duration_seconds{handler}` and `ftbench_reconcile_errors_total{handler,kind}`;
 - `ftbench_result_*{namespace,name,model,experiment,gpus}`: each succeeded experiment's headline
   results, so results can be graphed and compared across experiments;
+- `ftbench_network_peak_bus_bandwidth_gbps{namespace,name,model,experiment,gpus,backend,transport,link_layer}`:
+  the network preflight's peak busbw (`status.environment.network`, docs/roce.md) of every experiment
+  that ran one, whatever its phase (a run refused for want of RoCE shows what it had instead), so a
+  dashboard sees a socket fallback or a slow node pair; dropped with the experiment;
 - `ftbench_sweep_points{namespace,sweep,phase}` (points per phase, from status.counts) and
   `ftbench_sweep_best{namespace,sweep,metric}` (the best point's objective value), per sweep, so
   a dashboard follows a sweep without reading its table; dropped when the sweep is deleted.
@@ -36,6 +40,7 @@ HEADLINE_RESULTS = {
     "gpuComputeUtilizationAvgPercent": "ftbench_result_gpu_compute_utilization_avg_percent",
     "mfuPercent": "ftbench_result_mfu_percent",
 }
+NETWORK_LABELS = (*RESULT_LABELS, "backend", "transport", "link_layer")
 Key = tuple[str, str]
 SWEEP_LABELS = ("namespace", "sweep")
 # status.counts field -> the point phase it counts (the label value of ftbench_sweep_points).
@@ -69,6 +74,13 @@ class OperatorMetrics:
             field: Gauge(name, f"status.results.{field} of succeeded experiments.", RESULT_LABELS, registry=registry)
             for field, name in HEADLINE_RESULTS.items()
         }
+        self.network_peak = Gauge(
+            "ftbench_network_peak_bus_bandwidth_gbps",
+            "status.environment.network.peakBusBandwidthGbps: the network preflight's largest busbw (GB/s), "
+            "labelled with the backend and the transport it used.",
+            NETWORK_LABELS,
+            registry=registry,
+        )
         self.sweep_points = Gauge(
             "ftbench_sweep_points", "Points of a sweep by phase.", [*SWEEP_LABELS, "phase"], registry=registry
         )
@@ -81,6 +93,7 @@ class OperatorMetrics:
         self._phases: dict[Key, str] = {}
         self._sweep_best: dict[Key, str] = {}  # the metric label each sweep's best gauge carries
         self._result_labels: dict[Key, tuple[str, ...]] = {}
+        self._network_labels: dict[Key, tuple[str, ...]] = {}
 
     def start(self, port: int) -> None:
         if port:
@@ -103,16 +116,17 @@ class OperatorMetrics:
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         self._phases[key] = str(status.get("phase") or Phase.PENDING.value)
         self._publish_phases()
-        results = status.get("results") if status.get("phase") == Phase.SUCCEEDED.value else None
-        if not isinstance(results, Mapping):
-            self._drop_results(key)
-            return
         labels = (
             *key,
             str(spec.get("model", "")),
             str(spec.get("experiment", "")),
             str(spec.get("numberGpus", "")),
         )
+        self._observe_network(key, labels, (status.get("environment") or {}).get("network"))
+        results = status.get("results") if status.get("phase") == Phase.SUCCEEDED.value else None
+        if not isinstance(results, Mapping):
+            self._drop_results(key)
+            return
         if self._result_labels.get(key) not in (None, labels):
             self._drop_results(key)
         self._result_labels[key] = labels
@@ -121,10 +135,30 @@ class OperatorMetrics:
             if isinstance(value, int | float):
                 gauge.labels(*labels).set(value)
 
+    def _observe_network(self, key: Key, labels: tuple[str, ...], network: Any) -> None:
+        """The preflight's peak busbw under its backend and transport; none (yet, or after a retry): no series."""
+        network = network if isinstance(network, Mapping) else {}
+        peak = network.get("peakBusBandwidthGbps")
+        if not isinstance(peak, int | float):
+            self._drop_network(key)
+            return
+        full = (*labels, *(str(network.get(f) or "") for f in ("backend", "transport", "linkLayer")))
+        if self._network_labels.get(key) not in (None, full):
+            self._drop_network(key)
+        self._network_labels[key] = full
+        self.network_peak.labels(*full).set(peak)
+
     def forget(self, namespace: str, name: str) -> None:
         self._phases.pop((namespace, name), None)
         self._drop_results((namespace, name))
+        self._drop_network((namespace, name))
         self._publish_phases()
+
+    def _drop_network(self, key: Key) -> None:
+        labels = self._network_labels.pop(key, None)
+        if labels is not None:
+            with suppress(KeyError):
+                self.network_peak.remove(*labels)
 
     def _drop_results(self, key: Key) -> None:
         labels = self._result_labels.pop(key, None)

@@ -1,8 +1,9 @@
 """A sweep's runs as `ftbench sweep` or the operator records them, for the report tests.
 
 A 2 GPU-count x 5 batch LoRA sweep with 2 repeats in which the largest per-device batches run out
-of GPU memory (and the pruning skips those above them), and a CPU sweep with no GPU data. The
-numbers follow simple laws so a test can state what each table cell must be.
+of GPU memory (and the pruning skips those above them), a CPU sweep with no GPU data, and a 2-GPU sweep
+whose runs carry the network preflight (built as `NetworkInEffect` values, no training). The numbers
+follow simple laws so a test can state what each table cell must be.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.contracts.results import TrainerResult
+from ftbench.contracts.results import (
+    BandwidthSample,
+    Collective,
+    NetworkInEffect,
+    NetworkTransport,
+    RunEnvironment,
+    TrainerResult,
+)
 
 GPU_SWEEP = {
     "template": {"experiment": "finetune_lora_benchmark-v1.0.0", "engine": "trl", "model": "llama3.1-8b",
@@ -74,3 +82,43 @@ def table(md: str, heading: str) -> list[dict[str, str]]:
     lines = ("|" + section).split("\n\n", 1)[0].splitlines()
     cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
     return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+# A sweep over the per-device batch on 2 GPUs whose runs each start with the network preflight: points 0 and 1
+# on RoCE near 45 GB/s, point 2 on a node pair where NCCL fell back to TCP sockets.
+NET_SWEEP = {
+    "template": GPU_SWEEP["template"] | {"numberGpus": 2},
+    "matrix": {"batchSize": [4, 8, 16]},
+}
+PREFLIGHT_SIZES = (64 << 10, 1 << 20, 16 << 20, 128 << 20)
+
+
+def network(
+    transport: str, peak: float, link_layer: str = "", sizes: tuple[int, ...] = PREFLIGHT_SIZES
+) -> NetworkInEffect:
+    """A 2-rank preflight whose allReduce busbw doubles with each size up to `peak` at the largest
+    (allGather at 80 % of it), algbw and time following from busbw as nccl-tests define them."""
+    samples = []
+    for collective, scale, factor in ((Collective.ALL_REDUCE, 1.0, 1.0), (Collective.ALL_GATHER, 0.8, 0.5)):
+        for i, size in enumerate(sizes):
+            busbw = peak * scale * 2.0 ** (i + 1 - len(sizes))
+            samples.append(BandwidthSample(collective=collective, size_bytes=size, seconds=size / (busbw / factor * 1e9),
+                                           alg_bandwidth_gbps=busbw / factor, bus_bandwidth_gbps=busbw))  # fmt: skip
+    return NetworkInEffect(backend="nccl", transport=NetworkTransport(transport), link_layer=link_layer,
+                           rdma=transport == "ib", devices=["mlx5_0:1/RoCE"] if link_layer else ["eth0"], ranks=2,
+                           warmup_iterations=2, iterations=10, seconds=3.0, bandwidth=samples,
+                           peak_bus_bandwidth_gbps=peak)  # fmt: skip
+
+
+NET_PEAKS = {4: ("ib", "RoCE", 45.0), 8: ("ib", "RoCE", 47.0), 16: ("socket", "", 10.0)}
+
+
+def with_network(result: TrainerResult, preflight: NetworkInEffect) -> TrainerResult:
+    return result.model_copy(update={"environment": RunEnvironment(engine="trl", world_size=2, network=preflight)})
+
+
+def net_measure(spec: FineTuneExperimentSpec, repeat: int) -> TrainerResult:
+    transport, link_layer, peak = NET_PEAKS[spec.batch_size]
+    return with_network(
+        succeeded(metrics(800.0 * spec.batch_size, 50.0, 40.0, 0.5)), network(transport, peak, link_layer)
+    )

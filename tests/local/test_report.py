@@ -24,12 +24,29 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec
 from ftbench.catalog import load_catalog
 from ftbench.cli import main
-from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
+from ftbench.contracts.results import NetworkInEffect, Outcome, TrainerResult
 from ftbench.local.store import ResultsStore, SweepSlot
-from ftbench.report.data import from_store
+from ftbench.report import network as net
+from ftbench.report.cluster import from_objects, run_state
+from ftbench.report.data import RunMeasurement, from_store
 from ftbench.report.plots import BATCH_LABEL, MEMORY_LABEL, MFU_LABEL, POINT_LABEL, STEP_LABEL, TOKENS_LABEL
 from ftbench.sweep.points import expand
-from tests.local.report_cases import CPU_SWEEP, GPU_SWEEP, START, cpu_measure, gpu_measure, metrics, succeeded, table
+from tests.local.report_cases import (
+    CPU_SWEEP,
+    GPU_SWEEP,
+    NET_SWEEP,
+    PREFLIGHT_SIZES,
+    START,
+    cpu_measure,
+    gpu_measure,
+    metrics,
+    net_measure,
+    network,
+    succeeded,
+    table,
+    with_network,
+)
 
 pytest.importorskip("matplotlib")
 
@@ -286,3 +303,107 @@ def test_results_without_action_still_lists(recorded: Recorder, capsys: pytest.C
     assert "quickstart" in capsys.readouterr().out
     assert main(["results", "--export", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == len(recorded.store.runs())
+
+
+# --- The network preflight: per point in the tables, busbw per size, whether the runs matched -----------
+
+
+@pytest.fixture
+def with_preflights(home: Path) -> Recorder:
+    recorder = Recorder(home)
+    recorder.sweep("net-sweep", NET_SWEEP, net_measure)
+    plain = FineTuneExperimentSpec.model_validate(NET_SWEEP["template"] | {"batchSize": 4})
+    for peak in (44.0, 46.0):  # two runs of their own on the same RoCE pair: within ±10 %
+        recorder.run(
+            "roce", plain, with_network(succeeded(metrics(3000.0, 50.0, 40.0, 0.5)), network("ib", peak, "RoCE"))
+        )
+    recorder.run("no-preflight", plain, succeeded(metrics(3000.0, 50.0, 40.0, 0.5)))
+    return recorder
+
+
+def test_report_shows_the_network_preflight(with_preflights: Recorder, tmp_path: Path) -> None:
+    assert main(["report", "-o", str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    rows = table(md, "## Sweep net-sweep")
+    assert [(r["transport"], r["peak busbw GB/s"]) for r in rows] == [
+        ("ib (RoCE)", "45.0"), ("ib (RoCE)", "47.0"), ("socket", "10.0"),
+    ]  # fmt: skip
+    section = md.split("## Sweep net-sweep", 1)[1].split("## Runs outside sweeps", 1)[0]
+    assert "### Network preflight" in section
+    assert ("Did not match across the 3 runs with a network preflight: transport ib (RoCE) except point 2 repeat 0 "
+            "(socket); peak busbw outside ±10% of the median 45.0 GB/s: point 2 repeat 0 (10.0 GB/s, -78%).") in section  # fmt: skip
+    busbw = table(section, "### Network preflight")
+    assert list(busbw[0]) == ["point", "repeat", "transport", "collective", "64 KiB", "1 MiB", "16 MiB", "128 MiB"]
+    assert [(r["point"], r["collective"]) for r in busbw] == [
+        (p, c) for p in "012" for c in ("allReduce", "allGather")
+    ]  # fmt: skip
+    assert busbw[0]["128 MiB"] == "45.00" and busbw[0]["64 KiB"] == "5.62" and busbw[1]["128 MiB"] == "36.00"
+    assert f"![Network preflight: busbw against message size: {net.BUSBW_LABEL} vs {net.SIZE_LABEL}]" in section
+    assert (tmp_path / "net-sweep-network-busbw.png").stat().st_size > 5000
+    plain = table(md, "## Runs outside sweeps")
+    assert [(r["transport"], r["peak busbw GB/s"]) for r in plain] == [("ib (RoCE)", "44.0"), ("ib (RoCE)", "46.0"),
+                                                                       ("", "")]  # fmt: skip
+    runs = md.split("## Runs outside sweeps", 1)[1]
+    assert "Matched across the 2 runs with a network preflight: transport ib (RoCE) in every run, peak busbw " \
+           "within ±10% of the median 45.0 GB/s." in runs  # fmt: skip
+    ids = [r.id for r in with_preflights.store.runs()[3:5]]
+    assert [r["run"] for r in table(runs, "### Network preflight")] == [ids[0], ids[0], ids[1], ids[1]]
+    page = (tmp_path / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 4 + 1 + 4 + 1  # the sweep's, its busbw plot, the runs'
+
+
+def test_no_network_columns_without_a_preflight(recorded: Recorder, tmp_path: Path) -> None:
+    assert main(["report", "-o", str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "transport" not in table(md, "## Sweep gpu-sweep")[0] and "Network preflight" not in md
+
+
+def test_preflights_agree_or_name_the_outliers() -> None:
+    def runs(*networks: NetworkInEffect) -> list[RunMeasurement]:
+        return [RunMeasurement(f"r{i}", {}, "Succeeded", None, network=n) for i, n in enumerate(networks)]
+
+    one = net.run_preflights(runs(network("ib", 45.0, "RoCE"), None))
+    assert net.agreement(one).startswith("One run (r0) has a network preflight: nccl over ib (RoCE) on mlx5_0:1/RoCE")
+    close = net.run_preflights(runs(*(network("ib", p, "RoCE") for p in (40.0, 44.0, 48.0))))  # median 44, ±4.4
+    assert net.agreement(close).startswith("Matched across the 3 runs")
+    far = net.run_preflights(runs(*(network("ib", p, "RoCE") for p in (39.0, 44.0, 48.0))))
+    assert "outside ±10% of the median 44.0 GB/s: r0 (39.0 GB/s, -11%)" in net.agreement(far)
+    assert "transport" not in net.agreement(far)  # one transport: only the peak is named
+    links = net.run_preflights(runs(network("ib", 45.0, "RoCE"), network("ib", 45.0, "IB")))
+    assert "transport ib (RoCE) except r1 (ib (IB))" in net.agreement(links)
+    assert [net.run_columns(r) for r in runs(network("socket", 10.0), None)] == [("socket", "10.0"), ("", "")]
+    # a size one run skipped (time budget) is an empty cell in its row
+    short = net.run_preflights(runs(network("ib", 45.0, "RoCE"), network("ib", 45.0, "RoCE", PREFLIGHT_SIZES[:3])))
+    headers, rows = net.bandwidth_table(short)
+    assert headers[-1] == "128 MiB" and rows[2][-1] == "" and rows[0][-1] == "45.00"
+    assert [net.size_text(s) for s in (65536, 65532, 3 << 30)] == ["64 KiB", "65,532 B", "3 GiB"]
+
+
+def test_cluster_experiments_carry_their_preflight() -> None:
+    preflight = network("ib", 45.0, "RoCE").model_dump(by_alias=True, mode="json")
+    spec = NET_SWEEP["template"] | {"batchSize": 4}
+    obj = {"metadata": {"name": "e1"}, "spec": spec,
+           "status": {"phase": "Succeeded", "environment": {"engine": "trl", "network": preflight}}}  # fmt: skip
+    child = {"metadata": {"name": "s-0-0", "labels": {SWEEP_LABEL: "s", SWEEP_POINT_LABEL: "0", SWEEP_REPEAT_LABEL: "0"}},
+             "spec": spec, "status": obj["status"]}  # fmt: skip
+    data = from_objects([], [obj], load_catalog(), "test")
+    assert data.runs[0].network is not None and data.runs[0].network.peak_bus_bandwidth_gbps == 45.0
+    assert run_state(child, 0, 0).network == data.runs[0].network
+    assert from_objects([], [{"metadata": {"name": "e2"}, "spec": spec}], load_catalog(), "t").runs[0].network is None
+
+
+def test_sweep_table_shows_each_points_preflight(with_preflights: Recorder, capsys: pytest.CaptureFixture[str]) -> None:
+    from ftbench.cli.cmd_sweep import _print
+    from ftbench.local.sweeps import stored_sweep
+
+    state = stored_sweep(with_preflights.store, "net-sweep", load_catalog())
+    assert state is not None and state.plan is not None
+    _print(state, "table")  # what `ftbench sweep` prints at the end
+    lines = capsys.readouterr().out.splitlines()
+    assert "TRANSPORT" in lines[0] and "PEAK BUSBW GB/S" in lines[0]
+    assert "ib (RoCE)  45.00" in lines[1] and "socket     10.00" in lines[3]
+    _print(state, "json")  # and its JSON: the FineTuneSweep's status.points shape
+    points = json.loads(capsys.readouterr().out)["points"]
+    assert [(p["transport"], p["peakBusBandwidthGbps"]) for p in points] == [
+        ("ib (RoCE)", 45.0), ("ib (RoCE)", 47.0), ("socket", 10.0),
+    ]  # fmt: skip

@@ -330,6 +330,11 @@ def test_the_network_preflight_reaches_status(operator, kubelet, create_experime
     assert network["bandwidth"][0]["busBandwidthGbps"] == 1.118 and network["peakBusBandwidthGbps"] == 1.118
     cond = conditions(fte)["NetworkAsExpected"]  # one node, no enableRoce: sockets are what was asked for
     assert (cond["status"], cond["reason"]) == ("True", "AsExpected") and "nccl over socket" in cond["message"]
+    namespace = fte["metadata"]["namespace"]
+    assert (
+        'ftbench_network_peak_bus_bandwidth_gbps{backend="nccl",experiment="finetune_lora_benchmark-v1.0.0",gpus="1",'
+        f'link_layer="",model="llama3.1-8b",name="{name}",namespace="{namespace}",transport="socket"}} 1.118'
+    ) in operator.metrics()
 
     name = create_experiment(lora_spec())["metadata"]["name"]
     unfit = _with_network(failed_result(), Outcome.NETWORK_UNFIT).model_copy(update={"reason": "RoceNotInEffect"})

@@ -447,3 +447,30 @@ def test_a_trainer_refusing_another_fms_release_fails_once_naming_the_image_to_b
     assert (obs.phase, obs.reason) == (Phase.FAILED, "EngineMismatch")
     assert "the image carries no fms-hf-tuning, the experiment asks for 2.1.2" in obs.message
     assert "fms-hf-tuning-2.1.2" in obs.message
+
+
+def test_metrics_export_the_network_preflight():
+    metrics = OperatorMetrics(CollectorRegistry())
+    roce = {"backend": "nccl", "transport": "ib", "linkLayer": "RoCE", "peakBusBandwidthGbps": 45.5}
+    body = {
+        "metadata": {"namespace": "ns", "name": "a"},
+        "spec": {"model": "m", "experiment": "e", "numberGpus": 16},
+        "status": {"phase": "Running", "environment": {"engine": "trl", "network": roce}},
+    }
+    series = (
+        'ftbench_network_peak_bus_bandwidth_gbps{backend="nccl",experiment="e",gpus="16",link_layer="RoCE",'
+        'model="m",name="a",namespace="ns",transport="ib"}'
+    )
+    metrics.observe(body)  # while it trains: the preflight ran before the model was loaded
+    assert f"{series} 45.5" in generate_latest(metrics.registry).decode()
+    # the next attempt fell back to sockets (and was refused for it): one series, with the new transport
+    socket = {"backend": "nccl", "transport": "socket", "peakBusBandwidthGbps": 9.0}
+    metrics.observe(body | {"status": {"phase": "Invalid", "environment": {"engine": "trl", "network": socket}}})
+    text = generate_latest(metrics.registry).decode()
+    assert series not in text and 'link_layer="",model="m",name="a",namespace="ns",transport="socket"} 9.0' in text
+    # a retry that has not run its preflight yet: no series; nor after the experiment is gone
+    metrics.observe(body | {"status": {"phase": "Pending"}})
+    assert "ftbench_network_peak_bus_bandwidth_gbps{" not in generate_latest(metrics.registry).decode()
+    metrics.observe(body)
+    metrics.forget("ns", "a")
+    assert "ftbench_network_peak_bus_bandwidth_gbps{" not in generate_latest(metrics.registry).decode()

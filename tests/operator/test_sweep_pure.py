@@ -9,7 +9,7 @@ from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec
 from ftbench.sweep.points import expand
-from ftbench.sweep.schedule import NewRun
+from ftbench.sweep.schedule import NewRun, plan_sweep
 from ftbench_operator.handlers.handle_sweep import child_body, reuse_candidates, run_state, sweep_owner
 from ftbench_operator.metrics import OperatorMetrics
 
@@ -67,6 +67,20 @@ def test_a_gpu_oom_child_reads_as_an_oom_run():
     assert run_state(child("x", 0, {}, labels=False)) is None
     pending = run_state(child("sw-p1-r0", 1, {}))
     assert pending is not None and pending.phase is None and not pending.finished
+
+
+def test_a_childs_network_preflight_reaches_its_point():
+    network = {"backend": "nccl", "transport": "ib", "linkLayer": "RoCE", "ranks": 16, "warmupIterations": 2,
+               "iterations": 10, "seconds": 4.0, "peakBusBandwidthGbps": 45.0}  # fmt: skip
+    refused = {"phase": "Invalid", "invalidReason": "RoceNotInEffect: ...", "environment": {"engine": "trl",
+               "network": network | {"transport": "socket", "linkLayer": "", "peakBusBandwidthGbps": 9.0}}}  # fmt: skip
+    done = {"phase": "Succeeded", "results": RESULTS, "environment": {"engine": "trl", "network": network}}
+    runs = [run_state(child("sw-p0-r0", 0, done)), run_state(child("sw-p1-r0", 1, refused))]
+    assert runs[0] is not None and runs[0].network is not None and runs[0].network.peak_bus_bandwidth_gbps == 45.0
+    assert runs[1] is not None and runs[1].network is not None  # a refused run shows what it had instead
+    spec = FineTuneSweepSpec.model_validate({"template": lora_spec(), "matrix": {"batchSize": [4, 8]}})
+    rows = plan_sweep(spec, points(), [r for r in runs if r is not None]).rows
+    assert [(r.transport, r.peak_bus_bandwidth_gbps) for r in rows] == [("ib (RoCE)", 45.0), ("socket", 9.0)]
 
 
 def test_reuse_matches_effective_spec_and_image_not_own_children():

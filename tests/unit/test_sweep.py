@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ from ftbench.api.sweep import MAX_POINTS, OBJECTIVE_METRICS, FineTuneSweepSpec, 
 from ftbench.catalog import load_catalog
 from ftbench.contracts.labels import DNS_LABEL_MAX
 from ftbench.contracts.outcomes import Phase
-from ftbench.contracts.results import Metrics
+from ftbench.contracts.results import Metrics, NetworkInEffect, NetworkTransport
 from ftbench.render.names import sweep_child_name
 from ftbench.sweep.frontier import memory_order, needs_at_least
 from ftbench.sweep.points import expand, parse_sweep_document
@@ -205,6 +206,22 @@ def test_repeats_and_their_spread() -> None:
     assert row.train_tokens_per_second == pytest.approx(100.0)
     assert row.step_time_cv_across_repeats == pytest.approx(0.2)
     assert row.experiments == ["c0-0", "c0-1", "c0-2"]
+
+
+def test_a_points_network_preflight_is_its_transports_and_mean_peak() -> None:
+    spec = sweep(matrix={"batchSize": [2, 4], "modelMaxLength": [512]}, repeats=3, parallelism=6)
+    points = expand(spec, CATALOG).points
+
+    def net(transport: str, peak: float, link_layer: str = "") -> NetworkInEffect:
+        return NetworkInEffect(backend="nccl", transport=NetworkTransport(transport), link_layer=link_layer, ranks=2,
+                               warmup_iterations=2, iterations=10, seconds=1.0, peak_bus_bandwidth_gbps=peak)  # fmt: skip
+
+    runs = [replace(done(0, 0), network=net("ib", 40.0, "RoCE")), replace(done(0, 1), network=net("socket", 10.0)),
+            replace(done(0, 2), network=net("ib", 40.0, "RoCE")), done(1, 0), done(1, 1), done(1, 2)]  # fmt: skip
+    rows = plan_sweep(spec, points, runs).rows
+    assert (rows[0].transport, rows[0].peak_bus_bandwidth_gbps) == ("ib (RoCE), socket", pytest.approx(30.0))
+    assert (rows[1].transport, rows[1].peak_bus_bandwidth_gbps) == ("", None)  # no preflight (one rank)
+    assert rows[0].to_wire()["peakBusBandwidthGbps"] == pytest.approx(30.0)
 
 
 def test_the_best_point_carries_its_interval_and_the_points_within_its_noise() -> None:

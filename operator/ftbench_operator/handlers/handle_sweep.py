@@ -28,6 +28,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from ftbench.api.network import status_network
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import API_VERSION, KIND, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -93,6 +94,7 @@ def run_state(body: Mapping[str, Any]) -> RunState | None:
         reason=reason if child.finished else "",
         message=str(child.status.get("message") or ""),
         metrics=_metrics(child.status) if child.phase == Phase.SUCCEEDED else None,
+        network=status_network(child.status),
     )
 
 
