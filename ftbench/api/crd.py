@@ -64,6 +64,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "clean, or flagged: status.results.noiseFlags says why",
     },
     {"name": "PeakMem%", "type": "number", "jsonPath": ".status.results.gpuMemoryUtilizationPeakPercent"},
+    {
+        # The network preflight's figure (a network check's only one): empty when no preflight ran.
+        "name": "BusBW",
+        "type": "number",
+        "jsonPath": ".status.environment.network.peakBusBandwidthGbps",
+        "description": "peak bus bandwidth of the network preflight, GB/s (status.environment.network)",
+    },
     {"name": "Valid", "type": "boolean", "jsonPath": ".status.isValid"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Engine", "type": "string", "jsonPath": _ACCEPTED + "engine", "priority": 1},

@@ -72,7 +72,14 @@ def network_preflight(spec: FineTuneExperimentSpec) -> bool:
     if world_size(spec) < 2:
         return False
     setting = spec.run.network_preflight
-    return setting == NetworkPreflight.ON or (setting == NetworkPreflight.AUTO and spec.number_nodes > 1)
+    return setting in (NetworkPreflight.ON, NetworkPreflight.ONLY) or (
+        setting == NetworkPreflight.AUTO and spec.number_nodes > 1
+    )
+
+
+def network_check_only(spec: FineTuneExperimentSpec) -> bool:
+    """spec.run.networkPreflight only: the run is the network preflight, nothing is trained."""
+    return spec.run.network_preflight == NetworkPreflight.ONLY
 
 
 def per_device_batch_size(spec: FineTuneExperimentSpec) -> int:

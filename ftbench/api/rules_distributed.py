@@ -56,6 +56,28 @@ def distributed_rules() -> Iterator[Rule]:
         "|| self.run.networkPreflight != 'off'))",
     )
 
+    def network_check_only(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        if not effective.network_check_only(s):
+            return None
+        if effective.world_size(s) < 2:
+            return (
+                "run.networkPreflight only measures collectives between ranks, but this run has one rank; ask for "
+                "the ranks to check (numberGpus, numberNodes; device cpu for CPU ranks)"
+            )
+        if effective.trials(s, c) > 1:
+            return (
+                "run.networkPreflight only runs the preflight once; set repeats to 1 and a non-stability "
+                "experiment (create one experiment per check)"
+            )
+        return None
+
+    yield Rule(
+        "run.network-check-only",
+        "run.networkPreflight",
+        "networkPreflight only needs several ranks and one run",
+        network_check_only,
+    )
+
     def gpu_needs_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.device != Device.GPU or s.number_gpus > 0:
             return None

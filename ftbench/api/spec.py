@@ -122,7 +122,9 @@ class RunSettings(ApiModel):
         "iterations, at most about 30 s. status.environment.network records algbw and busbw per size "
         "(nccl-tests' definitions), the peak busbw and the transport NCCL really used (IB verbs on RoCE or "
         "InfiniBand, or TCP sockets; GPUDirect RDMA; devices), read from NCCL's own init lines. auto: on for "
-        "multi-node runs; on: every run with more than one rank; off: never (docs/roce.md).",
+        "multi-node runs; on: every run with more than one rank; off: never; only: the preflight and nothing "
+        "else (no model is loaded, nothing is trained; the ranks and network the spec asks for are checked, as "
+        "seed 004 does before its study; the BusBW column shows the bus bandwidth) (docs/roce.md).",
     )
     require_roce: bool = Field(
         default=False,

@@ -113,6 +113,7 @@ class NetworkPreflight(StrEnum):
     AUTO = "auto"  # on for multi-node runs, off on one node
     ON = "on"  # every run with more than one rank
     OFF = "off"
+    ONLY = "only"  # the preflight and nothing else: no model is loaded, nothing is trained
 
 
 # The optimizers transformers' TrainingArguments accepts, as listed by seed 001.

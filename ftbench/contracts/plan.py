@@ -164,6 +164,9 @@ class NetworkPreflightSettings(WireModel):
     require_roce: bool = Field(
         False, description="spec.run.requireRoce: refuse to train (outcome NetworkUnfit) unless NCCL uses RoCE."
     )
+    only: bool = Field(
+        False, description="spec.run.networkPreflight only: end after the preflight; no model is loaded or trained."
+    )
 
 
 class OutputSettings(WireModel):

@@ -48,6 +48,9 @@ EXIT_NETWORK_UNFIT = 43
 
 # The reason of a run refused because the environment holds another fms-hf-tuning release.
 REASON_ENGINE_MISMATCH = "EngineMismatch"
+# The reason of a run that only checked the network (spec.run.networkPreflight only): it succeeded
+# with status.environment.network and no metrics, since nothing was trained.
+REASON_NETWORK_CHECKED = "NetworkChecked"
 # The equivalent bare command kept in results (the termination message holds 4 KiB in all).
 COMMAND_LIMIT = 1200
 

@@ -214,11 +214,15 @@ def network_preflight(spec: FineTuneExperimentSpec) -> NetworkPreflightSettings 
         sizes_bytes=PREFLIGHT_SIZES_CPU if cpu else PREFLIGHT_SIZES_GPU,
         time_budget_seconds=PREFLIGHT_BUDGET_CPU_SECONDS if cpu else PREFLIGHT_BUDGET_GPU_SECONDS,
         require_roce=spec.run.require_roce,
+        only=effective.network_check_only(spec),
     )
 
 
 def _notes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> tuple[str, ...]:
     notes = []
+    if effective.network_check_only(spec):
+        notes.append("run.networkPreflight only: the ranks run the network preflight and nothing else (no model is "
+                     "loaded, nothing is trained)")  # fmt: skip
     if spec.enable_roce and spec.number_nodes == 1:
         notes.append("enableRoce is ignored: RoCE only applies to multi-node runs")
     if roce := roce_unconfigured(spec, profile):

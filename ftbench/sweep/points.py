@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ftbench.api import effective
 from ftbench.api.resource import API_VERSION, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
@@ -170,8 +171,21 @@ def expand(spec: FineTuneSweepSpec, catalog: Catalog) -> Expansion:
         report = validate_spec_dict(wire, catalog)
         full = report.spec.to_wire() if report.spec is not None else wire
         values = {k: _get(full, k) for k in varied}
-        points.append(SweepPoint(index, values, wire, report.spec if report.ok else None, tuple(report.issues)))
+        refused = (*report.issues, *_not_a_measurement(report.spec))
+        points.append(SweepPoint(index, values, wire, report.spec if report.ok and not refused else None, refused))
     return Expansion(points=tuple(points))
+
+
+def _not_a_measurement(spec: FineTuneExperimentSpec | None) -> tuple[Issue, ...]:
+    """A sweep compares training measurements: a network check (run.networkPreflight only) trains
+    nothing, so it is an invalid point with the reason (a FineTuneExperiment runs it)."""
+    if spec is None or not effective.network_check_only(spec):
+        return ()
+    message = (
+        "networkPreflight only trains nothing, so the point has no measurement to compare; run the check as a "
+        "FineTuneExperiment, and sweep with networkPreflight on to get the figures beside each measurement"
+    )
+    return (Issue("run.networkPreflight", "only", "sweep.network-check-only", message),)
 
 
 @dataclass(frozen=True)

@@ -122,10 +122,11 @@ def pod_failure(pod: PodSummary, rank: int | None = None) -> Observation | None:
 
 
 def result_observation(result: TrainerResult, pod: PodSummary) -> Observation:
-    """The trainer's own verdict, read through the outcome table: Succeeded with metrics, GPU OOM
-    (a valid measurement) or Failed."""
+    """The trainer's own verdict, read through the outcome table: Succeeded with metrics (or, for a
+    network check, with the network preflight and no metrics), GPU OOM (a valid measurement) or Failed."""
     start = pod.start_time
-    if result.outcome == Outcome.SUCCEEDED and result.metrics is None:
+    checked_network = result.environment is not None and result.environment.network is not None
+    if result.outcome == Outcome.SUCCEEDED and result.metrics is None and not checked_network:
         return Observation(Phase.FAILED, NO_RESULT, "the trainer reported success without metrics", result, start)
     rule = OUTCOMES[result.outcome]
     error = f"{result.error.type}: {result.error.message}" if result.error else ""

@@ -11,7 +11,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.contracts.bounded import MESSAGE_MAX, bounded
-from ftbench.contracts.results import NoiseFlag
+from ftbench.contracts.results import (
+    REASON_NETWORK_CHECKED,
+    NetworkInEffect,
+    NetworkTransport,
+    NoiseFlag,
+    Outcome,
+    RunEnvironment,
+    TrainerResult,
+)
 from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv
@@ -303,6 +311,24 @@ def test_trainer_status_updates_to_kubeflow_are_a_condition(report, expected):
     assert done["environment"]["kubeflowTrainerStatus"]["sent"] == report.sent
     plain = st.Builder({}, 1, NOW).observed(run([terminated(success_result())]), trials=1)
     assert st.condition(plain, st.TRAINER_STATUS_REPORTED) is None
+
+
+def test_a_network_check_succeeds_with_its_figures_and_no_results():
+    """run.networkPreflight only: success without metrics is the check's own result, not NoResult;
+    success without metrics and without the network stays a failure."""
+    network = NetworkInEffect(backend="gloo", transport=NetworkTransport.TCP, ranks=2, warmup_iterations=2,
+                              iterations=10, seconds=1.0, peak_bus_bandwidth_gbps=1.5)  # fmt: skip
+    checked = TrainerResult(
+        outcome=Outcome.SUCCEEDED, is_valid=True, reason=REASON_NETWORK_CHECKED,
+        environment=RunEnvironment(engine="trl", world_size=2, network=network),
+    )  # fmt: skip
+    done = st.Builder({}, 1, NOW).observed(run([terminated(checked)]), trials=1)
+    assert done["phase"] == "Succeeded" and done["isValid"] is True and done.get("results") is None
+    assert done["environment"]["network"]["peakBusBandwidthGbps"] == 1.5
+    assert st.condition(done, st.NETWORK_AS_EXPECTED) is not None
+    assert st.condition(done, st.MEASUREMENT_CLEAN) is None  # nothing was measured to be clean or noisy
+    empty = checked.model_copy(update={"environment": RunEnvironment(engine="trl")})
+    assert st.Builder({}, 1, NOW).observed(run([terminated(empty)]), trials=1)["phase"] == "Failed"
 
 
 def test_status_records_the_accepted_batch_and_whether_roce_is_configured():

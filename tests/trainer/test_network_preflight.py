@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from helpers import current_python, read_result, run_trainer, tail, two_processes_one_node, write_plan
 
-from ftbench.contracts.results import EXIT_NETWORK_UNFIT, NetworkTransport, Outcome, TrainerResult
+from ftbench.contracts.results import (
+    EXIT_NETWORK_UNFIT,
+    REASON_NETWORK_CHECKED,
+    NetworkTransport,
+    Outcome,
+    TrainerResult,
+)
 from ftbench.engines.envs import package_path
 from ftbench.host.ports import free_port
 
@@ -35,6 +41,25 @@ def test_require_roce_refuses_before_training(tmp_path: Path) -> None:
     assert network.transport == NetworkTransport.TCP and network.ranks == 2 and network.peak_bus_bandwidth_gbps > 0
     message = Path(plan.output.termination_message_path).read_text()
     assert TrainerResult.from_json(message).outcome == Outcome.NETWORK_UNFIT
+    assert not missing_model.exists()
+
+
+def test_a_network_check_runs_only_the_preflight(tmp_path: Path) -> None:
+    """run.networkPreflight only: two gloo ranks measure the collectives and the run succeeds with the
+    figures and no metrics, without resolving a model (it does not exist) or training."""
+    pytest.importorskip("torch")
+    pytest.importorskip("accelerate")
+    missing_model = tmp_path / "no-model"
+    plan = two_processes_one_node(tmp_path, missing_model, tmp_path / "data", run={"networkPreflight": "only"})
+    assert plan.network_preflight is not None and plan.network_preflight.only
+    proc = run_trainer(current_python(), write_plan(plan, tmp_path), timeout=240)
+    assert proc.returncode == 0, tail(proc)
+    result = read_result(plan)
+    assert (result.outcome, result.reason, result.is_valid) == (Outcome.SUCCEEDED, REASON_NETWORK_CHECKED, True)
+    assert result.metrics is None and result.error is None
+    env = result.environment
+    assert env is not None and env.network is not None and env.world_size == 2
+    assert env.network.transport == NetworkTransport.TCP and env.network.peak_bus_bandwidth_gbps > 0
     assert not missing_model.exists()
 
 

@@ -115,6 +115,7 @@ def test_names_and_printer_columns() -> None:
         "CI95±",
         "Noise",
         "PeakMem%",
+        "BusBW",
         "Valid",
         "Age",
     ):

@@ -102,6 +102,14 @@ def test_invalid_point_is_kept_with_its_reason() -> None:
     assert "spec.batchSize" in str(points[0].issues[0])
 
 
+def test_a_network_check_is_not_a_sweep_point() -> None:
+    """networkPreflight only trains nothing: in a sweep that point is invalid with the reason; on runs it."""
+    matrix = {"batchSize": [4], "modelMaxLength": [512], "numberGpus": [2], "run.networkPreflight": ["on", "only"]}
+    on, only = expand(sweep(matrix=matrix), CATALOG).points
+    assert on.valid and not only.valid
+    assert [i.rule for i in only.issues] == ["sweep.network-check-only"] and "FineTuneExperiment" in str(only.issues[0])
+
+
 @pytest.mark.parametrize(
     ("fields", "path", "rule"),
     [

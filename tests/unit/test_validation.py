@@ -66,6 +66,8 @@ def test_valid_spec_has_no_issues() -> None:
         ({"attentionImplementation": "flash_attention_2", "device": "cpu"}, "attention.flash-needs-gpu"),
         ({"attentionImplementation": "eager", "fmsHfTuningVersion": "2.8.2"}, "engine.fms-eager-attention"),
         ({"packing": True}, "packing.engine"),  # fms-hf-tuning is the default engine
+        ({"run": {"networkPreflight": "only"}, "numberGpus": 1, "batchSize": 4}, "run.network-check-only"),
+        ({"run": {"networkPreflight": "only"}, "repeats": 3}, "run.network-check-only"),
         ({"packing": True, "engine": "trl", "experiment": "finetune_pt_benchmark-v1.0.0"}, "packing.prompt-tuning"),
     ],
 )
@@ -81,6 +83,7 @@ def test_each_rule_fires(overrides: dict, rule: str) -> None:
         {"attentionImplementation": "sdpa", "fmsHfTuningVersion": "2.8.2"},
         {"attentionImplementation": "flash_attention_2"},
         {"packing": True, "engine": "trl"},
+        {"run": {"networkPreflight": "only"}},
         {"packing": True, "engine": "trl", "experiment": "finetune_lora_benchmark-v1.0.0"},
     ],
 )

@@ -26,6 +26,7 @@ from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
     COMMAND_LIMIT,
+    REASON_NETWORK_CHECKED,
     FsdpInEffect,
     NetworkInEffect,
     Outcome,
@@ -163,7 +164,11 @@ def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
 
     started = datetime.now(UTC)
     try:
-        result = _train(plan, trial=trial, started=started, network=network_preflight(plan))
+        network = network_preflight(plan)
+        if network is not None and plan.network_preflight is not None and plan.network_preflight.only:
+            result = network_check_result(plan, network, trial=trial, started=started)
+        else:
+            result = _train(plan, trial=trial, started=started, network=network)
     except NetworkUnfitError as exc:
         log.error("%s", exc)
         environment = RunEnvironment(
@@ -181,6 +186,33 @@ def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
 
     write_result_file(result, path)
     return result
+
+
+def network_check_result(
+    plan: LaunchPlan, network: NetworkInEffect, *, trial: int | None, started: datetime
+) -> TrainerResult:
+    """spec.run.networkPreflight only: the preflight is the whole run. It succeeded with the network
+    in its environment and no metrics (no model was loaded, nothing was trained)."""
+    import torch
+
+    environment = RunEnvironment(
+        engine=plan.engine.value,
+        image=os.environ.get(E.FTBENCH_IMAGE, ""),
+        torch_version=torch.__version__,
+        number_nodes=plan.topology.number_nodes,
+        world_size=network.ranks,
+        device="cpu" if plan.use_cpu or not torch.cuda.is_available() else "cuda",
+        network=network,
+    )
+    return TrainerResult(
+        outcome=Outcome.SUCCEEDED,
+        is_valid=OUTCOMES[Outcome.SUCCEEDED].is_valid,
+        reason=REASON_NETWORK_CHECKED,
+        environment=environment,
+        trial=trial,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+    )
 
 
 def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: NetworkInEffect | None) -> TrainerResult:
