@@ -13,7 +13,7 @@ from ftbench.api import effective
 from ftbench.api.rule import Rule
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
-from ftbench.contracts.enums import Engine
+from ftbench.contracts.enums import DeepSpeedOffload, DistributedBackend, Engine
 
 
 def option_rules() -> Iterator[Rule]:
@@ -66,4 +66,31 @@ def option_rules() -> Iterator[Rule]:
         liger,
         "!has(self.ligerKernel) || !self.ligerKernel || (self.engine == 'trl' && self.numberGpus > 0 && "
         "(!has(self.device) || self.device != 'cpu'))",
+    )
+
+    def deepspeed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        backend = effective.distributed_backend(s)
+        asked = s.deepspeed_zero_stage != 2 or s.deepspeed_offload != DeepSpeedOffload.NONE
+        if backend != DistributedBackend.DEEPSPEED:
+            if not asked:
+                return None
+            runs = backend.value if backend is not None else "one process"
+            return (
+                f"deepspeedZeroStage and deepspeedOffload configure DeepSpeed, but this run uses {runs}, so they would "
+                "not be applied; remove them, or set distributedBackend DeepSpeed (with more than one rank)"
+            )
+        if s.engine != Engine.TRL:
+            return (
+                "distributedBackend DeepSpeed is not offered with engine fms-hf-tuning: the releases' locks do not "
+                "install deepspeed; use engine trl (its environment and image have deepspeed)"
+            )
+        if s.deepspeed_offload == DeepSpeedOffload.OPTIMIZER_AND_PARAMETERS and s.deepspeed_zero_stage != 3:
+            return (
+                "deepspeedOffload optimizerAndParameters offloads parameters, which only ZeRO stage 3 partitions; "
+                "set deepspeedZeroStage 3, or deepspeedOffload optimizer"
+            )
+        return None
+
+    yield Rule(
+        "deepspeed.settings", "distributedBackend", "DeepSpeed settings need DeepSpeed and engine trl", deepspeed
     )

@@ -21,6 +21,7 @@ from ftbench.contracts.enums import (
     OPTIMIZERS,
     AttentionImplementation,
     AutoStopMethod,
+    DeepSpeedOffload,
     Device,
     DistributedBackend,
     Engine,
@@ -260,9 +261,20 @@ class FineTuneExperimentSpec(ApiModel):
     )
     distributed_backend: DistributedBackend | None = Field(
         default=None,
-        description="PyTorch distributed backend for multi-GPU runs: FSDP, DDP, or None (one process drives "
-        "the node's GPUs with DataParallel, seed 001's DP; one node only). Unset: FSDP when numberGpus > 1, "
-        "a single process otherwise.",
+        description="PyTorch distributed backend for multi-GPU runs: FSDP, DDP, DeepSpeed (ZeRO: "
+        "deepspeedZeroStage, deepspeedOffload; engine trl), or None (one process drives the node's GPUs with "
+        "DataParallel, seed 001's DP; one node only). Unset: FSDP when numberGpus > 1, a single process otherwise.",
+    )
+    deepspeed_zero_stage: Annotated[int, Field(ge=2, le=3)] = Field(
+        default=2,
+        description="DeepSpeed ZeRO stage (distributedBackend DeepSpeed): 2 shards optimizer states and gradients, "
+        "3 also the parameters. The stage in effect, read from the running engine, is in "
+        "status.environment.deepspeed.",
+    )
+    deepspeed_offload: DeepSpeedOffload = Field(
+        default=DeepSpeedOffload.NONE,
+        description="DeepSpeed ZeRO-Offload (distributedBackend DeepSpeed): none, optimizer (optimizer states to CPU "
+        "memory), or optimizerAndParameters (also the parameters; ZeRO stage 3 only).",
     )
     number_nodes: Annotated[int, Field(ge=1, le=1024)] = Field(
         default=1,

@@ -74,6 +74,7 @@ class ExperimentEntry(WireModel):
         DistributedBackend.FSDP,
         DistributedBackend.DDP,
         DistributedBackend.NONE,
+        DistributedBackend.DEEPSPEED,
     )
     engines: tuple[Engine, ...] = (Engine.FMS_HF_TUNING, Engine.TRL)
     lora: bool = False

@@ -46,6 +46,16 @@ class DistributedBackend(StrEnum):
     # Seed 001: "None (i.e. Data Parallel (DP))": one process drives every GPU of the node
     # through torch.nn.DataParallel (HF Trainer does this when it sees several GPUs).
     NONE = "None"
+    # DeepSpeed ZeRO (stage and offload: spec deepspeedZeroStage, deepspeedOffload); engine trl.
+    DEEPSPEED = "DeepSpeed"
+
+
+class DeepSpeedOffload(StrEnum):
+    """What DeepSpeed ZeRO moves to CPU memory (ZeRO-Offload)."""
+
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_AND_PARAMETERS = "optimizerAndParameters"  # parameter offload: ZeRO stage 3 only
 
 
 class AutoStopMethod(StrEnum):

@@ -101,6 +101,15 @@ class FsdpSettings(WireModel):
     backward_prefetch: str | None = None
 
 
+class DeepSpeedSettings(WireModel):
+    """DeepSpeed ZeRO as the plan asks for it (distributedBackend DeepSpeed); the engine turns it into
+    its DeepSpeed config and the trainer reads back the stage and offload in effect."""
+
+    zero_stage: Annotated[int, Field(ge=2, le=3)]
+    offload_optimizer: bool = False
+    offload_parameters: bool = False
+
+
 class TrainingSettings(WireModel):
     """The hyperparameters of seed 001's command line, typed; both engines read these."""
 
@@ -123,6 +132,7 @@ class TrainingSettings(WireModel):
     gradient_checkpointing_use_reentrant: bool = False
     packing: bool = False
     use_liger_kernel: bool = False
+    deepspeed: DeepSpeedSettings | None = None
     optim: str = "adamw_torch"
     bf16: bool = False
     fp16: bool = False

@@ -95,6 +95,16 @@ class RankMemory(WireModel):
     )
 
 
+class DeepSpeedInEffect(WireModel):
+    """DeepSpeed ZeRO as the running engine has it (accelerate's DeepSpeed plugin), not from the spec."""
+
+    zero_stage: Annotated[int, Field(ge=0, le=3)] = Field(description="ZeRO stage of the engine.")
+    offload_optimizer_device: BoundedReason = Field(
+        "none", description="Where the optimizer states live: none (with the ranks) or cpu (ZeRO-Offload)."
+    )
+    offload_param_device: BoundedReason = Field("none", description="Where the parameters live: none or cpu.")
+
+
 class FsdpInEffect(WireModel):
     """FSDP as read from the wrapped model at the start of training, not from the spec."""
 
@@ -369,6 +379,9 @@ class RunEnvironment(WireModel):
     )
     fsdp: FsdpInEffect | None = Field(
         None, description="FSDP in effect, read from the wrapped model; unset without FSDP."
+    )
+    deepspeed: DeepSpeedInEffect | None = Field(
+        None, description="DeepSpeed ZeRO in effect, read from the running engine; unset without DeepSpeed."
     )
     activation_checkpointing: bool = Field(
         False,

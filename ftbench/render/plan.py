@@ -15,9 +15,17 @@ from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ModelWeights
-from ftbench.contracts.enums import AttentionImplementation, DistributedBackend, Engine, FsdpShardingStrategy, Runtime
+from ftbench.contracts.enums import (
+    AttentionImplementation,
+    DeepSpeedOffload,
+    DistributedBackend,
+    Engine,
+    FsdpShardingStrategy,
+    Runtime,
+)
 from ftbench.contracts.plan import (
     DatasetRef,
+    DeepSpeedSettings,
     ExperimentRef,
     FsdpSettings,
     LaunchPlan,
@@ -136,7 +144,9 @@ def accelerate_config(
         "main_process_port": port,
         "num_processes": topology.world_size,
     }
-    if backend == DistributedBackend.DDP:
+    if backend in (DistributedBackend.DDP, DistributedBackend.DEEPSPEED):
+        # DeepSpeed: accelerate starts the ranks as for DDP; the Trainer's deepspeed config (the plan's
+        # training.deepspeed, ftbench_trainer.engines.trl) then makes accelerate wrap the model in ZeRO.
         return {"debug": False, "distributed_type": "MULTI_GPU", **common}
     fsdp: dict[str, Any] = {
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -185,6 +195,18 @@ def attention(spec: FineTuneExperimentSpec, profile: ClusterProfile, use_cpu: bo
             "to sdpa or auto, or build the images with flash-attn"
         )
     return asked
+
+
+def deepspeed_settings(spec: FineTuneExperimentSpec) -> DeepSpeedSettings | None:
+    """DeepSpeed ZeRO when the run's backend is DeepSpeed (several ranks), else None."""
+    if effective.distributed_backend(spec) != DistributedBackend.DEEPSPEED:
+        return None
+    offload = spec.deepspeed_offload
+    return DeepSpeedSettings(
+        zero_stage=spec.deepspeed_zero_stage,
+        offload_optimizer=offload != DeepSpeedOffload.NONE,
+        offload_parameters=offload == DeepSpeedOffload.OPTIMIZER_AND_PARAMETERS,
+    )
 
 
 def roce_unconfigured(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
@@ -294,6 +316,7 @@ def build_plan(
         gradient_checkpointing_use_reentrant=spec.gradient_checkpointing_use_reentrant,
         packing=spec.packing,
         use_liger_kernel=spec.liger_kernel,
+        deepspeed=deepspeed_settings(spec),
         optim=spec.optim,
         bf16=spec.bf16,
         fp16=str(fixed.get("fp16", "false")).lower() == "true",

@@ -66,6 +66,12 @@ def test_valid_spec_has_no_issues() -> None:
         ({"attentionImplementation": "flash_attention_2", "device": "cpu"}, "attention.flash-needs-gpu"),
         ({"attentionImplementation": "eager", "fmsHfTuningVersion": "2.8.2"}, "engine.fms-eager-attention"),
         ({"packing": True}, "packing.engine"),  # fms-hf-tuning is the default engine
+        ({"distributedBackend": "DeepSpeed"}, "deepspeed.settings"),  # fms-hf-tuning has no deepspeed
+        (
+            {"distributedBackend": "DeepSpeed", "engine": "trl", "deepspeedOffload": "optimizerAndParameters"},
+            "deepspeed.settings",
+        ),  # parameter offload needs ZeRO-3
+        ({"deepspeedZeroStage": 3}, "deepspeed.settings"),  # without the DeepSpeed backend it would do nothing
         ({"run": {"networkPreflight": "only"}, "numberGpus": 1, "batchSize": 4}, "run.network-check-only"),
         ({"run": {"networkPreflight": "only"}, "repeats": 3}, "run.network-check-only"),
         ({"packing": True, "engine": "trl", "experiment": "finetune_pt_benchmark-v1.0.0"}, "packing.prompt-tuning"),
@@ -84,6 +90,13 @@ def test_each_rule_fires(overrides: dict, rule: str) -> None:
         {"attentionImplementation": "flash_attention_2"},
         {"packing": True, "engine": "trl"},
         {"run": {"networkPreflight": "only"}},
+        {
+            "distributedBackend": "DeepSpeed",
+            "engine": "trl",
+            "deepspeedZeroStage": 3,
+            "deepspeedOffload": "optimizerAndParameters",
+        },
+        {"distributedBackend": "DeepSpeed", "engine": "trl", "deepspeedOffload": "optimizer"},
         {"packing": True, "engine": "trl", "experiment": "finetune_lora_benchmark-v1.0.0"},
     ],
 )

@@ -38,6 +38,8 @@ def prepare_environment(plan: LaunchPlan) -> None:
     if plan.hf_home and env.HF_HOME not in os.environ and Path(plan.hf_home).is_dir():
         os.environ[env.HF_HOME] = plan.hf_home
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if plan.use_cpu and plan.training.deepspeed is not None:  # DeepSpeed's CPU accelerator: gloo, no CUDA ops
+        os.environ.setdefault(env.DS_ACCELERATOR, "cpu")
     # fms-hf-tuning's multi-process runs crash on a rank that finds no output_dir (CPU notes).
     Path(plan.output.dir).mkdir(parents=True, exist_ok=True)
 

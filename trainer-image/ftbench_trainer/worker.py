@@ -27,6 +27,7 @@ from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import (
     COMMAND_LIMIT,
     REASON_NETWORK_CHECKED,
+    DeepSpeedInEffect,
     FsdpInEffect,
     NetworkInEffect,
     Outcome,
@@ -114,8 +115,8 @@ def resolve_dataset(plan: LaunchPlan) -> tuple[str, bool]:
     return str(path), generated
 
 
-class FsdpNotInEffectError(RuntimeError):
-    """The plan asked for FSDP but the model was not sharded: the run would be reported as FSDP wrongly."""
+class BackendNotInEffectError(RuntimeError):
+    """The plan asked for FSDP or DeepSpeed but the engine ran otherwise: the run would be reported wrongly."""
 
 
 def check_fsdp(plan: LaunchPlan, fsdp: FsdpInEffect | None) -> None:
@@ -124,13 +125,35 @@ def check_fsdp(plan: LaunchPlan, fsdp: FsdpInEffect | None) -> None:
     if plan.distributed_backend != DistributedBackend.FSDP or plan.fsdp is None:
         return
     if fsdp is None:
-        raise FsdpNotInEffectError(
+        raise BackendNotInEffectError(
             "the plan asks for FSDP but the model was not wrapped by FSDP (accelerate prepared it as "
             "another distributed type); no FSDP result is reported"
         )
     if fsdp.version != plan.fsdp.version:
-        raise FsdpNotInEffectError(
+        raise BackendNotInEffectError(
             f"the plan asks for FSDP{plan.fsdp.version} but FSDP{fsdp.version} wrapped the model"
+        )
+
+
+def check_deepspeed(plan: LaunchPlan, deepspeed: DeepSpeedInEffect | None) -> None:
+    """Refuse a result that would claim a DeepSpeed ZeRO run the engine did not have, or another stage
+    or offload than the plan's."""
+    asked = plan.training.deepspeed
+    if asked is None:
+        return
+    if deepspeed is None:
+        raise BackendNotInEffectError(
+            "the plan asks for DeepSpeed but the engine ran without it; no result is reported"
+        )
+    offload = ("cpu" if asked.offload_optimizer else "none", "cpu" if asked.offload_parameters else "none")
+    if (deepspeed.zero_stage, deepspeed.offload_optimizer_device, deepspeed.offload_param_device) != (
+        asked.zero_stage,
+        *offload,
+    ):
+        raise BackendNotInEffectError(
+            f"the plan asks for DeepSpeed ZeRO-{asked.zero_stage} with offload {offload}, but the engine ran "
+            f"ZeRO-{deepspeed.zero_stage} with offload "
+            f"{(deepspeed.offload_optimizer_device, deepspeed.offload_param_device)}"
         )
 
 
@@ -261,6 +284,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
     if callback.metrics is None:
         raise RuntimeError("training ended without running on_train_end: no metrics")
     check_fsdp(plan, callback.fsdp)
+    check_deepspeed(plan, callback.deepspeed)
     import torch
 
     environment = RunEnvironment(
@@ -277,6 +301,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
         world_size=callback.world_size,
         distributed_mode=callback.distributed_mode,
         fsdp=callback.fsdp,
+        deepspeed=callback.deepspeed,
         activation_checkpointing=callback.activation_checkpointing,
         attention_implementation=callback.attention_implementation,
         liger_kernel=callback.liger_kernel,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ftbench.contracts.plan import LaunchPlan
+from ftbench.contracts.plan import DeepSpeedSettings, LaunchPlan
 from ftbench_trainer.engines.run import EngineRun
 
 # fms-hf-tuning's defaults (tuning/config/peft_config.py) where the plan does not set a value.
@@ -53,6 +53,20 @@ def peft_config(plan: LaunchPlan, model_path: str) -> Any:
     return None
 
 
+def deepspeed_config(d: DeepSpeedSettings) -> dict[str, Any]:
+    """The DeepSpeed config for transformers' Trainer: the plan's ZeRO stage and offload; batch sizes,
+    accumulation, clipping and precision left "auto" so the Trainer fills them from its own arguments
+    (one source for them)."""
+    zero: dict[str, Any] = {"stage": d.zero_stage}
+    if d.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if d.offload_parameters:
+        zero["offload_param"] = {"device": "cpu"}
+    auto = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size", "gradient_clipping")
+    return {**dict.fromkeys(auto, "auto"), "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+            "zero_optimization": zero}  # fmt: skip
+
+
 def sft_config(plan: LaunchPlan) -> Any:
     from trl import SFTConfig
 
@@ -81,6 +95,7 @@ def sft_config(plan: LaunchPlan) -> Any:
         max_length=t.model_max_length,
         packing=t.packing,
         use_liger_kernel=t.use_liger_kernel,
+        deepspeed=deepspeed_config(t.deepspeed) if t.deepspeed is not None else None,
         completion_only_loss=True,
         remove_unused_columns=t.remove_unused_columns,
         dataset_kwargs={"skip_prepare_dataset": True} if t.dataset_kwargs_skip_prepare_dataset else None,

@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 from ftbench.contracts import env as E
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.progress import MEMORY_CPU_RSS, MEMORY_GPU_ALLOCATED
-from ftbench.contracts.results import LOSS_CURVE_LIMIT, FsdpInEffect, Metrics
+from ftbench.contracts.results import LOSS_CURVE_LIMIT, DeepSpeedInEffect, FsdpInEffect, Metrics
 from ftbench.stats.noise import HostLoad
 from ftbench_trainer.measure import distributed, shards
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
@@ -75,6 +75,7 @@ class MeasureCallback(TrainerCallback):
         self._hooks: list[Any] = []
         self.shard_probe = shards.ShardProbe()
         self.fsdp: FsdpInEffect | None = None
+        self.deepspeed: DeepSpeedInEffect | None = None
         self.losses: list[float] = []
         self.last_loss: float | None = None
         self.activation_checkpointing = False
@@ -97,6 +98,7 @@ class MeasureCallback(TrainerCallback):
         self.distributed_mode = distributed_mode()
         self.world_size = distributed.world_size()
         self.fsdp = shards.fsdp_in_effect(model, _state_dict_type())
+        self.deepspeed = deepspeed_in_effect()
         self.activation_checkpointing = shards.activation_checkpointing(model)
         self.attention_implementation = attention_in_effect(model)
         self.liger_kernel = liger_in_effect(model)
@@ -108,7 +110,7 @@ class MeasureCallback(TrainerCallback):
     def _count_parameters(self, model: Any) -> None:
         total = trainable = 0
         for p in model.parameters():
-            n = p.numel()
+            n = int(getattr(p, "ds_numel", 0) or p.numel())  # ZeRO-3 partitions leave numel() at 0
             total += n
             trainable += n if p.requires_grad else 0
         nbytes = shards.parameter_bytes(model)
@@ -250,6 +252,25 @@ def liger_in_effect(model: Any) -> bool:
         if str(getattr(forward, "__module__", "")).startswith("liger_kernel"):
             return True
     return False
+
+
+def deepspeed_in_effect() -> DeepSpeedInEffect | None:
+    """DeepSpeed ZeRO as accelerate's DeepSpeed plugin runs it (the config the engine was built
+    with, "auto" values filled in), None without DeepSpeed."""
+    try:
+        from accelerate.state import AcceleratorState
+
+        plugin = getattr(AcceleratorState(), "deepspeed_plugin", None)
+    except Exception:  # no accelerate state: one plain process
+        return None
+    if plugin is None:
+        return None
+    zero = (getattr(plugin, "deepspeed_config", None) or {}).get("zero_optimization", {})
+    return DeepSpeedInEffect(
+        zero_stage=int(zero.get("stage", getattr(plugin, "zero_stage", 0)) or 0),
+        offload_optimizer_device=str((zero.get("offload_optimizer") or {}).get("device", "none")),
+        offload_param_device=str((zero.get("offload_param") or {}).get("device", "none")),
+    )
 
 
 def _state_dict_type() -> str:

@@ -1,0 +1,61 @@
+"""distributedBackend DeepSpeed on two CPU ranks (DS_ACCELERATOR=cpu, gloo): ZeRO-2, and ZeRO-3 with the
+optimizer and the parameters offloaded. Each run trains one epoch through `ftbench-trainer` (trl), the
+engine's stage and offload are read back into status.environment.deepspeed, and the counts are exact:
+the two ranks together see the whole dataset, and the model's size is the whole model's under ZeRO-3's
+partitioned parameters too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import (
+    dataset_file,
+    independent_lengths,
+    read_result,
+    run_trainer,
+    tail,
+    two_processes_one_node,
+    write_plan,
+)
+
+from ftbench.contracts.results import EXIT_OK, DeepSpeedInEffect, Outcome
+
+pytestmark = [pytest.mark.training, pytest.mark.slow]
+PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
+
+
+@pytest.mark.parametrize(
+    ("stage", "offload", "expected"),
+    [
+        (2, "none", DeepSpeedInEffect(zero_stage=2)),
+        (3, "optimizerAndParameters", DeepSpeedInEffect(zero_stage=3, offload_optimizer_device="cpu",
+                                                        offload_param_device="cpu")),
+    ],
+    ids=["zero2", "zero3-offload"],
+)  # fmt: skip
+def test_deepspeed_zero_on_two_cpu_ranks(
+    tmp_path: Path, tiny_model_dir: Path, stage: int, offload: str, expected: DeepSpeedInEffect
+) -> None:
+    pytest.importorskip("deepspeed")
+    data = tmp_path / "data"
+    plan = two_processes_one_node(tmp_path, tiny_model_dir, data, distributedBackend="DeepSpeed", maxSteps=-1,
+                                  numTrainEpochs=1.0, deepspeedZeroStage=stage, deepspeedOffload=offload)  # fmt: skip
+    assert plan.training.deepspeed is not None and plan.training.deepspeed.zero_stage == stage
+    proc = run_trainer(PYTHON, write_plan(plan, tmp_path), timeout=600)
+    assert proc.returncode == EXIT_OK, tail(proc)
+    result = read_result(plan)
+    assert result.outcome == Outcome.SUCCEEDED, result.error
+    m, env = result.metrics, result.environment
+    assert m is not None and env is not None
+    assert env.distributed_mode == "DEEPSPEED" and env.world_size == 2 and env.deepspeed == expected
+    assert env.fsdp is None
+    lengths = independent_lengths(tiny_model_dir, dataset_file(data), 1024)
+    assert m.train_samples == len(lengths) == 16 and m.train_non_padding_tokens == sum(lengths)
+    assert m.model_parameters == sum(p.numel() for p in _tiny_model(tiny_model_dir).parameters())
+
+
+def _tiny_model(path: Path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path)
