@@ -183,10 +183,10 @@ class PointRow(ApiModel):
         description="Coefficient of variation (stdev / mean) of the repeats' median step times "
         "(stepTimeP50Seconds); unset with fewer than 2 successful repeats.",
     )
-    transport: BoundedReason = Field(
-        "",
+    transport: BoundedReason | None = Field(
+        None,
         description="The network preflight's transport with its link layer (status.environment.network of the "
-        "point's runs, e.g. 'ib (RoCE)'); each one, comma-separated, when the repeats differed; empty without one.",
+        "point's runs, e.g. 'ib (RoCE)'); each one, comma-separated, when the repeats differed; unset without one.",
     )
     peak_bus_bandwidth_gbps: float | None = Field(
         None, description="Mean over repeats of the network preflight's peakBusBandwidthGbps (GB/s)."

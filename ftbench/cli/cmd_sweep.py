@@ -144,7 +144,7 @@ def _print(state: LocalSweep, fmt: str) -> None:
         (row.point, *(json.dumps(row.values.get(k)) for k in varied), row.phase.value,
          _cell(row.train_tokens_per_second), _cell(row.dataset_tokens_per_second),
          _cell(row.gpu_memory_peak_percent), _cell(row.mfu_percent), _cell(row.step_time_cv_across_repeats),
-         *((row.transport, _cell(row.peak_bus_bandwidth_gbps)) if network else ()), row.message[:60])
+         *((row.transport or "", _cell(row.peak_bus_bandwidth_gbps)) if network else ()), row.message[:60])
         for row in plan.rows
     ]  # fmt: skip
     print(format_table(header, rows))

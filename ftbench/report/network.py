@@ -47,7 +47,7 @@ class Preflight:
 def point_columns(row: PointRow) -> tuple[str, str]:
     """A sweep point's transport(s) and mean peak busbw, as plan_sweep put them in its row."""
     peak = row.peak_bus_bandwidth_gbps
-    return row.transport, "" if peak is None else f"{peak:,.1f}"
+    return row.transport or "", "" if peak is None else f"{peak:,.1f}"
 
 
 def run_columns(run: RunMeasurement) -> tuple[str, str]:

@@ -148,7 +148,7 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
         gpu_memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in metrics), default=None),
         mfu_percent=mean_of("mfu_percent"),
         step_time_cv_across_repeats=_cv([m.step_time_p50_seconds for m in metrics]),
-        transport=", ".join(dict.fromkeys(transport_text(n) for n in networks)),
+        transport=", ".join(dict.fromkeys(transport_text(n) for n in networks)) or None,
         peak_bus_bandwidth_gbps=_mean([n.peak_bus_bandwidth_gbps for n in networks]),
         objective=_mean([float(d[objective]) for d in dumped]),
         objective_ci95_low=interval.low if interval else None,

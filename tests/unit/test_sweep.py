@@ -228,7 +228,7 @@ def test_a_points_network_preflight_is_its_transports_and_mean_peak() -> None:
             replace(done(0, 2), network=net("ib", 40.0, "RoCE")), done(1, 0), done(1, 1), done(1, 2)]  # fmt: skip
     rows = plan_sweep(spec, points, runs).rows
     assert (rows[0].transport, rows[0].peak_bus_bandwidth_gbps) == ("ib (RoCE), socket", pytest.approx(30.0))
-    assert (rows[1].transport, rows[1].peak_bus_bandwidth_gbps) == ("", None)  # no preflight (one rank)
+    assert (rows[1].transport, rows[1].peak_bus_bandwidth_gbps) == (None, None)  # no preflight (one rank)
     assert rows[0].to_wire()["peakBusBandwidthGbps"] == pytest.approx(30.0)
 
 
