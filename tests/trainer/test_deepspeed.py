@@ -1,5 +1,6 @@
-"""distributedBackend DeepSpeed on two CPU ranks (DS_ACCELERATOR=cpu, gloo): ZeRO-2, and ZeRO-3 with the
-optimizer and the parameters offloaded. Each run trains one epoch through `ftbench-trainer` (trl), the
+"""distributedBackend DeepSpeed on two CPU ranks (DS_ACCELERATOR=cpu, gloo): every stage and offload value
+the API offers: ZeRO-2, ZeRO-2 with the optimizer offloaded, and ZeRO-3 with the optimizer and the parameters
+offloaded. Each run trains one epoch through `ftbench-trainer` (trl), the
 engine's stage and offload are read back into status.environment.deepspeed, and the counts are exact:
 the two ranks together see the whole dataset, and the model's size is the whole model's under ZeRO-3's
 partitioned parameters too."""
@@ -29,10 +30,11 @@ PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
     ("stage", "offload", "expected"),
     [
         (2, "none", DeepSpeedInEffect(zero_stage=2)),
+        (2, "optimizer", DeepSpeedInEffect(zero_stage=2, offload_optimizer_device="cpu")),
         (3, "optimizerAndParameters", DeepSpeedInEffect(zero_stage=3, offload_optimizer_device="cpu",
                                                         offload_param_device="cpu")),
     ],
-    ids=["zero2", "zero3-offload"],
+    ids=["zero2", "zero2-offload-optimizer", "zero3-offload"],
 )  # fmt: skip
 def test_deepspeed_zero_on_two_cpu_ranks(
     tmp_path: Path, tiny_model_dir: Path, stage: int, offload: str, expected: DeepSpeedInEffect
