@@ -177,6 +177,33 @@ class Security(ApiModel):
     )
 
 
+class GpuMemory(ApiModel):
+    """One GPU model's memory as a prediction compares with it (docs/measurements.md)."""
+
+    capacity: Annotated[str, Field(pattern=QUANTITY)] = Field(
+        description="Device memory as NVML reports it (nvidia-smi's total), e.g. 81559Mi for an H100 80GB HBM3."
+    )
+    runtime_overhead: Annotated[str, Field(pattern=QUANTITY)] = Field(
+        "1536Mi",
+        description="Memory a training process uses beyond its tensors (CUDA context, NCCL buffers, the caching "
+        "allocator's reserve): added to the predicted tensor peak before comparing with capacity. A default, not "
+        "calibrated on these machines; calibrate it as nvidia-smi's used memory minus max_memory_reserved.",
+    )
+
+
+# nvidia.com/gpu.product label values (GPU feature discovery) and their NVML totals.
+DEFAULT_GPU_MEMORY: dict[str, GpuMemory] = {
+    "NVIDIA-A100-SXM4-80GB": GpuMemory(capacity="81920Mi"),
+    "NVIDIA-A100-80GB-PCIe": GpuMemory(capacity="81920Mi"),
+    "NVIDIA-A100-SXM4-40GB": GpuMemory(capacity="40960Mi"),
+    "NVIDIA-H100-80GB-HBM3": GpuMemory(capacity="81559Mi"),
+    "NVIDIA-H100-PCIe": GpuMemory(capacity="81559Mi"),
+    "NVIDIA-H200": GpuMemory(capacity="143771Mi"),
+    "NVIDIA-L40S": GpuMemory(capacity="46068Mi"),
+    "Tesla-V100-SXM2-32GB": GpuMemory(capacity="32768Mi"),
+}
+
+
 class ClusterProfile(ApiModel):
     """Everything cluster-specific that the manifests need; experiments never carry any of it."""
 
@@ -246,6 +273,11 @@ class ClusterProfile(ApiModel):
         description="The bus bandwidth (GB/s, nccl-tests' busbw) the inter-node network should reach: a network "
         "preflight whose peak busbw is below half of it sets condition NetworkAsExpected=False with reason "
         "LowBusBandwidth (docs/roce.md). Unset: not checked.",
+    )
+    gpu_memory: dict[str, GpuMemory] = Field(
+        default_factory=lambda: dict(DEFAULT_GPU_MEMORY),
+        description="Per GPU model (spec.gpuModel, the gpuNodeLabel value): its memory and the runtime overhead a "
+        "memory prediction adds. Replaces the default table (A100, H100, H200, L40S, V100) when set.",
     )
     model_map: dict[str, dict[str, str] | str] = Field(
         default_factory=dict,

@@ -158,7 +158,7 @@ def _with_interval(metrics: Metrics, key: str, value: object) -> str:
     return _fmt(value) if interval is None else f"{_fmt(value)} ±{interval.relative_half_width:.1%}"
 
 
-def _load_spec(args: argparse.Namespace, base: Catalog):
+def load_spec(args: argparse.Namespace, base: Catalog):
     catalog = catalog_from_args(args, base)
     body = read_one_document(args.file, KIND)
     report = validate_document(body, catalog)
@@ -171,7 +171,7 @@ def _load_spec(args: argparse.Namespace, base: Catalog):
 def run(args: argparse.Namespace) -> int:
     home = ftbench_home()
     profile = local_profile(profile_from_arg(args.profile), home)
-    spec, name, catalog = _load_spec(args, catalog_for(profile))
+    spec, name, catalog = load_spec(args, catalog_for(profile))
     try:
         local = prepare(
             spec,

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "ftbench.cli.cmd_dev",
     "ftbench.cli.cmd_docs",
     "ftbench.cli.cmd_run",
+    "ftbench.cli.cmd_predict",
     "ftbench.cli.cmd_sweep",
     "ftbench.cli.cmd_results",
     "ftbench.cli.cmd_report",

@@ -1,0 +1,69 @@
+"""Does a memory prediction fit the GPU it will run on? The verdict the CLI, validation and sweeps share.
+
+Pure: a `MemoryPrediction` (tensor memory, traced) plus the profile's `gpuMemory` for the spec's
+GPU model (capacity and the runtime overhead the trace cannot see) gives `MemoryFit`. The
+prediction is an estimate and says so: `borderline` marks a total within `BORDERLINE_FRACTION` of
+the capacity either way, where the untraced parts decide.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from pydantic import Field
+
+from ftbench.api.profile import ClusterProfile
+from ftbench.api.rules_bounds import quantity_bytes
+from ftbench.api.spec import ApiModel
+from ftbench.contracts.prediction import MemoryPrediction
+
+BORDERLINE_FRACTION: Final = 0.10
+
+
+class MemoryFit(ApiModel):
+    """A prediction against one GPU model's memory."""
+
+    gpu_model: str
+    capacity_bytes: Annotated[int, Field(ge=0)]
+    runtime_overhead_bytes: Annotated[int, Field(ge=0)]
+    predicted_total_bytes: Annotated[int, Field(ge=0)] = Field(
+        description="Predicted tensor peak plus the runtime overhead."
+    )
+    fits: bool
+    borderline: bool = Field(description="Within 10 % of the capacity either way: the untraced parts decide.")
+    headroom_bytes: int = Field(description="Capacity minus the predicted total (negative: predicted OOM).")
+
+    def sentence(self) -> str:
+        gib = 2**30
+        verdict = "fits" if self.fits else "does not fit (predicted OOM)"
+        edge = ", borderline" if self.borderline else ""
+        return (
+            f"predicted {self.predicted_total_bytes / gib:.1f} GiB per GPU (tensors + {self.runtime_overhead_bytes / gib:.1f}"
+            f" GiB runtime overhead) of {self.capacity_bytes / gib:.1f} GiB on {self.gpu_model}: {verdict}{edge}"
+        )
+
+
+def memory_fit(prediction: MemoryPrediction, gpu_model: str | None, profile: ClusterProfile) -> MemoryFit | None:
+    """The verdict, or None where there is nothing to compare with (CPU ranks, a GPU model the profile lacks)."""
+    if prediction.device != "cuda" or not gpu_model or gpu_model not in profile.gpu_memory:
+        return None
+    gpu = profile.gpu_memory[gpu_model]
+    capacity = int(quantity_bytes(gpu.capacity))
+    overhead = int(quantity_bytes(gpu.runtime_overhead))
+    total = prediction.peak_bytes + overhead
+    return MemoryFit(
+        gpu_model=gpu_model,
+        capacity_bytes=capacity,
+        runtime_overhead_bytes=overhead,
+        predicted_total_bytes=total,
+        fits=total <= capacity,
+        borderline=abs(capacity - total) <= BORDERLINE_FRACTION * capacity,
+        headroom_bytes=capacity - total,
+    )
+
+
+class PredictionReport(ApiModel):
+    """`ftbench predict -o json`: the prediction and its verdict against the GPU model's memory."""
+
+    prediction: MemoryPrediction
+    fit: MemoryFit | None = Field(None, description="Unset on CPU ranks or for a GPU model the profile lacks.")

@@ -1,0 +1,72 @@
+"""`ftbench predict FILE`: per-device peak memory of an experiment, predicted before it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ftbench.api.prediction import PredictionReport, memory_fit
+from ftbench.api.profile import catalog_for
+from ftbench.cli.cmd_run import load_spec
+from ftbench.cli.cmd_validate import add_model_map, profile_from_arg
+from ftbench.cli.main import UsageError
+from ftbench.cli.table import format_table
+from ftbench.local.home import ftbench_home, local_profile
+from ftbench.local.predict import prediction_plan, run_predictor
+from ftbench.local.runner import LocalRunError, trainer_python
+from ftbench.render.plan import PlanError
+
+GIB = 2**30
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict", help="predict an experiment's peak memory per device (no weights loaded, no GPU needed)"
+    )
+    p.add_argument("file", metavar="FILE", help="a FineTuneExperiment YAML file (- for stdin)")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--profile", metavar="FILE", help="cluster profile (GPU memory per model, model map)")
+    add_model_map(p)
+    p.add_argument("--python", metavar="PATH", help="interpreter that runs the predictor (default: per engine)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = local_profile(profile_from_arg(args.profile), ftbench_home())
+    spec, name, catalog = load_spec(args, catalog_for(profile))
+    try:
+        plan = prediction_plan(spec, name, catalog, profile)
+        python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
+        prediction = run_predictor(plan, python)
+    except (LocalRunError, PlanError) as err:
+        raise UsageError(str(err)) from err
+    report = PredictionReport(prediction=prediction, fit=memory_fit(prediction, spec.gpu_model, profile))
+    if args.output == "json":
+        print(json.dumps(report.to_wire(), indent=2))
+        return 0
+    print(table(report))
+    return 0
+
+
+def table(report: PredictionReport) -> str:
+    p = report.prediction
+    s = p.split
+    rows: list[tuple[str, str]] = [
+        ("peak per device (tensors)", f"{p.peak_bytes / GIB:.2f} GiB, at the {p.phase} phase"),
+        ("  parameters", f"{s.parameters_bytes / GIB:.2f} GiB"),
+        ("  gradients", f"{s.gradients_bytes / GIB:.2f} GiB"),
+        ("  optimizer state", f"{s.optimizer_bytes / GIB:.2f} GiB"),
+        ("  activations and temporaries", f"{s.activations_bytes / GIB:.2f} GiB"),
+        ("device", f"{p.device}, {p.world_size} rank(s), sharding {p.sharding}"),
+        ("parameters (trainable)", f"{p.traced_parameters:,} ({p.trainable_parameters:,})"),
+        (
+            "verdict",
+            report.fit.sentence()
+            if report.fit
+            else "no GPU memory to compare with (CPU, or GPU model not in the profile's gpuMemory)",
+        ),
+        ("predicted in", f"{p.seconds:.1f} s"),
+    ]
+    notes = "\n".join(f"note: {n}" for n in p.notes)
+    return format_table(("PROPERTY", "VALUE"), rows) + ("\n" + notes if notes else "")

@@ -1,0 +1,77 @@
+"""A memory prediction: peak tensor memory per device, predicted before any weights load.
+
+The trainer's predictor (`ftbench_trainer.predict`) traces one real training step of the real
+architecture with fake tensors and prints one `PREDICTION_PREFIX` line with this model as JSON;
+`ftbench predict` reads it, and `ftbench run` records it beside the measured peak. Three processes
+read it, so its shape is defined here once.
+
+Every byte figure is *tensor memory*: what `torch.cuda.max_memory_allocated` counts on a GPU, and
+what the same tracker counts on CPU. The CUDA context, NCCL buffers and the caching allocator's
+reserve are not tensors; they come from the cluster profile (`runtimeOverheadBytes`) and are named
+apart (`runtime_overhead_bytes`), never folded into the traced figures.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Final, Literal
+
+from pydantic import Field
+
+from ftbench.contracts.wire import WireModel
+
+PREDICTION_PREFIX: Final = "FTBENCH_PREDICTION"
+# Where the peak was reached in the traced step.
+Phase = Literal["forward", "backward", "optimizer"]
+Bytes = Annotated[int, Field(ge=0)]
+
+
+class MemorySplit(WireModel):
+    """What was live at the peak, by what holds it."""
+
+    parameters_bytes: Bytes = Field(
+        description="Model parameters and buffers (this rank's shard, plus gathered units)."
+    )
+    gradients_bytes: Bytes = Field(description="Gradients live at the peak (this rank's shard).")
+    optimizer_bytes: Bytes = Field(description="Optimizer state (AdamW moments) and the step's temporaries.")
+    activations_bytes: Bytes = Field(
+        description="Everything else: activations saved for backward, the loss path, temporaries."
+    )
+
+
+class MemoryPrediction(WireModel):
+    """Peak memory of one rank (ranks differ only by the remainder of a shard), predicted."""
+
+    peak_bytes: Bytes = Field(
+        description="Predicted peak tensor memory per device (what max_memory_allocated reports)."
+    )
+    split: MemorySplit
+    phase: Phase = Field(description="Where in the step the peak falls.")
+    runtime_overhead_bytes: Bytes = Field(
+        0,
+        description="Not traced: CUDA context, NCCL buffers, allocator reserve; the cluster profile's constant for "
+        "the GPU model (0 on CPU).",
+    )
+    device: Literal["cuda", "cpu"] = Field(description="The device the prediction is for (its optimizer defaults).")
+    world_size: Annotated[int, Field(ge=1)]
+    sharding: str = Field(description="How state is split across ranks: none, ddp, or the FSDP strategy.")
+    traced_parameters: Annotated[int, Field(ge=0)] = Field(description="Parameters of the traced model (exact).")
+    trainable_parameters: Annotated[int, Field(ge=0)]
+    seconds: Annotated[float, Field(ge=0)] = Field(description="How long the prediction took.")
+    notes: tuple[str, ...] = Field((), description="What the prediction assumed or could not model.")
+
+    @property
+    def total_bytes(self) -> int:
+        """The peak plus what is not traced: what must fit in the device's memory."""
+        return self.peak_bytes + self.runtime_overhead_bytes
+
+    def line(self) -> str:
+        return f"{PREDICTION_PREFIX} {self.model_dump_json(by_alias=True)}"
+
+
+def parse_prediction_line(line: str) -> MemoryPrediction | None:
+    """The prediction in one output line, or None if the line is not one."""
+    head, _, body = line.strip().partition(" ")
+    if head != PREDICTION_PREFIX or not body:
+        return None
+    return MemoryPrediction.model_validate(json.loads(body))

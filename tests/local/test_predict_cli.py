@@ -1,0 +1,111 @@
+"""`ftbench predict`: real architectures predicted on this CPU-only machine from their config.json alone.
+
+A 7B Llama config (LLaMA-7B's published shapes, no weights) stands in for the model through a
+model map, as a cluster's models volume would hold it. Full fine-tuning a 7B model in float16 on
+one 80 GB A100 is 5 model sizes at the optimizer step and fits; 13B does not, and FSDP
+FULL_SHARD over 4 GPUs brings it back under the capacity. The tiny model of the quickstart is
+predicted on CPU (no GPU verdict).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ftbench.cli import main
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+REPO = Path(__file__).resolve().parents[2]
+GIB = 2**30
+
+
+def llama_config(path: Path, *, hidden: int, inter: int, layers: int, heads: int) -> Path:
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads,
+        vocab_size=32000, max_position_embeddings=2048, architectures=["LlamaForCausalLM"],
+    ).save_pretrained(path)  # fmt: skip
+    return path
+
+
+def spec_file(tmp_path: Path, name: str, **spec: object) -> Path:
+    doc = {
+        "apiVersion": "ftbench.io/v1alpha1",
+        "kind": "FineTuneExperiment",
+        "metadata": {"name": name},
+        "spec": {
+            "experiment": "finetune_full_benchmark-v1.0.0", "engine": "trl", "model": "llama-7b",
+            "modelMaxLength": 1024, "numberGpus": 1, "gpuModel": "NVIDIA-A100-SXM4-80GB", "batchSize": 1,
+            "torchDtype": "float16", "gradientCheckpointing": True, **spec,
+        },
+    }  # fmt: skip
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def predict(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main([*args, "-o", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def model_map(tmp_path: Path) -> Path:
+    configs = {
+        "llama-7b": llama_config(tmp_path / "7b", hidden=4096, inter=11008, layers=32, heads=32),
+        "llama-13b": llama_config(tmp_path / "13b", hidden=5120, inter=13824, layers=40, heads=40),
+    }
+    path = tmp_path / "model-map.yaml"
+    path.write_text(yaml.safe_dump({name: {"Vanilla": str(p)} for name, p in configs.items()}))
+    return path
+
+
+def test_full_fine_tuning_fits_at_7b_and_not_at_13b_until_sharded(home, tmp_path, model_map, capsys):
+    seven = predict(capsys, "predict", str(spec_file(tmp_path, "full-7b")), "--model-map", str(model_map))
+    p = seven["prediction"]
+    assert p["tracedParameters"] == 6_738_415_616 and p["device"] == "cuda" and p["phase"] == "optimizer"
+    # float16 parameters, gradients, two AdamW moments and foreach's temporary: 5 model sizes.
+    assert p["peakBytes"] == pytest.approx(5 * 2 * 6_738_415_616, rel=0.01)
+    assert seven["fit"]["fits"] is True and seven["fit"]["predictedTotalBytes"] > p["peakBytes"]
+
+    thirteen = predict(capsys, "predict", str(spec_file(tmp_path, "full-13b", model="llama-13b")),
+                       "--model-map", str(model_map))  # fmt: skip
+    assert thirteen["fit"]["fits"] is False and thirteen["fit"]["headroomBytes"] < 0
+
+    sharded = spec_file(
+        tmp_path, "full-13b-fsdp", model="llama-13b", numberGpus=4, batchSize=4, distributedBackend="FSDP",
+        fsdpShardingStrategy="FULL_SHARD",
+    )  # fmt: skip
+    four = predict(capsys, "predict", str(sharded), "--model-map", str(model_map))
+    assert four["prediction"]["sharding"] == "FULL_SHARD" and four["prediction"]["worldSize"] == 4
+    assert four["fit"]["fits"] is True
+    assert four["prediction"]["peakBytes"] < thirteen["prediction"]["peakBytes"] / 3
+
+
+def test_lora_needs_a_fraction_of_full_fine_tuning(home, tmp_path, model_map, capsys):
+    lora = spec_file(tmp_path, "lora-7b", experiment="finetune_lora_benchmark-v1.0.0")
+    out = predict(capsys, "predict", str(lora), "--model-map", str(model_map))
+    p = out["prediction"]
+    assert p["trainableParameters"] < p["tracedParameters"] / 100
+    assert p["split"]["parametersBytes"] == pytest.approx(2 * p["tracedParameters"], rel=0.01)
+    assert p["peakBytes"] < 20 * GIB and out["fit"]["fits"] is True
+
+
+def test_the_quickstart_is_predicted_on_cpu(home, capsys):
+    out = predict(capsys, "predict", str(REPO / "examples" / "quickstart.yaml"))
+    assert out["prediction"]["device"] == "cpu" and "fit" not in out
+    assert main(["predict", str(REPO / "examples" / "quickstart.yaml")]) == 0
+    assert "peak per device" in capsys.readouterr().out
+
+
+def test_a_model_without_a_config_is_refused_with_the_reason(home, tmp_path, capsys):
+    missing = tmp_path / "map.yaml"
+    missing.write_text(yaml.safe_dump({"llama-7b": {"Vanilla": str(tmp_path / "nowhere")}}))
+    assert main(["predict", str(spec_file(tmp_path, "nocfg")), "--model-map", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the config of model llama-7b" in err and "config.json only (no weights)" in err

@@ -1,0 +1,72 @@
+"""Read a launch plan as a traced step (`StepShape`) and a sharding: the predictor's inputs."""
+
+from __future__ import annotations
+
+from ftbench.contracts.enums import DistributedBackend
+from ftbench.contracts.plan import LaunchPlan
+from ftbench_trainer.engines.trl import LORA_DROPOUT, PT_NUM_VIRTUAL_TOKENS
+from ftbench_trainer.predict.shard import Sharding
+from ftbench_trainer.predict.trace import StepShape
+
+MIXED = {"bf16": "bfloat16", "fp16": "float16"}
+# FlashAttention kernels do not exist on CPU; torch's memory-efficient sdpa kernel keeps the same
+# O(seq) state (output plus log-sum-exp), so it stands in for them in the trace (see `traced_attention`).
+FLASH = ("flash_attention_2", "flash_attention_3")
+
+
+def traced_attention(attention: str) -> str:
+    return "sdpa" if attention in FLASH else attention
+
+
+def step_shape(plan: LaunchPlan) -> StepShape:
+    t = plan.training
+    dtype = str(t.torch_dtype)
+    autocast = "bfloat16" if t.bf16 else "float16" if t.fp16 else MIXED.get(plan.mixed_precision)
+    peft = t.peft
+    method = plan.method
+    return StepShape(
+        method=method,
+        # GPTQ-LoRA's quantized base layers compute in float16; the trace sees them as float16 linears.
+        dtype="float16" if method == "gptq-lora" else dtype,
+        autocast=None if autocast == dtype else autocast,
+        attention=traced_attention(str(t.attn_implementation)),
+        checkpointing=t.gradient_checkpointing,
+        batch=plan.topology.per_device_batch_size,
+        # The worst batch: every row padded (or packed) to modelMaxLength.
+        seq=t.model_max_length,
+        device="cpu" if plan.use_cpu else "cuda",
+        gradient_accumulation=t.gradient_accumulation_steps,
+        lora_r=peft.r or 8,
+        lora_alpha=peft.lora_alpha or 32,
+        lora_dropout=LORA_DROPOUT,
+        lora_targets=peft.target_modules,
+        pt_virtual_tokens=PT_NUM_VIRTUAL_TOKENS,
+    )
+
+
+def sharding(plan: LaunchPlan) -> Sharding:
+    topo = plan.topology
+    backend = plan.distributed_backend
+    if topo.world_size == 1 or backend in (None, DistributedBackend.NONE):
+        return Sharding("none")
+    if backend == DistributedBackend.DDP:
+        return Sharding("ddp", topo.world_size)
+    if backend == DistributedBackend.DEEPSPEED and plan.training.deepspeed is not None:
+        ds = plan.training.deepspeed
+        return Sharding(
+            f"zero{ds.zero_stage}",
+            topo.world_size,
+            offload_parameters=ds.offload_parameters,
+            offload_optimizer=ds.offload_optimizer or ds.offload_parameters,
+        )
+    fsdp = plan.fsdp
+    if fsdp is None:
+        return Sharding("none")
+    hybrid = fsdp.sharding_strategy.startswith("HYBRID")
+    return Sharding(
+        fsdp.sharding_strategy,
+        topo.processes_per_node if hybrid else topo.world_size,
+        forward_prefetch=fsdp.forward_prefetch,
+        offload_parameters=fsdp.offload_params,
+        offload_optimizer=fsdp.offload_params,
+    )

@@ -1,0 +1,199 @@
+"""Trace training steps of the real architecture with fake tensors: the measured half of a prediction.
+
+The model is built from its config on the meta device (no weights), given LoRA or prompt tuning as
+the engine would, moved to *fake* CPU tensors, and run through the steps the Trainer runs: forward
+with labels, backward, gradient clipping, AdamW, zero_grad. Nothing is computed; shapes, dtypes
+and allocations are. `StorageTracker` counts the storages as they come and go.
+
+Why these choices (../shared/notes/memory-prediction.md measured each; each one moved the answer by
+20-80 % when wrong):
+- Fake *CPU*, never fake CUDA: on a CPU build, backward on fake CUDA tensors aborts the process, and
+  on fake CUDA or meta sdpa falls back to the math kernel that materialises seq x seq scores.
+- AdamW's `foreach` follows the device predicted for (on CUDA torch defaults to foreach, which
+  needs one more model-sized temporary at the step; on CPU to the per-tensor loop).
+- Two optimizer steps: from the second one on, the optimizer state is live through forward and
+  backward (the steady state); with gradient accumulation two micro-batches, so the second runs
+  with the first one's gradients live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from ftbench_trainer.predict.tracker import Split, StorageTracker, split_at
+
+Method = Literal["full", "lora", "gptq-lora", "pt"]
+PHASES = ("forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one rank's training step looks like, as far as memory goes."""
+
+    method: Method
+    dtype: str  # parameters' dtype: float32, bfloat16, float16
+    autocast: str | None  # bfloat16 or float16 mixed precision, None for none
+    attention: str  # transformers attn_implementation
+    checkpointing: bool
+    batch: int  # per device
+    seq: int
+    device: Literal["cuda", "cpu"] = "cuda"
+    gradient_accumulation: int = 1
+    lora_r: int = 8
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_targets: tuple[str, ...] | None = None
+    pt_virtual_tokens: int = 20
+    max_grad_norm: float | None = 1.0
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The traced step: each phase's peak, split by holder, and the model's sizes."""
+
+    phases: dict[str, Split]
+    parameters: int
+    trainable: int
+    parameter_bytes: int
+    largest_layer_bytes: int  # one decoder layer's parameters: what FSDP gathers at a time
+    quantizable_weights: int  # weights of the decoder layers' linear layers (what GPTQ quantizes)
+    seconds: float
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=lambda p: self.phases[p].total)
+
+
+def build_model(config: Any, shape: StepShape, device: str = "meta") -> Any:
+    """The architecture, in the step's dtype, with its PEFT adapter; on the meta device (no memory)
+    for the prediction, on "cpu" to train it for real."""
+    from transformers import AutoModelForCausalLM
+
+    config._attn_implementation = shape.attention
+    dtype = getattr(torch, shape.dtype)
+    with torch.device(device):
+        try:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except TypeError:  # transformers 4.x (fms-hf-tuning's environments) calls it torch_dtype
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+        if shape.method in ("lora", "gptq-lora", "pt"):
+            model = _peft(model, shape)
+    return model
+
+
+def _peft(model: Any, shape: StepShape) -> Any:
+    from peft import LoraConfig, PromptTuningConfig, TaskType, get_peft_model
+
+    if shape.method == "pt":
+        config: Any = PromptTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=shape.pt_virtual_tokens)
+    else:
+        config = LoraConfig(
+            r=shape.lora_r,
+            lora_alpha=shape.lora_alpha,
+            target_modules=list(shape.lora_targets) if shape.lora_targets else None,
+            lora_dropout=shape.lora_dropout,
+            bias="none",
+            task_type=TaskType.CAUSAL_LM,
+        )
+    return get_peft_model(model, config)
+
+
+def _layers(model: Any) -> list[Any]:
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    base = getattr(model, "base_model", model)
+    names |= set(getattr(getattr(base, "model", base), "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def _optimizer(params: list[torch.nn.Parameter], shape: StepShape) -> torch.optim.Optimizer:
+    # Each engine runs transformers' adamw_torch: torch's AdamW with its device default.
+    return torch.optim.AdamW(params, lr=1e-5, foreach=shape.device == "cuda")
+
+
+@contextlib.contextmanager
+def _autocast(shape: StepShape) -> Iterator[None]:
+    if shape.autocast is None:
+        yield
+        return
+    with torch.autocast("cpu", dtype=getattr(torch, shape.autocast)):
+        yield
+
+
+def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_batch: Any, steps: int = 2) -> Trace:
+    """Run `steps` optimizer steps under the tracker; `model` holds fake or real tensors alike."""
+    started = time.perf_counter()
+    params = [p for p in model.parameters() if p.requires_grad]
+    all_params = list(model.parameters())
+    with tracker:
+        tracker.add_all(all_params)
+        tracker.add_all(model.buffers())
+        param_serials = tracker.serials([*all_params, *model.buffers()])
+        if shape.checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        optimizer = _optimizer(params, shape)
+        grad_serials: set[int] = set()
+        optimizer_serials: set[int] = set()
+        for _ in range(steps):
+            for _micro in range(min(shape.gradient_accumulation, 2)):
+                tracker.enter_phase("forward")
+                ids = make_batch()
+                with _autocast(shape):
+                    loss = model(input_ids=ids, labels=ids).loss
+                tracker.enter_phase("backward")
+                loss.backward()
+                del loss, ids
+                grad_serials |= tracker.serials(p.grad for p in params)
+            tracker.enter_phase("optimizer")
+            if shape.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, shape.max_grad_norm, foreach=shape.device == "cuda")
+            optimizer.step()
+            optimizer_serials |= tracker.serials(t for s in optimizer.state.values() for t in s.values())
+            optimizer.zero_grad(set_to_none=True)
+        tracker.finish()
+    phases = {
+        name: split_at(
+            tracker.peaks[name], parameters=param_serials, gradients=grad_serials, optimizer=optimizer_serials
+        )
+        for name in PHASES
+        if name in tracker.peaks
+    }
+    if "optimizer" in phases:  # what the step allocates beyond its state (foreach's temporaries) is the optimizer's
+        o = phases["optimizer"]
+        phases["optimizer"] = Split(o.parameters, o.gradients, o.optimizer + o.other, 0)
+    layers = _layers(model)
+    return Trace(
+        phases=phases,
+        parameters=sum(p.numel() for p in all_params),
+        trainable=sum(p.numel() for p in params),
+        parameter_bytes=sum(p.numel() * p.element_size() for p in all_params),
+        quantizable_weights=sum(
+            m.weight.numel()
+            for layer in layers
+            for name, m in layer.named_modules()
+            if isinstance(m, torch.nn.Linear) and "lora_" not in name
+        ),
+        largest_layer_bytes=max((sum(p.numel() * p.element_size() for p in m.parameters()) for m in layers), default=0),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def trace_step(config: Any, shape: StepShape) -> Trace:
+    """Trace two steady-state steps of `config`'s architecture with fake CPU tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    started = time.perf_counter()
+    model = build_model(config, shape)
+    vocab = int(config.vocab_size)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = model.to_empty(device="cpu")
+        trace = run_steps(
+            model, shape, StorageTracker(), make_batch=lambda: torch.randint(0, vocab, (shape.batch, shape.seq))
+        )
+    return Trace(**{**trace.__dict__, "seconds": time.perf_counter() - started})

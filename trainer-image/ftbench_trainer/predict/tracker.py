@@ -1,0 +1,136 @@
+"""Count live tensor storage during a training step, by phase and by what holds it.
+
+A `TorchDispatchMode` sees every op's outputs; each new storage is counted once, rounded up to
+the CUDA caching allocator's 512-byte blocks, and uncounted when Python frees it (a finalizer on
+the storage object, which torch keeps unique per storage while it lives). This works the same for
+fake tensors (the prediction) and real ones (measuring a real step with the same rule), which is
+what makes the two comparable. Storages made before the tracker starts (parameters, optimizer
+state) are added with `add`.
+
+At each phase's peak the tracker keeps which storages were live; `split_at` later sorts them into
+parameters, gradients, optimizer state and the rest, once the step has made its gradients and
+optimizer state (their storages are only known then). Storage ids are serial numbers, not
+`id()`s, which Python reuses once an activation is freed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+ALLOCATOR_BLOCK_BYTES = 512
+
+
+def allocator_bytes(nbytes: int) -> int:
+    """What the CUDA caching allocator hands out for a request: rounded up to 512-byte blocks."""
+    return -(-nbytes // ALLOCATOR_BLOCK_BYTES) * ALLOCATOR_BLOCK_BYTES
+
+
+@dataclass
+class PhasePeak:
+    """The highest live total reached in one phase and which storages made it."""
+
+    bytes: int = 0
+    live: dict[int, int] = field(default_factory=dict)
+
+
+class StorageTracker(TorchDispatchMode):
+    """Live storage bytes, the peak of each phase, and who held the storage at each peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._serial_of: dict[int, int] = {}  # id(storage) -> serial, while it lives
+        self._live: dict[int, int] = {}  # serial -> bytes
+        self._next = 0
+        self.current = 0
+        self.phase = "forward"
+        self.peaks: dict[str, PhasePeak] = {}
+        self._rising = False
+
+    # -- counting -------------------------------------------------------------------------------
+    def add(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        key = id(storage)
+        if key in self._serial_of:
+            return
+        serial = self._next
+        self._next += 1
+        nbytes = allocator_bytes(storage.nbytes())
+        self._serial_of[key] = serial
+        self._live[serial] = nbytes
+        self.current += nbytes
+        weakref.finalize(storage, self._free, key, serial)
+        peak = self.peaks.setdefault(self.phase, PhasePeak())
+        if self.current > peak.bytes:
+            peak.bytes = self.current
+            self._rising = True
+
+    def add_all(self, tensors: Iterable[torch.Tensor | None]) -> None:
+        for t in tensors:
+            if t is not None:
+                self.add(t)
+
+    def _free(self, key: int, serial: int) -> None:
+        self._snapshot_if_rising()
+        if self._serial_of.get(key) == serial:
+            del self._serial_of[key]
+        self.current -= self._live.pop(serial, 0)
+
+    def _snapshot_if_rising(self) -> None:
+        # The live set is copied only when a rise ends (the first free after it), not at every alloc.
+        if self._rising:
+            self.peaks[self.phase].live = dict(self._live)
+            self._rising = False
+
+    def enter_phase(self, phase: str) -> None:
+        self._snapshot_if_rising()
+        self.phase = phase
+
+    def finish(self) -> None:
+        self._snapshot_if_rising()
+
+    def serials(self, tensors: Iterable[torch.Tensor | None]) -> set[int]:
+        """The serial numbers of these tensors' storages (those counted and still live)."""
+        out: set[int] = set()
+        for t in tensors:
+            if t is not None:
+                serial = self._serial_of.get(id(t.untyped_storage()))
+                if serial is not None:
+                    out.add(serial)
+        return out
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.add(t)
+        return out
+
+
+@dataclass(frozen=True)
+class Split:
+    """Bytes live at a phase's peak, by holder."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    other: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.other
+
+
+def split_at(peak: PhasePeak, *, parameters: set[int], gradients: set[int], optimizer: set[int]) -> Split:
+    """Sort a peak's live storages; what is neither parameter, gradient nor optimizer state is `other`."""
+    sums = {"p": 0, "g": 0, "o": 0, "x": 0}
+    for serial, nbytes in peak.live.items():
+        kind = "p" if serial in parameters else "g" if serial in gradients else "o" if serial in optimizer else "x"
+        sums[kind] += nbytes
+    return Split(sums["p"], sums["g"], sums["o"], sums["x"])
