@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -178,10 +178,28 @@ def spec_schema(catalog: Catalog) -> dict[str, Any]:
     return schema
 
 
-def _crd(
-    kind: str, plural: str, singular: str, short_names: tuple[str, ...], columns: list[dict[str, Any]],
-    description: str, spec: dict[str, Any], status: dict[str, Any],
-) -> dict[str, Any]:  # fmt: skip
+class _Names(NamedTuple):
+    """What a CRD says of its kind beside the schemas."""
+
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    columns: list[dict[str, Any]]
+    description: str
+
+
+_NAMES: dict[str, _Names] = {
+    KIND: _Names(PLURAL, SINGULAR, SHORT_NAMES, PRINTER_COLUMNS,
+                 "A fine-tuning benchmark: spec says what to measure (the parameters of seed 001's SFTTrainer "
+                 "experiments), status what was measured."),
+    SWEEP_KIND: _Names(SWEEP_PLURAL, SWEEP_SINGULAR, SWEEP_SHORT_NAMES, SWEEP_PRINTER_COLUMNS,
+                       "A benchmark sweep: spec says which configurations to measure (a FineTuneExperiment template "
+                       "and a matrix), status what each one measured and which was best."),
+}  # fmt: skip
+
+
+def _crd(kind: str, spec: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    plural, singular, short_names, columns, description = _NAMES[kind]
     status["properties"]["conditions"].update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -228,13 +246,7 @@ def _crd(
 
 def crd(catalog: Catalog | None = None) -> dict[str, Any]:
     catalog = catalog or load_catalog()
-    return _crd(
-        KIND, PLURAL, SINGULAR, SHORT_NAMES, PRINTER_COLUMNS,
-        "A fine-tuning benchmark: spec says what to measure (the parameters of seed 001's SFTTrainer experiments), "
-        "status what was measured.",
-        spec_schema(catalog),
-        model_schema(FineTuneExperimentStatus, keep_defaults=False),
-    )  # fmt: skip
+    return _crd(KIND, spec_schema(catalog), model_schema(FineTuneExperimentStatus, keep_defaults=False))
 
 
 def template_schema(catalog: Catalog) -> dict[str, Any]:
@@ -265,13 +277,7 @@ def sweep_spec_schema(catalog: Catalog) -> dict[str, Any]:
 
 def sweep_crd(catalog: Catalog | None = None) -> dict[str, Any]:
     catalog = catalog or load_catalog()
-    return _crd(
-        SWEEP_KIND, SWEEP_PLURAL, SWEEP_SINGULAR, SWEEP_SHORT_NAMES, SWEEP_PRINTER_COLUMNS,
-        "A benchmark sweep: spec says which configurations to measure (a FineTuneExperiment template and a "
-        "matrix), status what each one measured and which was best.",
-        sweep_spec_schema(catalog),
-        _sweep_status_schema(catalog),
-    )  # fmt: skip
+    return _crd(SWEEP_KIND, sweep_spec_schema(catalog), _sweep_status_schema(catalog))
 
 
 def _sweep_status_schema(catalog: Catalog) -> dict[str, Any]:

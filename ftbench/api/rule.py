@@ -26,6 +26,21 @@ class Rule:
     cel: str | None = None
 
 
+class RuleFamily:
+    """A family's rules in the order they are written: `@family.rule(id, field, summary[, cel])` states
+    each rule on the check it runs (the check is named once, where it is defined)."""
+
+    def __init__(self) -> None:
+        self.rules: list[Rule] = []
+
+    def rule(self, rule_id: str, field: str, summary: str, cel: str | None = None) -> Callable[[Check], Check]:
+        def add(check: Check) -> Check:
+            self.rules.append(Rule(rule_id, field, summary, check, cel))
+            return check
+
+        return add
+
+
 def cel_list(values: Sequence[str]) -> str:
     """A CEL list literal of strings (the CEL twins of membership checks)."""
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"

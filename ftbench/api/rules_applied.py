@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rule import Rule
+from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import DistributedBackend, MixedPrecision
@@ -29,6 +29,9 @@ _FSDP_FIELDS = {
 
 
 def applied_rules() -> Iterator[Rule]:
+    family = RuleFamily()
+
+    @family.rule("applied.fp8", "accelerateConfigMixedPrecision", "fp8 mixed precision is not available")
     def fp8(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.accelerate_config_mixed_precision != MixedPrecision.FP8:
             return None
@@ -38,8 +41,11 @@ def applied_rules() -> Iterator[Rule]:
             "do not include, so it would not be applied; use bf16 (or fp16)"
         )
 
-    yield Rule("applied.fp8", "accelerateConfigMixedPrecision", "fp8 mixed precision is not available", fp8)
-
+    @family.rule(
+        "applied.mixed-precision-launcher",
+        "accelerateConfigMixedPrecision",
+        "accelerateConfigMixedPrecision needs a run launched by accelerate (several processes)",
+    )
     def mixed_precision_launcher(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         value = s.accelerate_config_mixed_precision
         if value == MixedPrecision.NO or effective.distributed_backend(s) is not None:
@@ -50,13 +56,7 @@ def applied_rules() -> Iterator[Rule]:
             "applied; remove it (set bf16: true for bf16 mixed precision in a single process)"
         )
 
-    yield Rule(
-        "applied.mixed-precision-launcher",
-        "accelerateConfigMixedPrecision",
-        "accelerateConfigMixedPrecision needs a run launched by accelerate (several processes)",
-        mixed_precision_launcher,
-    )
-
+    @family.rule("applied.fp16-gpu", "accelerateConfigMixedPrecision", "fp16 mixed precision needs GPUs")
     def fp16_on_cpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if not effective.uses_cpu(s) or s.accelerate_config_mixed_precision != MixedPrecision.FP16:
             return None
@@ -65,8 +65,7 @@ def applied_rules() -> Iterator[Rule]:
             f"(numberGpus {s.number_gpus}, device cpu); use bf16 or no, or device gpu"
         )
 
-    yield Rule("applied.fp16-gpu", "accelerateConfigMixedPrecision", "fp16 mixed precision needs GPUs", fp16_on_cpu)
-
+    @family.rule("applied.fsdp-settings", "distributedBackend", "FSDP settings need the FSDP backend")
     def fsdp_settings(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         backend = effective.distributed_backend(s)
         if backend == DistributedBackend.FSDP:
@@ -84,8 +83,11 @@ def applied_rules() -> Iterator[Rule]:
             "remove them, or run FSDP (distributedBackend FSDP with numberGpus > 1)"
         )
 
-    yield Rule("applied.fsdp-settings", "distributedBackend", "FSDP settings need the FSDP backend", fsdp_settings)
-
+    @family.rule(
+        "applied.reentrant",
+        "gradientCheckpointingUseReentrant",
+        "gradientCheckpointingUseReentrant needs gradientCheckpointing",
+    )
     def reentrant(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.gradient_checkpointing or not s.gradient_checkpointing_use_reentrant:
             return None
@@ -94,13 +96,7 @@ def applied_rules() -> Iterator[Rule]:
             "gradientCheckpointing is false; remove it or set gradientCheckpointing true"
         )
 
-    yield Rule(
-        "applied.reentrant",
-        "gradientCheckpointingUseReentrant",
-        "gradientCheckpointingUseReentrant needs gradientCheckpointing",
-        reentrant,
-    )
-
+    @family.rule("applied.image-field", "datasetImageField", "datasetImageField needs a vision dataset")
     def image_field(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         dataset = c.datasets.get(s.dataset_id)
         if s.dataset_image_field is None or dataset is None or dataset.kind == "vision":
@@ -110,8 +106,7 @@ def applied_rules() -> Iterator[Rule]:
             "dataset; remove it, or use a vision-* dataset with a vision model"
         )
 
-    yield Rule("applied.image-field", "datasetImageField", "datasetImageField needs a vision dataset", image_field)
-
+    @family.rule("applied.gpu-kernels", "numberGpus", "fastKernels and fastMoe need GPUs")
     def gpu_kernels(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         kernels = s.fast_kernels is not None and any(s.fast_kernels)
         if not effective.uses_cpu(s) or not (kernels or s.fast_moe):
@@ -121,4 +116,4 @@ def applied_rules() -> Iterator[Rule]:
             f"(numberGpus {s.number_gpus}, device cpu); remove them or run on GPUs"
         )
 
-    yield Rule("applied.gpu-kernels", "numberGpus", "fastKernels and fastMoe need GPUs", gpu_kernels)
+    return iter(family.rules)

@@ -13,12 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rule import Rule
+from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 
 
 def data_rules() -> Iterator[Rule]:
+    family = RuleFamily()
+
+    @family.rule(
+        "data.whole-step",
+        "batchSize",
+        "the dataset holds at least batchSize x gradientAccumulationSteps entries (one whole optimizer step)",
+    )
     def whole_step(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         dataset = c.datasets.get(s.dataset_id)
         needed = s.batch_size * s.gradient_accumulation_steps
@@ -32,13 +39,11 @@ def data_rules() -> Iterator[Rule]:
             "gradientAccumulationSteps, or use a dataset with more entries"
         )
 
-    yield Rule(
-        "data.whole-step",
-        "batchSize",
-        "the dataset holds at least batchSize x gradientAccumulationSteps entries (one whole optimizer step)",
-        whole_step,
+    @family.rule(
+        "data.response-fits",
+        "modelMaxLength",
+        "modelMaxLength is longer than the dataset's prompts (some response token survives truncation)",
     )
-
     def response_survives(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         dataset = c.datasets.get(s.dataset_id)
         if dataset is None or dataset.prompt_tokens_min is None or s.model_max_length > dataset.prompt_tokens_min:
@@ -49,13 +54,7 @@ def data_rules() -> Iterator[Rule]:
             f"modelMaxLength above {dataset.prompt_tokens_min} (e.g. {_next_power_of_two(dataset.prompt_tokens_min)})"
         )
 
-    yield Rule(
-        "data.response-fits",
-        "modelMaxLength",
-        "modelMaxLength is longer than the dataset's prompts (some response token survives truncation)",
-        response_survives,
-    )
-
+    @family.rule("model.positions", "modelMaxLength", "modelMaxLength is within the model's max_position_embeddings")
     def within_positions(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         model = effective.model_of(s, c)
         limit = model.max_position_embeddings if model is not None else None
@@ -67,12 +66,7 @@ def data_rules() -> Iterator[Rule]:
             f"tables fail on them; use modelMaxLength {limit} or less, or a model built for longer sequences"
         )
 
-    yield Rule(
-        "model.positions",
-        "modelMaxLength",
-        "modelMaxLength is within the model's max_position_embeddings",
-        within_positions,
-    )
+    return iter(family.rules)
 
 
 def _next_power_of_two(n: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rule import Rule, cel_list
+from ftbench.api.rule import Rule, RuleFamily, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import (
@@ -29,6 +29,16 @@ HYBRID = (FsdpShardingStrategy.HYBRID_SHARD, FsdpShardingStrategy.HYBRID_SHARD_Z
 
 
 def distributed_rules() -> Iterator[Rule]:
+    family = RuleFamily()
+
+    @family.rule(
+        "run.require-roce",
+        "run.requireRoce",
+        "requireRoce needs a multi-node enableRoce run with the network preflight",
+        "!has(self.run) || !has(self.run.requireRoce) || !self.run.requireRoce || (has(self.enableRoce) && "
+        "self.enableRoce && has(self.numberNodes) && self.numberNodes >= 2 && (!has(self.run.networkPreflight) "
+        "|| self.run.networkPreflight != 'off'))",
+    )
     def require_roce_needs_preflight(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         run = s.run
         if not run.require_roce:
@@ -46,16 +56,9 @@ def distributed_rules() -> Iterator[Rule]:
             )
         return None
 
-    yield Rule(
-        "run.require-roce",
-        "run.requireRoce",
-        "requireRoce needs a multi-node enableRoce run with the network preflight",
-        require_roce_needs_preflight,
-        "!has(self.run) || !has(self.run.requireRoce) || !self.run.requireRoce || (has(self.enableRoce) && "
-        "self.enableRoce && has(self.numberNodes) && self.numberNodes >= 2 && (!has(self.run.networkPreflight) "
-        "|| self.run.networkPreflight != 'off'))",
+    @family.rule(
+        "run.network-check-only", "run.networkPreflight", "networkPreflight only needs several ranks and one run"
     )
-
     def network_check_only(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         if not effective.network_check_only(s):
             return None
@@ -71,26 +74,24 @@ def distributed_rules() -> Iterator[Rule]:
             )
         return None
 
-    yield Rule(
-        "run.network-check-only",
-        "run.networkPreflight",
-        "networkPreflight only needs several ranks and one run",
-        network_check_only,
+    @family.rule(
+        "device.gpu-needs-gpus",
+        "device",
+        "device gpu needs at least one GPU",
+        "!has(self.device) || self.device != 'gpu' || self.numberGpus > 0",
     )
-
     def gpu_needs_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.device != Device.GPU or s.number_gpus > 0:
             return None
         return "device gpu needs numberGpus >= 1; set numberGpus, or device cpu (or remove device) to run on CPU"
 
-    yield Rule(
-        "device.gpu-needs-gpus",
-        "device",
-        "device gpu needs at least one GPU",
-        gpu_needs_gpus,
-        "!has(self.device) || self.device != 'gpu' || self.numberGpus > 0",
+    @family.rule(
+        "attention.flash-needs-gpu",
+        "attentionImplementation",
+        "flash_attention_2 needs GPUs",
+        "!has(self.attentionImplementation) || self.attentionImplementation != 'flash_attention_2' || "
+        "(self.numberGpus > 0 && (!has(self.device) || self.device != 'cpu'))",
     )
-
     def flash_needs_gpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.attention_implementation != AttentionImplementation.FLASH_ATTENTION_2 or not effective.uses_cpu(s):
             return None
@@ -100,15 +101,13 @@ def distributed_rules() -> Iterator[Rule]:
             "auto, or run on GPUs"
         )
 
-    yield Rule(
-        "attention.flash-needs-gpu",
-        "attentionImplementation",
-        "flash_attention_2 needs GPUs",
-        flash_needs_gpu,
-        "!has(self.attentionImplementation) || self.attentionImplementation != 'flash_attention_2' || "
-        "(self.numberGpus > 0 && (!has(self.device) || self.device != 'cpu'))",
+    @family.rule(
+        "device.cpu-backend",
+        "distributedBackend",
+        "CPU ranks run FSDP or DDP, not DataParallel",
+        "!has(self.device) || self.device != 'cpu' || self.numberGpus <= 1 || !has(self.distributedBackend) "
+        "|| self.distributedBackend != 'None'",
     )
-
     def data_parallel_needs_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if not (s.device == Device.CPU and s.number_gpus > 1 and s.distributed_backend == DistributedBackend.NONE):
             return None
@@ -117,15 +116,12 @@ def distributed_rules() -> Iterator[Rule]:
             f"have; with device cpu and numberGpus {s.number_gpus} set distributedBackend FSDP or DDP"
         )
 
-    yield Rule(
-        "device.cpu-backend",
-        "distributedBackend",
-        "CPU ranks run FSDP or DDP, not DataParallel",
-        data_parallel_needs_gpus,
-        "!has(self.device) || self.device != 'cpu' || self.numberGpus <= 1 || !has(self.distributedBackend) "
-        "|| self.distributedBackend != 'None'",
+    @family.rule(
+        "fsdp.hybrid-multi-node",
+        "fsdpShardingStrategy",
+        "HYBRID_SHARD needs several nodes",
+        f"!(self.fsdpShardingStrategy in {cel_list([h.value for h in HYBRID])}) || self.numberNodes > 1",
     )
-
     def hybrid_multi_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.fsdp_sharding_strategy not in HYBRID or s.number_nodes > 1:
             return None
@@ -134,14 +130,16 @@ def distributed_rules() -> Iterator[Rule]:
             "nodes, but numberNodes is 1; use FULL_SHARD (or SHARD_GRAD_OP) on one node, or numberNodes >= 2"
         )
 
-    yield Rule(
-        "fsdp.hybrid-multi-node",
-        "fsdpShardingStrategy",
-        "HYBRID_SHARD needs several nodes",
-        hybrid_multi_node,
-        f"!(self.fsdpShardingStrategy in {cel_list([h.value for h in HYBRID])}) || self.numberNodes > 1",
-    )
+    strategies2 = cel_list([s.value for s in effective.FSDP2_STRATEGIES])
 
+    @family.rule(
+        "fsdp.v2-settings",
+        "fsdpVersion",
+        "FSDP2 takes only FULL_SHARD or SHARD_GRAD_OP and no prefetch settings",
+        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || (self.fsdpShardingStrategy in "
+        + strategies2
+        + " && !self.fsdpForwardPrefetch && !has(self.fsdpBackwardPrefetch))",
+    )
     def v2_settings(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.fsdp_version != 2:
             return None
@@ -153,19 +151,15 @@ def distributed_rules() -> Iterator[Rule]:
             "SHARD_GRAD_OP and it prefetches by itself; set fsdpVersion 1 or remove them"
         )
 
-    strategies2 = cel_list([s.value for s in effective.FSDP2_STRATEGIES])
-    yield Rule(
-        "fsdp.v2-settings",
-        "fsdpVersion",
-        "FSDP2 takes only FULL_SHARD or SHARD_GRAD_OP and no prefetch settings",
-        v2_settings,
-        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || (self.fsdpShardingStrategy in "
-        + strategies2
-        + " && !self.fsdpForwardPrefetch && !has(self.fsdpBackwardPrefetch))",
-    )
-
     without2 = [r.version for r in load_releases().installable if 2 not in r.fsdp_versions]
 
+    @family.rule(
+        "fsdp.v2-engine",
+        "fsdpVersion",
+        "FSDP2 needs an engine whose accelerate has it",
+        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.engine != 'fms-hf-tuning' || "
+        f"!(self.fmsHfTuningVersion in {cel_list(without2)})",
+    )
     def v2_engine(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.fsdp_version != 2 or s.engine != Engine.FMS_HF_TUNING or s.fms_hf_tuning_version not in without2:
             return None
@@ -174,19 +168,17 @@ def distributed_rules() -> Iterator[Rule]:
             "accelerate; set fsdpVersion 1 (or remove it), fmsHfTuningVersion 3.0.0 or newer, or engine trl"
         )
 
-    yield Rule(
-        "fsdp.v2-engine",
-        "fsdpVersion",
-        "FSDP2 needs an engine whose accelerate has it",
-        v2_engine,
-        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.engine != 'fms-hf-tuning' || "
-        f"!(self.fmsHfTuningVersion in {cel_list(without2)})",
-    )
-
     sharded_only = [
         r.version for r in load_releases().installable if 2 in r.fsdp_versions and not r.fsdp2_full_state_dict
     ]
 
+    @family.rule(
+        "fsdp.v2-state-dict",
+        "fsdpStateDictType",
+        "FSDP2 on an accelerate without FULL_STATE_DICT for it needs SHARDED_STATE_DICT",
+        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.fsdpStateDictType != 'FULL_STATE_DICT' || "
+        f"self.engine != 'fms-hf-tuning' || !(self.fmsHfTuningVersion in {cel_list(sharded_only)})",
+    )
     def v2_full_state_dict(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if (
             s.fsdp_version != 2
@@ -200,15 +192,7 @@ def distributed_rules() -> Iterator[Rule]:
             "fsdpStateDictType SHARDED_STATE_DICT, fsdpVersion 1 (or remove it), or a newer fmsHfTuningVersion"
         )
 
-    yield Rule(
-        "fsdp.v2-state-dict",
-        "fsdpStateDictType",
-        "FSDP2 on an accelerate without FULL_STATE_DICT for it needs SHARDED_STATE_DICT",
-        v2_full_state_dict,
-        "!has(self.fsdpVersion) || self.fsdpVersion != 2 || self.fsdpStateDictType != 'FULL_STATE_DICT' || "
-        f"self.engine != 'fms-hf-tuning' || !(self.fmsHfTuningVersion in {cel_list(sharded_only)})",
-    )
-
+    @family.rule("fsdp.offload-fsdp1-cpu", "fsdpOffloadParams", "FSDP1 offload needs GPUs")
     def offload_fsdp1_cpu(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if not (s.fsdp_offload_params and effective.uses_cpu(s) and effective.fsdp_version(s) == 1):
             return None
@@ -217,4 +201,4 @@ def distributed_rules() -> Iterator[Rule]:
             "use FSDP2 (fsdpVersion 2 or unset, on an engine that has it) or set fsdpOffloadParams false"
         )
 
-    yield Rule("fsdp.offload-fsdp1-cpu", "fsdpOffloadParams", "FSDP1 offload needs GPUs", offload_fsdp1_cpu)
+    return iter(family.rules)

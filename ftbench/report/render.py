@@ -12,7 +12,7 @@ import base64
 import html
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -286,19 +286,41 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(blocks: Sequence[Block]) -> str:
+def _each_block(
+    blocks: Sequence[Block],
+    heading: Callable[[Heading], str],
+    paragraph: Callable[[Paragraph], str],
+    table: Callable[[Table], str],
+    plot: Callable[[Plot], str],
+) -> list[str]:
+    """Each block written by the function for its kind: the one walk Markdown and HTML share."""
     out = []
     for b in blocks:
         if isinstance(b, Heading):
-            out.append(f"{'#' * b.level} {b.text}")
+            out.append(heading(b))
         elif isinstance(b, Paragraph):
-            out.append(b.text)
+            out.append(paragraph(b))
         elif isinstance(b, Table):
-            lines = ["| " + " | ".join(map(_md_cell, b.headers)) + " |", "|" + "---|" * len(b.headers)]
-            lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in b.rows]
-            out.append("\n".join(lines))
+            out.append(table(b))
         else:
-            out.append(f"![{b.figure.title}: {b.figure.ylabel} vs {b.figure.xlabel}]({b.file})")
+            out.append(plot(b))
+    return out
+
+
+def _md_table(b: Table) -> str:
+    lines = ["| " + " | ".join(map(_md_cell, b.headers)) + " |", "|" + "---|" * len(b.headers)]
+    lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in b.rows]
+    return "\n".join(lines)
+
+
+def markdown(blocks: Sequence[Block]) -> str:
+    out = _each_block(
+        blocks,
+        heading=lambda b: f"{'#' * b.level} {b.text}",
+        paragraph=lambda b: b.text,
+        table=_md_table,
+        plot=lambda b: f"![{b.figure.title}: {b.figure.ylabel} vs {b.figure.xlabel}]({b.file})",
+    )
     return "\n\n".join(out) + "\n"
 
 
@@ -329,19 +351,20 @@ def _inline(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
+def _html_table(b: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
 def html_page(blocks: Sequence[Block]) -> str:
-    out = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
-        elif isinstance(b, Paragraph):
-            out.append(f"<p>{_inline(b.text)}</p>")
-        elif isinstance(b, Table):
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in b.rows)
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        else:
-            out.append(_html_figure(b))
+    out = _each_block(
+        blocks,
+        heading=lambda b: f"<h{b.level}>{html.escape(b.text)}</h{b.level}>",
+        paragraph=lambda b: f"<p>{_inline(b.text)}</p>",
+        table=_html_table,
+        plot=_html_figure,
+    )
     title = "ftbench report"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(out) + "\n</body></html>\n")  # fmt: skip
