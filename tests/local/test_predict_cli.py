@@ -109,3 +109,22 @@ def test_a_model_without_a_config_is_refused_with_the_reason(home, tmp_path, cap
     assert main(["predict", str(spec_file(tmp_path, "nocfg")), "--model-map", str(missing)]) == 2
     err = capsys.readouterr().err
     assert "cannot read the config of model llama-7b" in err and "config.json only (no weights)" in err
+
+
+def test_gptq_lora_and_prompt_tuning_are_predicted_in_their_engines_environment(home, tmp_path, model_map, capsys):
+    """GPTQ-LoRA runs on fms-hf-tuning: its predictor runs in that release's environment (transformers 4.x)."""
+    mapped = yaml.safe_load(model_map.read_text())
+    mapped["llama-7b"]["GPTQ-Quantized"] = mapped["llama-7b"]["Vanilla"]
+    model_map.write_text(yaml.safe_dump(mapped))
+    gptq = spec_file(
+        tmp_path, "gptq", experiment="finetune_gtpq-lora_benchmark-v1.0.0", engine="fms-hf-tuning",
+        fmsHfTuningVersion="2.8.2", numberGpus=2, batchSize=4, modelMaxLength=4096, torchDtype="float16",
+    )  # fmt: skip
+    out = predict(capsys, "predict", str(gptq), "--model-map", str(model_map))
+    p = out["prediction"]
+    assert any("GPTQ base weights counted as 4-bit" in n for n in p["notes"])
+    # 4-bit weights, sharded over 2 ranks: far below the 6.7 GB a float16 half would hold.
+    assert p["split"]["parametersBytes"] < 2.5 * GIB and out["fit"]["fits"] is True
+    pt = spec_file(tmp_path, "pt", experiment="finetune_pt_benchmark-v1.0.0")
+    out = predict(capsys, "predict", str(pt), "--model-map", str(model_map))
+    assert out["prediction"]["trainableParameters"] == 8 * 4096  # 8 virtual tokens of the hidden size

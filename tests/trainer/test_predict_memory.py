@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ftbench_trainer.predict.shard import Sharding, shard  # noqa: E402
-from ftbench_trainer.predict.trace import StepShape, build_model, run_steps, trace_step  # noqa: E402
+from ftbench_trainer.predict.trace import StepShape, add_adapter, build_model, run_steps, trace_step  # noqa: E402
 from ftbench_trainer.predict.tracker import StorageTracker, allocator_bytes  # noqa: E402
 
 TOLERANCE = 0.05
@@ -33,7 +33,7 @@ def small_llama():
 def measured(config, shape: StepShape):
     """The same steps on a real model (real tensors on CPU), under the same tracker."""
     torch.manual_seed(0)
-    model = build_model(config, shape, device="cpu")
+    model = add_adapter(build_model(config, shape, device="cpu"), shape)
     return run_steps(
         model, shape, StorageTracker(), make_batch=lambda: torch.randint(0, config.vocab_size, (shape.batch, shape.seq))
     )

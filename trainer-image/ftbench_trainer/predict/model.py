@@ -48,13 +48,15 @@ def predict(plan: LaunchPlan, config: Any | None = None) -> MemoryPrediction:
         notes.append(
             f"{plan.training.attn_implementation} traced as sdpa's memory-efficient kernel (the same O(seq) state)"
         )
-    phases = shard(trace.phases, s, layer_bytes=trace.largest_layer_bytes)
-    if plan.method == "gptq-lora":
-        phases = {k: _gptq(v, trace) for k, v in phases.items()}
+    traced, layer_bytes = trace.phases, trace.largest_layer_bytes
+    if plan.method == "gptq-lora":  # quantize the whole model's weights first, then shard what is left
+        traced = {k: _gptq(v, trace) for k, v in traced.items()}
+        layer_bytes = int(layer_bytes * GPTQ_BYTES_PER_WEIGHT / 2)
         notes.append(
             "estimate: GPTQ base weights counted as 4-bit with group-128 scales and zeros; the kernels' "
             "dequantisation temporaries are not traced"
         )
+    phases = shard(traced, s, layer_bytes=layer_bytes)
     if s.kind == "none" and plan.topology.world_size > 1:
         notes.append(
             "DataParallel: predicted for one device at the per-device batch; outputs gathered on GPU 0 not modelled"

@@ -52,7 +52,8 @@ def shard_phase(split: Split, phase: str, s: Sharding, *, layer_bytes: int, grad
         gathered = layer_bytes * (2 if phase == "backward" or s.forward_prefetch else 1)
         if phase == "optimizer":
             gathered = 0
-        unsharded_grad = layer_bytes if phase == "backward" else 0
+        # One layer's gradient before its reduce-scatter; frozen layers (LoRA, prompt tuning) have none.
+        unsharded_grad = min(layer_bytes, g) if phase == "backward" else 0
         p = 0 if s.offload_parameters else _div(p, n)
         return Split(p + gathered, _div(g, n) + unsharded_grad, 0 if s.offload_optimizer else _div(o, n), x)
     if s.kind in GRADS_AND_STATE:

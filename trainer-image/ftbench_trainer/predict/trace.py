@@ -71,36 +71,62 @@ class Trace:
 
 
 def build_model(config: Any, shape: StepShape, device: str = "meta") -> Any:
-    """The architecture, in the step's dtype, with its PEFT adapter; on the meta device (no memory)
-    for the prediction, on "cpu" to train it for real."""
+    """The bare architecture in the step's dtype: on the meta device (no memory) for the
+    prediction, on "cpu" to train it for real. `add_adapter` adds LoRA or prompt tuning."""
     from transformers import AutoModelForCausalLM
 
     config._attn_implementation = shape.attention
     dtype = getattr(torch, shape.dtype)
     with torch.device(device):
         try:
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            return AutoModelForCausalLM.from_config(config, dtype=dtype)
         except TypeError:  # transformers 4.x (fms-hf-tuning's environments) calls it torch_dtype
-            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
-        if shape.method in ("lora", "gptq-lora", "pt"):
-            model = _peft(model, shape)
-    return model
+            return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+
+
+def add_adapter(model: Any, shape: StepShape) -> Any:
+    """The PEFT adapter the engine adds (on the tensors the model already has: fake or real)."""
+    if shape.method == "pt":
+        return PromptTuned(model, shape.pt_virtual_tokens)
+    return _peft(model, shape) if shape.method in ("lora", "gptq-lora") else model
+
+
+class PromptTuned(torch.nn.Module):
+    """Prompt tuning as peft runs it: trained virtual-token embeddings prepended to the input
+    embeddings (labels ignored there), the model frozen. Written out because peft's own setup moves
+    its prompt encoder between devices, which fake tensors refuse."""
+
+    def __init__(self, model: Any, tokens: int) -> None:
+        super().__init__()
+        self.model = model
+        for p in model.parameters():
+            p.requires_grad_(False)
+        embed = model.get_input_embeddings()
+        self.prompt = torch.nn.Parameter(torch.zeros(tokens, embed.embedding_dim, dtype=embed.weight.dtype))
+        self._no_split_modules = getattr(model, "_no_split_modules", None)
+
+    def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
+        self.model.gradient_checkpointing_enable(**kwargs)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> Any:
+        batch, tokens = input_ids.shape[0], self.prompt.shape[0]
+        embeds = self.model.get_input_embeddings()(input_ids)
+        embeds = torch.cat([self.prompt.unsqueeze(0).expand(batch, -1, -1), embeds], dim=1)
+        ignored = torch.full((batch, tokens), -100, dtype=labels.dtype)
+        return self.model(inputs_embeds=embeds, labels=torch.cat([ignored, labels], dim=1))
 
 
 def _peft(model: Any, shape: StepShape) -> Any:
-    from peft import LoraConfig, PromptTuningConfig, TaskType, get_peft_model
+    from peft import LoraConfig, TaskType, get_peft_model
 
-    if shape.method == "pt":
-        config: Any = PromptTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=shape.pt_virtual_tokens)
-    else:
-        config = LoraConfig(
-            r=shape.lora_r,
-            lora_alpha=shape.lora_alpha,
-            target_modules=list(shape.lora_targets) if shape.lora_targets else None,
-            lora_dropout=shape.lora_dropout,
-            bias="none",
-            task_type=TaskType.CAUSAL_LM,
-        )
+    config = LoraConfig(
+        r=shape.lora_r,
+        lora_alpha=shape.lora_alpha,
+        target_modules=list(shape.lora_targets) if shape.lora_targets else None,
+        lora_dropout=shape.lora_dropout,
+        bias="none",
+        task_type=TaskType.CAUSAL_LM,
+    )
     return get_peft_model(model, config)
 
 
@@ -190,9 +216,16 @@ def trace_step(config: Any, shape: StepShape) -> Trace:
 
     started = time.perf_counter()
     model = build_model(config, shape)
+    # LoRA goes on on the meta device (peft moves its layers, which fake tensors' weak references refuse);
+    # prompt tuning after the move (its prompt shares the embedding's module, which to_empty cannot swap).
+    late = shape.method == "pt"
+    if not late:
+        model = add_adapter(model, shape)
     vocab = int(config.vocab_size)
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = model.to_empty(device="cpu")
+        if late:
+            model = add_adapter(model, shape)
         trace = run_steps(
             model, shape, StorageTracker(), make_batch=lambda: torch.randint(0, vocab, (shape.batch, shape.seq))
         )
