@@ -63,6 +63,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.results.measurementQuality",
         "description": "clean, or flagged: status.results.noiseFlags says why",
     },
+    {
+        "name": "PredMem%",
+        "type": "number",
+        "jsonPath": ".status.prediction.fit.predictedPercent",
+        "description": "predicted peak memory per GPU, % of the GPU model's (an estimate: status.prediction)",
+    },
     {"name": "PeakMem%", "type": "number", "jsonPath": ".status.results.gpuMemoryUtilizationPeakPercent"},
     {
         # The network preflight's figure (a network check's only one): empty when no preflight ran.

@@ -18,18 +18,26 @@ from ftbench.api.spec import ApiModel
 from ftbench.contracts.prediction import MemoryPrediction
 
 BORDERLINE_FRACTION: Final = 0.10
+# The reason of a run refused for a predicted OOM (spec.run.oomPrecheck refuse): the operator writes it,
+# sweeps read it (the point is skipped, not launched).
+PREDICTED_OOM_REASON: Final = "PredictedOOM"
 
 
 class MemoryFit(ApiModel):
     """A prediction against one GPU model's memory."""
 
-    gpu_model: str
-    capacity_bytes: Annotated[int, Field(ge=0)]
-    runtime_overhead_bytes: Annotated[int, Field(ge=0)]
+    gpu_model: str = Field(description="spec.gpuModel, as the profile's gpuMemory lists it.")
+    capacity_bytes: Annotated[int, Field(ge=0)] = Field(description="The GPU model's memory (profile gpuMemory).")
+    runtime_overhead_bytes: Annotated[int, Field(ge=0)] = Field(
+        description="What a process holds beyond its tensors (profile gpuMemory runtimeOverhead)."
+    )
     predicted_total_bytes: Annotated[int, Field(ge=0)] = Field(
         description="Predicted tensor peak plus the runtime overhead."
     )
-    fits: bool
+    predicted_percent: Annotated[float, Field(ge=0)] = Field(
+        description="The predicted total as a percentage of the capacity (kubectl's PredMem%, beside PeakMem%)."
+    )
+    fits: bool = Field(description="The predicted total is at most the capacity.")
     borderline: bool = Field(description="Within 10 % of the capacity either way: the untraced parts decide.")
     headroom_bytes: int = Field(description="Capacity minus the predicted total (negative: predicted OOM).")
 
@@ -56,6 +64,7 @@ def memory_fit(prediction: MemoryPrediction, gpu_model: str | None, profile: Clu
         capacity_bytes=capacity,
         runtime_overhead_bytes=overhead,
         predicted_total_bytes=total,
+        predicted_percent=round(100.0 * total / capacity, 1) if capacity else 0.0,
         fits=total <= capacity,
         borderline=abs(capacity - total) <= BORDERLINE_FRACTION * capacity,
         headroom_bytes=capacity - total,
@@ -65,5 +74,5 @@ def memory_fit(prediction: MemoryPrediction, gpu_model: str | None, profile: Clu
 class PredictionReport(ApiModel):
     """`ftbench predict -o json`: the prediction and its verdict against the GPU model's memory."""
 
-    prediction: MemoryPrediction
+    prediction: MemoryPrediction = Field(description="Predicted peak tensor memory per device and its split.")
     fit: MemoryFit | None = Field(None, description="Unset on CPU ranks or for a GPU model the profile lacks.")

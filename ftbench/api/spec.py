@@ -31,6 +31,7 @@ from ftbench.contracts.enums import (
     FsdpStateDictType,
     MixedPrecision,
     NetworkPreflight,
+    OomPrecheck,
     Runtime,
     TorchDtype,
     canonical_experiment,
@@ -126,6 +127,15 @@ class RunSettings(ApiModel):
         "multi-node runs; on: every run with more than one rank; off: never; only: the preflight and nothing "
         "else (no model is loaded, nothing is trained; the ranks and network the spec asks for are checked, as "
         "seed 004 does before its study; the BusBW column shows the bus bandwidth) (docs/roce.md).",
+    )
+    oom_precheck: OomPrecheck = Field(
+        default=OomPrecheck.WARN,
+        description="Before anything is created the operator predicts the peak memory per GPU (the predictor "
+        "service traces one training step of the model's architecture from its config.json, no weights) into "
+        "status.prediction, and compares it with the GPU model's memory in the cluster profile (gpuMemory). warn: "
+        "a predicted OOM is a Warning Event and condition MemoryFits=False, the run goes ahead; refuse: the run "
+        "ends Invalid with reason PredictedOOM and the numbers, before any pod starts; off: no prediction. "
+        "Needs the chart's predictor (docs/measurements.md, Predicted memory).",
     )
     require_roce: bool = Field(
         default=False,

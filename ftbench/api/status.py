@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from ftbench.api.prediction import PredictionReport
 from ftbench.api.spec import MAX_REPEATS, ApiModel, FineTuneExperimentSpec
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.outcomes import Phase
@@ -141,3 +142,9 @@ class FineTuneExperimentStatus(ApiModel):
         None, description="Throughput of each repeat with the mean, 95% interval and CV across them (repeats > 1)."
     )
     environment: RunEnvironment | None = Field(None, description="What actually ran.")
+    prediction: PredictionReport | None = Field(
+        None,
+        description="Peak memory per GPU predicted before anything was created (spec.run.oomPrecheck), split into "
+        "parameters, gradients, optimizer state and activations, and whether it fits the GPU model's memory; the "
+        "shape of `ftbench predict -o json`. An estimate: docs/measurements.md says what it models.",
+    )

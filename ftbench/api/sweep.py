@@ -127,6 +127,12 @@ class FineTuneSweepSpec(ApiModel):
         "every point that needs at least as much memory per GPU with everything else equal (a per-device batch "
         "and a sequence length at least as large). Such a point waits until those below it end.",
     )
+    skip_predicted_oom: bool = Field(
+        True,
+        description="Do not launch a point whose predicted peak memory per GPU does not fit its gpuModel: each "
+        "point's experiment runs with run.oomPrecheck refuse unless the template sets oomPrecheck, so such a point "
+        "ends Skipped with the prediction's numbers and no pod starts. false: run them anyway (warn).",
+    )
     reuse: bool = Field(
         False,
         description="A point whose effective spec (defaults filled in) and trainer image equal those of a "

@@ -117,6 +117,14 @@ class Runtime(StrEnum):
     TRAIN_JOB = "TrainJob"
 
 
+class OomPrecheck(StrEnum):
+    """What a predicted out-of-memory does before any pod starts (spec.run.oomPrecheck)."""
+
+    WARN = "warn"  # record the prediction, warn, run anyway
+    REFUSE = "refuse"  # Invalid (PredictedOOM) with the numbers; nothing is created
+    OFF = "off"  # no prediction
+
+
 class NetworkPreflight(StrEnum):
     """Whether the collective bandwidth self-test runs before training (spec.run.networkPreflight)."""
 

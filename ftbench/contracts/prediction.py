@@ -53,10 +53,10 @@ class MemoryPrediction(WireModel):
         "the GPU model (0 on CPU).",
     )
     device: Literal["cuda", "cpu"] = Field(description="The device the prediction is for (its optimizer defaults).")
-    world_size: Annotated[int, Field(ge=1)]
+    world_size: Annotated[int, Field(ge=1)] = Field(description="Ranks of the run.")
     sharding: str = Field(description="How state is split across ranks: none, ddp, or the FSDP strategy.")
     traced_parameters: Annotated[int, Field(ge=0)] = Field(description="Parameters of the traced model (exact).")
-    trainable_parameters: Annotated[int, Field(ge=0)]
+    trainable_parameters: Annotated[int, Field(ge=0)] = Field(description="Parameters that train (LoRA, prompt).")
     seconds: Annotated[float, Field(ge=0)] = Field(description="How long the prediction took.")
     notes: tuple[str, ...] = Field((), description="What the prediction assumed or could not model.")
 
@@ -75,3 +75,11 @@ def parse_prediction_line(line: str) -> MemoryPrediction | None:
     if head != PREDICTION_PREFIX or not body:
         return None
     return MemoryPrediction.model_validate(json.loads(body))
+
+
+# The predictor service (`python -m ftbench_trainer.predict.serve`, the chart's `predictor`): the operator
+# POSTs a launch plan as JSON here and gets a MemoryPrediction back (422 with {"error": ...} when the
+# prediction cannot be made, e.g. no config.json at the model's path).
+PREDICT_PATH: Final = "/v1/predict"
+HEALTH_PATH: Final = "/healthz"
+PREDICTOR_PORT: Final = 8470

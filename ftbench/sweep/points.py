@@ -27,6 +27,7 @@ from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fi
 from ftbench.api.validation import Issue, issue_from_pydantic, validate_spec_dict
 from ftbench.api.wire_keys import name_problem, unknown_keys
 from ftbench.catalog import Catalog
+from ftbench.contracts.enums import OomPrecheck
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,17 @@ def expand(spec: FineTuneSweepSpec, catalog: Catalog) -> Expansion:
         refused = (*report.issues, *_not_a_measurement(report.spec))
         points.append(SweepPoint(index, values, wire, report.spec if report.ok and not refused else None, refused))
     return Expansion(points=tuple(points))
+
+
+def launch_wire(sweep: FineTuneSweepSpec, point: SweepPoint) -> dict[str, Any]:
+    """The spec a point's experiment is created with: the point's, with the sweep's skipPredictedOom as
+    run.oomPrecheck (refuse: a point predicted not to fit is not launched) unless the point sets it."""
+    wire = copy.deepcopy(dict(point.wire))
+    run = wire.get("run") or {}
+    if "oomPrecheck" not in run:
+        precheck = OomPrecheck.REFUSE if sweep.skip_predicted_oom else OomPrecheck.WARN
+        wire["run"] = {**run, "oomPrecheck": precheck.value}
+    return wire
 
 
 def _not_a_measurement(spec: FineTuneExperimentSpec | None) -> tuple[Issue, ...]:

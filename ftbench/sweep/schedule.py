@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ftbench.api.network import transport_text
+from ftbench.api.prediction import PREDICTED_OOM_REASON
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import (
     FINISHED_POINT_PHASES,
@@ -70,8 +71,9 @@ class ReuseCandidate:
 def reuse_key(spec: FineTuneExperimentSpec, image: str) -> str:
     """What must match for a result to be reused: the spec with every default filled in (so
     `batchSize: 4` written or defaulted compare equal) and the trainer image that ran it."""
-    canonical = json.dumps({"spec": FineTuneExperimentSpec.model_validate(spec.to_wire()).to_wire(), "image": image},
-                           sort_keys=True)  # fmt: skip
+    wire = FineTuneExperimentSpec.model_validate(spec.to_wire()).to_wire()
+    wire["run"].pop("oomPrecheck", None)  # whether a prediction was checked first changes nothing measured
+    canonical = json.dumps({"spec": wire, "image": image}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -114,6 +116,8 @@ def _point_phase(runs: Sequence[RunState], repeats: int) -> tuple[PointPhase, st
         return PointPhase.RUNNING, ""
     if failed := next((r for r in runs if r.phase == Phase.FAILED), None):
         return PointPhase.FAILED, f"{failed.name}: {failed.reason}: {failed.message}".strip(": ")
+    if predicted := next((r for r in runs if r.phase == Phase.INVALID and r.reason == PREDICTED_OOM_REASON), None):
+        return PointPhase.SKIPPED, f"not launched: {predicted.message}"
     if invalid := next((r for r in runs if r.phase == Phase.INVALID), None):
         return PointPhase.INVALID, f"{invalid.name}: {invalid.message}"
     return PointPhase.SUCCEEDED, ""

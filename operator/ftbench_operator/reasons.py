@@ -6,6 +6,7 @@ Docs and tests use these names; those of a trainer-reported outcome come from th
 
 from __future__ import annotations
 
+from ftbench.api.prediction import PREDICTED_OOM_REASON
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.results import Outcome
 
@@ -14,6 +15,12 @@ GPU_OOM = OUTCOMES[Outcome.GPU_OOM].status_reason
 TRAINING_ERROR = OUTCOMES[Outcome.FAILED].status_reason
 ROCE_NOT_IN_EFFECT = OUTCOMES[Outcome.NETWORK_UNFIT].status_reason
 INVALID_SPEC = "InvalidSpec"
+# Condition MemoryFits (spec.run.oomPrecheck): the prediction's verdict, or why there is none.
+PREDICTED_OOM = PREDICTED_OOM_REASON
+PREDICTED_TO_FIT = "PredictedToFit"
+PREDICTED_BORDERLINE = "PredictedBorderline"
+PREDICTOR_UNAVAILABLE = "PredictorUnavailable"
+NO_GPU_MEMORY = "NoGpuMemory"
 NOT_RUNNABLE = "NotRunnable"
 HOST_OOM_KILLED = "OOMKilled"
 EVICTED = "Evicted"

@@ -45,6 +45,15 @@ class OperatorSettings(BaseModel):
         16, ge=1, le=64, description="Threads (and pooled connections) for blocking Kubernetes API calls."
     )
     api_retry_delay_seconds: float = Field(5.0, gt=0, description="First backoff delay after an API error.")
+    predictor_url: str | None = Field(
+        None,
+        description="Base URL of the memory predictor service (the chart's predictor, e.g. "
+        "http://ftbench-predictor.ftbench-system:8470); unset: no predictions (spec.run.oomPrecheck has no effect "
+        "and condition MemoryFits says so).",
+    )
+    predictor_timeout_seconds: float = Field(
+        120.0, gt=0, description="How long one prediction may take (a 70B model traces in well under a minute)."
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:

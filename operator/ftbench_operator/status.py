@@ -18,6 +18,7 @@ from typing import Any
 from ftbench.api import effective
 from ftbench.api.display import rounded
 from ftbench.api.network import NetworkExpectation, network_verdict
+from ftbench.api.prediction import PredictionReport
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.repeats import repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -29,7 +30,15 @@ from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench.render.plan import roce_unconfigured
 from ftbench.stats import text
 from ftbench_operator.classify import Observation
-from ftbench_operator.reasons import PENDING, QUEUED_REASON
+from ftbench_operator.reasons import (
+    NO_GPU_MEMORY,
+    PENDING,
+    PREDICTED_BORDERLINE,
+    PREDICTED_OOM,
+    PREDICTED_TO_FIT,
+    PREDICTOR_UNAVAILABLE,
+    QUEUED_REASON,
+)
 
 VALID = "Valid"
 QUEUED = "Queued"
@@ -49,6 +58,9 @@ TRAINER_STATUS_REPORTED = "TrainerStatusReported"
 # Set when the trainer ran the network preflight: False when enableRoce found no RoCE (reason SocketTransport
 # or RoceNotInEffect) or the peak busbw is far below the profile's expectedBusBandwidthGbps (LowBusBandwidth).
 NETWORK_AS_EXPECTED = "NetworkAsExpected"
+# Set before anything is created when spec.run.oomPrecheck is not off: the memory prediction against the GPU
+# model's memory (PredictedToFit, PredictedBorderline, PredictedOOM), or Unknown with why there is none.
+MEMORY_FITS = "MemoryFits"
 CONDITION_ORDER = (
     VALID,
     QUEUED,
@@ -58,6 +70,7 @@ CONDITION_ORDER = (
     ROCE_CONFIGURED,
     TRAINER_STATUS_REPORTED,
     NETWORK_AS_EXPECTED,
+    MEMORY_FITS,
     SPEC_CHANGE_IGNORED,
 )
 
@@ -201,6 +214,21 @@ class Builder:
             observed_generation=self.generation,
             conditions=self.conditions,
         )
+
+    def predicted(self, report: PredictionReport | None, unavailable: str | None = None) -> Status:
+        """Condition MemoryFits and status.prediction; `unavailable`: why there is no prediction."""
+        if report is None:
+            self.cond(MEMORY_FITS, "Unknown", PREDICTOR_UNAVAILABLE, unavailable or "no prediction")
+            return {}
+        fit = report.fit
+        if fit is None:
+            self.cond(MEMORY_FITS, "Unknown", NO_GPU_MEMORY, "no GPU memory to compare with: CPU ranks, or a "
+                      "gpuModel the cluster profile's gpuMemory does not list")  # fmt: skip
+        elif not fit.fits:
+            self.cond(MEMORY_FITS, "False", PREDICTED_OOM, fit.sentence())
+        else:
+            self.cond(MEMORY_FITS, "True", PREDICTED_BORDERLINE if fit.borderline else PREDICTED_TO_FIT, fit.sentence())
+        return patch(prediction=report)
 
     def roce(self, spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
         """Condition RoceConfigured for a multi-node enableRoce run; the problem, if any (for an Event)."""

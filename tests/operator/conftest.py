@@ -24,6 +24,7 @@ from operator_testkit import TEST_PROFILE, Kubelet
 
 from ftbench.api.crd import crd, sweep_crd
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from ftbench_devcluster import ControlPlane
 from ftbench_devcluster.crds import install_crd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,6 +143,13 @@ def operator(
 def operator_process() -> type[OperatorProcess]:
     """The class itself, for tests that run an operator of their own (other flags, other cluster)."""
     return OperatorProcess
+
+
+@pytest.fixture
+def own_cluster(control_plane_binaries: dict[str, Path]) -> Iterator[ControlPlane]:
+    """A control plane of the test's own, for an operator with other settings than the session's."""
+    with ControlPlane(binaries=control_plane_binaries) as cp:
+        yield cp
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,12 +160,6 @@ def test_missing_priority_class_fails_up_front(operator, kubelet, create_experim
     failed = kubelet.wait_phase(name, "Failed")
     assert "PriorityClass no-such-class does not exist" in failed["status"]["message"]
     assert not BatchV1Api(kube_api).list_namespaced_job(namespace, label_selector=SELECTOR).items
-
-
-@pytest.fixture
-def own_cluster(control_plane_binaries: dict[str, Path]) -> Iterator[ControlPlane]:
-    with ControlPlane(binaries=control_plane_binaries) as cp:
-        yield cp
 
 
 def test_nothing_hangs_pending(own_cluster: ControlPlane, tmp_path: Path, operator_process: Any) -> None:

@@ -7,7 +7,6 @@ act on every namespace and hide what this one ignores.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,6 @@ from ftbench_devcluster import ControlPlane
 from ftbench_devcluster.crds import install_crd
 
 pytestmark = pytest.mark.k8s
-
-
-@pytest.fixture
-def own_cluster(control_plane_binaries: dict[str, Path]) -> Iterator[ControlPlane]:
-    with ControlPlane(binaries=control_plane_binaries) as cp:
-        yield cp
 
 
 def test_namespaced_operator_ignores_other_namespaces(

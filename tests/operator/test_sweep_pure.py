@@ -34,9 +34,11 @@ RESULTS = {
 }
 
 
+SPEC = {"template": lora_spec(), "matrix": {"batchSize": [4, 8]}}
+
+
 def points():
-    spec = FineTuneSweepSpec.model_validate({"template": lora_spec(), "matrix": {"batchSize": [4, 8]}})
-    return expand(spec, catalog_for(PROFILE)).points
+    return expand(FineTuneSweepSpec.model_validate(SPEC), catalog_for(PROFILE)).points
 
 
 def child(name: str, point: int, status: dict, owner: str = "sweep-uid", labels: bool = True) -> dict:
@@ -98,7 +100,7 @@ def test_reuse_matches_effective_spec_and_image_not_own_children():
 
 
 def test_child_body_is_labelled_and_controlled_by_the_sweep():
-    body = child_body(SWEEP, NewRun(points()[1], 0))
+    body = child_body(SWEEP, FineTuneSweepSpec.model_validate(SPEC), NewRun(points()[1], 0))
     meta = body["metadata"]
     assert meta["name"] == "sw-p1-r0" and meta["namespace"] == "ns"
     assert meta["labels"]["ftbench.io/sweep-point"] == "1" and meta["labels"]["ftbench.io/sweep"] == "sw"
@@ -106,6 +108,10 @@ def test_child_body_is_labelled_and_controlled_by_the_sweep():
     (ref,) = meta["ownerReferences"]
     assert (ref["uid"], ref["controller"], ref["blockOwnerDeletion"]) == ("sweep-uid", True, True)
     assert body["spec"]["batchSize"] == 8
+    # skipPredictedOom (default true): a point predicted not to fit is refused before any pod starts.
+    assert body["spec"]["run"]["oomPrecheck"] == "refuse"
+    run_anyway = FineTuneSweepSpec.model_validate({**SPEC, "skipPredictedOom": False})
+    assert child_body(SWEEP, run_anyway, NewRun(points()[1], 0))["spec"]["run"]["oomPrecheck"] == "warn"
     assert sweep_owner(body) == "sw"
     assert sweep_owner({"metadata": {"ownerReferences": []}}) is None
 

@@ -122,3 +122,37 @@ def test_the_api_server_accepts_it_unpruned(kube_api) -> None:
         assert not _missing(created["spec"], runtime["spec"]), _missing(created["spec"], runtime["spec"])
     finally:
         api.delete_cluster_custom_object(*args, runtime["metadata"]["name"])
+
+
+PREDICTOR_VALUES = {
+    "predictor": {
+        "enabled": True,
+        "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "hf-models-pvc", "readOnly": True}}],
+        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
+    }
+}
+
+
+def test_the_predictor_is_off_by_default_and_the_operator_is_told_where_it_is_when_on() -> None:
+    objects = render()
+    assert not [o for o in by_kind(objects, "Deployment") if o["metadata"]["name"].endswith("-predictor")]
+    operator_env = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "FTBENCH_OPERATOR_PREDICTOR_URL" not in {e["name"] for e in operator_env}
+
+    objects = render(PREDICTOR_VALUES)
+    deployments = {d["metadata"]["name"]: d for d in by_kind(objects, "Deployment")}
+    predictor = next(d for name, d in deployments.items() if name.endswith("-predictor"))
+    operator = next(d for name, d in deployments.items() if not name.endswith("-predictor"))
+    (service,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-predictor")]
+    pod = predictor["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"][:3] == ["python", "-m", "ftbench_trainer.predict.serve"]
+    assert container["image"] == "ghcr.io/ftbench/trainer:0.1.0"
+    assert container["volumeMounts"] == PREDICTOR_VALUES["predictor"]["volumeMounts"]
+    assert pod["automountServiceAccountToken"] is False
+    # The Service selects the predictor's pods and not the operator's.
+    assert service["spec"]["selector"].items() <= predictor["spec"]["template"]["metadata"]["labels"].items()
+    assert not service["spec"]["selector"].items() <= operator["spec"]["template"]["metadata"]["labels"].items()
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    url = env["FTBENCH_OPERATOR_PREDICTOR_URL"]
+    assert url.startswith(f"http://{service['metadata']['name']}.") and url.endswith(":8470")

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ftbench.api.prediction import PREDICTED_OOM_REASON
 from ftbench.api.sweep import MAX_POINTS, OBJECTIVE_METRICS, FineTuneSweepSpec, PointPhase, SweepPhase
 from ftbench.catalog import load_catalog
 from ftbench.contracts.labels import DNS_LABEL_MAX
@@ -352,3 +353,16 @@ def test_every_objective_metric_picks_a_best_point(metric: str) -> None:
     runs[2] = RunState("c2-0", 2, 0, Phase.SUCCEEDED, "", "", metrics(100.0).model_copy(update={field: 1e9}))
     best = plan_sweep(spec, points, runs).best
     assert best is not None and best.point == 2 and best.metric == metric and best.value == 1e9
+
+
+def test_a_point_refused_for_a_predicted_oom_is_skipped_not_launched() -> None:
+    """Its experiment ended Invalid (PredictedOOM) before any pod: the point is Skipped with the numbers."""
+    spec = sweep(parallelism=4, oomPruning=False)
+    points = expand(spec, CATALOG).points
+    message = "predicted 95.1 GiB per GPU (...) of 80.0 GiB on NVIDIA-A100-SXM4-80GB: does not fit (predicted OOM)"
+    refused = RunState("c3-0", 3, 0, Phase.INVALID, PREDICTED_OOM_REASON, message)
+    plan = plan_sweep(spec, points, [done(0), done(1), done(2), refused])
+    row = plan.rows[3]
+    assert row.phase == PointPhase.SKIPPED and row.is_valid is False
+    assert row.message.startswith("not launched: predicted") and "predicted OOM" in row.message
+    assert plan.counts.skipped == 1 and plan.phase == SweepPhase.SUCCEEDED

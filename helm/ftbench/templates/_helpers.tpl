@@ -46,6 +46,16 @@ app.kubernetes.io/component: trainer
 {{ include "ftbench.metaLabels" . }}
 {{- end }}
 
+{{- define "ftbench.predictorLabels" -}}
+{{ include "ftbench.instanceLabels" . }}
+app.kubernetes.io/component: predictor
+{{ include "ftbench.metaLabels" . }}
+{{- end }}
+
+{{- define "ftbench.predictorName" -}}
+{{- printf "%s-predictor" (include "ftbench.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "ftbench.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "ftbench.fullname" .) .Values.serviceAccount.name }}

@@ -12,14 +12,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ftbench.api.profile import catalog_for
+from ftbench.api.prediction import MemoryFit, PredictionReport, memory_fit
+from ftbench.api.profile import ClusterProfile, catalog_for
+from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
+from ftbench.contracts.enums import OomPrecheck
 from ftbench.kubeapi import KubeError
 from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench.render.registry import RUNTIMES
-from ftbench_operator import children, status
+from ftbench_operator import children, predictor, status
 from ftbench_operator.body import ExperimentView
 from ftbench_operator.classify import Observation
 from ftbench_operator.context import OperatorContext, event
@@ -30,6 +33,7 @@ from ftbench_operator.reasons import (
     INVALID_SPEC,
     MISSING_DEPENDENCY,
     NOT_RUNNABLE,
+    PREDICTED_OOM,
     WAITING_FOR_PREDECESSOR,
 )
 from ftbench_operator.writer import Announce, write_status
@@ -72,6 +76,11 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
     # From here on the spec is accepted: a run that fails before it starts records it too, so a
     # retry (which runs status.acceptedSpec) runs this spec, never an edit made after it.
     builder.accept(report.spec, accepted_generation)
+    predicted, fit = await _predict(ctx, builder, report.spec, rendered, profile)
+    if fit is not None and not fit.fits and report.spec.run.oom_precheck == OomPrecheck.REFUSE:
+        refused = f"{fit.sentence()}; spec.run.oomPrecheck is refuse, so nothing was created (warn runs it anyway)"
+        await _invalid(ctx, experiment, builder, PREDICTED_OOM, refused, predicted)
+        return
     owner, name = experiment.body, experiment.name
     if attempt > 0:  # an earlier attempt's children may survive an operator killed mid-retry
         await children.delete_owned(ctx.kube, owner, children.attempt_selector(name, other_than=attempt))
@@ -103,9 +112,35 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
         runtime=children.runtime_ref(rendered),
     )
     started = f"attempt {attempt}: created {rendered.runtime.value} {rendered.names.workloads[0]}"
-    await write_status(ctx, experiment, desired, Announce("Started", started, when="always" if created else "never"))
+    await write_status(
+        ctx, experiment, {**desired, **predicted}, Announce("Started", started, when="always" if created else "never")
+    )
     if roce_problem and created:
         event(experiment, "NoRoceNetwork", roce_problem, warning=True)
+    if fit is not None and not fit.fits and created:
+        event(experiment, PREDICTED_OOM, f"{fit.sentence()}; running anyway (spec.run.oomPrecheck warn)", warning=True)
+
+
+async def _predict(
+    ctx: OperatorContext,
+    builder: status.Builder,
+    spec: FineTuneExperimentSpec,
+    rendered: Rendered,
+    profile: ClusterProfile,
+) -> tuple[status.Status, MemoryFit | None]:
+    """status.prediction and condition MemoryFits before anything is created; the verdict, if there is one."""
+    if spec.run.oom_precheck == OomPrecheck.OFF:
+        return {}, None
+    url = ctx.settings.predictor_url
+    if not url:
+        return builder.predicted(None, "no predictor is configured (the chart's predictor.enabled)"), None
+    try:
+        prediction = await predictor.predict(url, rendered.plan, ctx.settings.predictor_timeout_seconds)
+    except predictor.PredictorUnavailable as err:
+        log.warning("%s: no memory prediction: %s", rendered.plan.experiment_ref.name, err)
+        return builder.predicted(None, str(err)), None
+    fit = memory_fit(prediction, spec.gpu_model, profile)
+    return builder.predicted(PredictionReport(prediction=prediction, fit=fit)), fit
 
 
 async def _not_created(
@@ -149,9 +184,14 @@ async def _failed(
 
 
 async def _invalid(
-    ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, reason: str, message: str
+    ctx: OperatorContext,
+    experiment: ExperimentView,
+    builder: status.Builder,
+    reason: str,
+    message: str,
+    extra: status.Status | None = None,
 ) -> None:
-    desired = builder.invalid_spec(reason, message)
+    desired = {**builder.invalid_spec(reason, message), **(extra or {})}
     await _write(ctx, experiment, builder, desired, reason, message)
 
 

@@ -38,7 +38,7 @@ from ftbench.contracts.labels import MANAGED_BY, SWEEP_LABEL, SWEEP_POINT_LABEL,
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
 from ftbench.render.names import sweep_child_name
-from ftbench.sweep.points import SweepPoint, expand
+from ftbench.sweep.points import SweepPoint, expand, launch_wire
 from ftbench.sweep.schedule import NewRun, ReuseCandidate, RunState, SweepPlan, plan_sweep, reuse_key
 from ftbench.sweep.status import invalid_status, sweep_status
 from ftbench_operator import children, status
@@ -144,7 +144,7 @@ def reuse_candidates(
     return reuse
 
 
-def child_body(sweep: Mapping[str, Any], run: NewRun) -> Obj:
+def child_body(sweep: Mapping[str, Any], spec: FineTuneSweepSpec, run: NewRun) -> Obj:
     """The child FineTuneExperiment: the point's spec, labelled with sweep/point/repeat, controlled
     by the sweep (owner reference with controller and blockOwnerDeletion: the garbage collector
     deletes it with the sweep)."""
@@ -162,7 +162,7 @@ def child_body(sweep: Mapping[str, Any], run: NewRun) -> Obj:
                 SWEEP_REPEAT_LABEL: str(run.repeat),
             },
         },
-        "spec": dict(run.point.wire),
+        "spec": launch_wire(spec, run.point),
     }
     kopf.adopt(body, owner=dict(sweep))  # type: ignore[arg-type]  # kopf takes any mapping
     return body
@@ -234,7 +234,7 @@ async def _start_runs(
     plan = plan_sweep(spec, points, runs, reuse)
     while plan.to_create:
         for run in plan.to_create:
-            body = child_body(sweep, run)
+            body = child_body(sweep, spec, run)
             child = body["metadata"]["name"]
             try:
                 created = await children.create_all(ctx.kube, [body], sweep)
