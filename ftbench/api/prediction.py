@@ -76,3 +76,24 @@ class PredictionReport(ApiModel):
 
     prediction: MemoryPrediction = Field(description="Predicted peak tensor memory per device and its split.")
     fit: MemoryFit | None = Field(None, description="Unset on CPU ranks or for a GPU model the profile lacks.")
+    measured_peak_bytes: Annotated[int, Field(ge=0)] | None = Field(
+        None,
+        description="What the run measured for the same quantity: the largest rank's torch.cuda.max_memory_allocated "
+        "(status.results.gpuMaxMemoryAllocatedBytes); unset until a GPU run succeeds.",
+    )
+    error_percent: float | None = Field(
+        None, description="(predicted peak - measured peak) / measured peak x 100: positive over-predicts."
+    )
+    measured_oom: bool | None = Field(
+        None, description="The run ran out of GPU memory (true) or finished without (false); unset while it runs."
+    )
+
+    def measured(self, peak_bytes: int | None, *, oom: bool) -> PredictionReport:
+        """This prediction beside what the run measured (accuracy is tracked on every GPU run)."""
+        update: dict[str, object] = {"measured_oom": oom}
+        if peak_bytes:
+            update |= {
+                "measured_peak_bytes": peak_bytes,
+                "error_percent": round(100.0 * (self.prediction.peak_bytes - peak_bytes) / peak_bytes, 1),
+            }
+        return self.model_copy(update=update)

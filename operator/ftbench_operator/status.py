@@ -31,6 +31,7 @@ from ftbench.render.plan import roce_unconfigured
 from ftbench.stats import text
 from ftbench_operator.classify import Observation
 from ftbench_operator.reasons import (
+    GPU_OOM,
     NO_GPU_MEMORY,
     PENDING,
     PREDICTED_BORDERLINE,
@@ -294,6 +295,8 @@ class Builder:
             if obs.phase == Phase.SUCCEEDED and obs.result.metrics is not None:
                 fields["results"] = rounded(obs.result.metrics)
                 self.measurement(obs.result.metrics)
+            if (measured := self.prediction_measured(obs)) is not None:
+                fields["prediction"] = measured
             if obs.result.environment is not None:
                 fields["environment"] = obs.result.environment
                 self.trainer_status(obs.result.environment.kubeflow_trainer_status)
@@ -306,6 +309,19 @@ class Builder:
                 fields["stability"] = stability(obs.trials, trials)
         fields["conditions"] = self.conditions
         return patch(**fields)
+
+    def prediction_measured(self, obs: Observation) -> PredictionReport | None:
+        """status.prediction with the run's measured peak beside it, once the run has ended on a GPU."""
+        current = self.current.get("prediction")
+        result = obs.result
+        oom = obs.phase == Phase.INVALID and obs.reason == GPU_OOM
+        if not current or result is None or not (obs.phase == Phase.SUCCEEDED or oom):
+            return None
+        report = PredictionReport.model_validate(current)
+        if report.prediction.device != "cuda":
+            return None
+        peak = result.metrics.gpu_max_memory_allocated_bytes if result.metrics is not None else None
+        return report.measured(peak, oom=oom)
 
     def measurement(self, metrics: Metrics) -> None:
         """MeasurementClean from the noise flags (ftbench.stats.noise has the rules)."""

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.contracts.bounded import MESSAGE_MAX, bounded
 from ftbench.contracts.results import (
+    EXIT_GPU_OOM,
     REASON_NETWORK_CHECKED,
     NetworkInEffect,
     NetworkTransport,
@@ -500,3 +501,30 @@ def test_metrics_export_the_network_preflight():
     metrics.observe(body)
     metrics.forget("ns", "a")
     assert "ftbench_network_peak_bus_bandwidth_gbps{" not in generate_latest(metrics.registry).decode()
+
+
+def _predicted(peak_bytes: int, device: str = "cuda") -> dict:
+    from ftbench.api.prediction import PredictionReport
+    from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+
+    split = MemorySplit(parameters_bytes=peak_bytes, gradients_bytes=0, optimizer_bytes=0, activations_bytes=0)
+    prediction = MemoryPrediction(peak_bytes=peak_bytes, split=split, phase="backward", device=device, world_size=1,
+                                  sharding="none", traced_parameters=1, trainable_parameters=1, seconds=1.0)  # fmt: skip
+    return PredictionReport(prediction=prediction).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def test_a_finished_gpu_run_records_its_measured_peak_beside_the_prediction():
+    measured = success_result()
+    metrics = measured.metrics.model_copy(update={"gpu_max_memory_allocated_bytes": 10_000_000_000})
+    measured = measured.model_copy(update={"metrics": metrics})
+    current = {"prediction": _predicted(10_500_000_000)}
+    done = st.Builder(current, 1, NOW).observed(run([terminated(measured)]), trials=1)
+    prediction = done["prediction"]
+    assert prediction["measuredPeakBytes"] == 10_000_000_000 and prediction["errorPercent"] == 5.0
+    assert prediction["measuredOom"] is False
+    FineTuneExperimentStatus.model_validate(st.strip_empty({**current, **done}))
+    oom = st.Builder(current, 1, NOW).observed(run([terminated(oom_result(), exit_code=EXIT_GPU_OOM)]), trials=1)
+    assert oom["prediction"]["measuredOom"] is True and "measuredPeakBytes" not in oom["prediction"]
+    # CPU ranks measure RSS, not the traced quantity: nothing is compared.
+    cpu = st.Builder({"prediction": _predicted(1, "cpu")}, 1, NOW).observed(run([terminated(measured)]), trials=1)
+    assert "prediction" not in cpu
