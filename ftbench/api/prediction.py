@@ -8,7 +8,8 @@ the capacity either way, where the untraced parts decide.
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from collections.abc import Mapping
+from typing import Annotated, Any, Final
 
 from pydantic import Field
 
@@ -97,3 +98,16 @@ class PredictionReport(ApiModel):
                 "error_percent": round(100.0 * (self.prediction.peak_bytes - peak_bytes) / peak_bytes, 1),
             }
         return self.model_copy(update=update)
+
+
+def status_predicted_percent(status: Mapping[str, Any]) -> float | None:
+    """An experiment's `status.prediction.fit.predictedPercent` (None without a verdict)."""
+    value = ((status.get("prediction") or {}).get("fit") or {}).get("predictedPercent")
+    return float(value) if value is not None else None
+
+
+def status_refused_for_predicted_oom(status: Mapping[str, Any]) -> bool:
+    """The experiment ended Invalid because its prediction did not fit (oomPrecheck refuse)."""
+    return status.get("phase") == "Invalid" and any(
+        c.get("type") == "Valid" and c.get("reason") == PREDICTED_OOM_REASON for c in status.get("conditions") or []
+    )

@@ -183,6 +183,11 @@ class PointRow(ApiModel):
     gpu_memory_peak_percent: float | None = Field(
         None, description="Largest gpuMemoryUtilizationPeakPercent over repeats."
     )
+    predicted_memory_percent: float | None = Field(
+        None,
+        description="The memory prediction's total per GPU as a percentage of the GPU model's memory (the "
+        "experiments' status.prediction.fit.predictedPercent; an estimate), beside the measured peak.",
+    )
     mfu_percent: float | None = Field(None, description="Mean over repeats of mfuPercent.")
     step_time_cv_across_repeats: float | None = Field(
         None,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftbench.api.network import status_network
+from ftbench.api.prediction import PREDICTED_OOM_REASON, status_predicted_percent, status_refused_for_predicted_oom
 from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, PointRow
@@ -55,10 +56,15 @@ def run_state(obj: Obj, point: int, repeat: int) -> RunState:
         point=point,
         repeat=repeat,
         phase=Phase(phase) if phase in Phase.__members__.values() else None,
-        reason=OOM_REASON if _gpu_oom(status) else "",
+        reason=OOM_REASON
+        if _gpu_oom(status)
+        else PREDICTED_OOM_REASON
+        if status_refused_for_predicted_oom(status)
+        else "",
         message=str(status.get("invalidReason") or status.get("message") or ""),
         metrics=_metrics(status),
         network=status_network(status),
+        predicted_memory_percent=status_predicted_percent(status),
     )
 
 

@@ -50,6 +50,7 @@ class PlotPoint:
     phase: str
     tokens_per_second: float | None = None
     memory_peak_percent: float | None = None
+    memory_predicted_percent: float | None = None  # the memory prediction's (status.prediction), an estimate
     mfu_percent: float | None = None
     step_times: tuple[float, ...] = ()  # each successful repeat's median step time
     tokens_ci95: tuple[float, float] | None = None  # 95% interval of tokens_per_second (error bars)
@@ -97,6 +98,7 @@ def sweep_points(sweep: SweepData) -> list[PlotPoint]:
                 phase=str(row.phase),
                 tokens_per_second=row.train_tokens_per_second,
                 memory_peak_percent=row.gpu_memory_peak_percent,
+                memory_predicted_percent=row.predicted_memory_percent,
                 mfu_percent=row.mfu_percent,
                 step_times=tuple(steps.get(row.point, ())),
                 tokens_ci95=_tokens_ci95(measured.get(row.point, [])),
@@ -207,10 +209,16 @@ def _from_zero(ax: Axes, top: float) -> None:
 
 
 def _memory(ax: Axes, points: Sequence[PlotPoint], colors: dict[str, Any]) -> None:
-    """Peak memory of the points that fit; GpuOom and Skipped points at 100% with their own
-    markers, and per series a dashed line at the smallest per-device batch that did not fit."""
+    """Peak memory of the points that fit; the memory prediction's, where the operator made one, as a
+    dotted line of hollow squares; GpuOom and Skipped points at 100% with their own markers, and per
+    series a dashed line at the smallest per-device batch that did not fit."""
     _line_plot(ax, points, lambda p: p.memory_peak_percent, colors,
                "no GPU memory measured (CPU runs, or no run succeeded)")  # fmt: skip
+    for series, group in _by_series(points).items():
+        predicted = sorted((p.batch, p.memory_predicted_percent) for p in group if p.memory_predicted_percent)
+        if predicted:
+            ax.plot(*zip(*predicted, strict=True), linestyle=":", marker="s", fillstyle="none", color=colors[series],
+                    label=f"{series} (predicted)")  # fmt: skip
     ax.axhline(100, color="0.6", linewidth=0.8)
     for phase, marker, face, name in (("GpuOom", "X", "tab:red", "ran out of GPU memory"),
                                       ("Skipped", "o", "none", "skipped: predicted OOM")):  # fmt: skip
@@ -225,7 +233,7 @@ def _memory(ax: Axes, points: Sequence[PlotPoint], colors: dict[str, Any]) -> No
             ax.axvline(min(failing), color=colors[series], linestyle="--", linewidth=1.2,
                        label=None if frontier_named else "OOM frontier (smallest batch that did not fit)")  # fmt: skip
             frontier_named = True
-    ax.set_ylim(0, 110)
+    ax.set_ylim(0, max([110.0, *((p.memory_predicted_percent or 0.0) + 10 for p in points)]))
 
 
 def _spread(ax: Axes, points: Sequence[PlotPoint]) -> None:

@@ -81,6 +81,7 @@ def _best(sweep: SweepData) -> PointRow | None:
 def _sweep_table(sweep: SweepData) -> Table:
     varied = list(dict.fromkeys(k for r in sweep.rows for k in r.values))
     network = any(r.transport for r in sweep.rows)
+    predicted = any(r.predicted_memory_percent is not None for r in sweep.rows)
     rows = []
     for r in sweep.rows:
         spec = sweep.point_specs.get(r.point)
@@ -90,7 +91,8 @@ def _sweep_table(sweep: SweepData) -> Table:
             *([] if "numberGpus" in varied else [str(spec.number_gpus) if spec else ""]),
             str(r.phase), f"{r.repeats_done}", _num(r.train_tokens_per_second), _ci(r),
             _num(r.dataset_tokens_per_second),
-            _num(r.gpu_memory_peak_percent), _num(r.mfu_percent, 2),
+            *([_num(r.predicted_memory_percent)] if predicted else []), _num(r.gpu_memory_peak_percent),
+            _num(r.mfu_percent, 2),
             "" if r.step_time_cv_across_repeats is None else f"{r.step_time_cv_across_repeats:.1%}",
             *(net.point_columns(r) if network else ()),
             _cut(r.message), ", ".join(r.experiments),
@@ -98,7 +100,7 @@ def _sweep_table(sweep: SweepData) -> Table:
     gpus = () if "numberGpus" in varied else ("GPUs",)
     headers = ("point", *varied, "per-device batch", *gpus, "phase", "repeats", "tokens/s",
                f"{sweep.objective} 95% CI", "dataset tokens/s",
-               "peak GPU mem %", "MFU %", "step-time CV", *(net.COLUMN_HEADERS if network else ()), "note",
+               *(("predicted GPU mem % (estimate)",) if predicted else ()), "peak GPU mem %", "MFU %", "step-time CV", *(net.COLUMN_HEADERS if network else ()), "note",
                "runs")  # fmt: skip
     return Table(headers, tuple(rows))
 

@@ -50,6 +50,7 @@ class RunState:
     message: str = ""
     metrics: Metrics | None = None
     network: NetworkInEffect | None = None  # its network preflight (status.environment.network), for reports
+    predicted_memory_percent: float | None = None  # status.prediction.fit.predictedPercent, for reports
 
     @property
     def finished(self) -> bool:
@@ -150,6 +151,9 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
         train_tokens_per_second=mean_of("train_tokens_per_second"),
         dataset_tokens_per_second=mean_of("dataset_tokens_per_second"),
         gpu_memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in metrics), default=None),
+        predicted_memory_percent=max(
+            (r.predicted_memory_percent for r in runs if r.predicted_memory_percent is not None), default=None
+        ),
         mfu_percent=mean_of("mfu_percent"),
         step_time_cv_across_repeats=_cv([m.step_time_p50_seconds for m in metrics]),
         transport=", ".join(dict.fromkeys(transport_text(n) for n in networks)) or None,

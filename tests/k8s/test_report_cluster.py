@@ -46,6 +46,21 @@ def child(name: str, spec: dict[str, Any], labels: dict[str, str], status: dict[
     return body, status
 
 
+def predicted(percent: float) -> dict[str, Any]:
+    from ftbench.api.prediction import MemoryFit, PredictionReport
+    from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+
+    capacity = 80 * 2**30
+    total = int(capacity * percent / 100)
+    split = MemorySplit(parameters_bytes=total, gradients_bytes=0, optimizer_bytes=0, activations_bytes=0)
+    prediction = MemoryPrediction(peak_bytes=total, split=split, phase="backward", device="cuda", world_size=1,
+                                  sharding="none", traced_parameters=1, trainable_parameters=1, seconds=1.0)  # fmt: skip
+    fit = MemoryFit(gpu_model="NVIDIA-A100-SXM4-80GB", capacity_bytes=capacity, runtime_overhead_bytes=0,
+                    predicted_total_bytes=total, predicted_percent=percent, fits=True, borderline=False,
+                    headroom_bytes=capacity - total)  # fmt: skip
+    return PredictionReport(prediction=prediction, fit=fit).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def gpu_sweep_children(sweep: str) -> list[tuple[dict, dict]]:
     """The children the operator would have made for GPU_SWEEP, run in memory order as it runs them."""
     found = []
@@ -62,6 +77,8 @@ def gpu_sweep_children(sweep: str) -> list[tuple[dict, dict]]:
                           "invalidReason": f"{OOM_REASON}: {result.error.message}"}  # fmt: skip
             else:
                 status = {"phase": "Succeeded", "isValid": True, "results": json.loads(result.to_json())["metrics"]}
+                if point.index == 0:  # the operator's memory prediction, as status.prediction holds it
+                    status["prediction"] = predicted(42.0)
             found.append(child(f"{sweep}-{point.index}-{repeat}", dict(point.wire), labels, status))
             if result.outcome == Outcome.GPU_OOM:
                 break
@@ -106,6 +123,8 @@ def test_report_from_cluster(crds: None, kube_api: Any, control_plane: Any, name
     assert rows[0]["runs"] == "gpu-sweep-0-0, gpu-sweep-0-1" and rows[0]["step-time CV"] == "1.4%"
     assert rows[2]["note"].startswith("GpuOutOfMemory: CUDA out of memory")
     assert rows[4]["note"] == "predicted OOM from point 2 (numberGpus=1, batchSize=8)"
+    predicted_column = [r["predicted GPU mem % (estimate)"] for r in rows]
+    assert predicted_column[0] == "42.0" and set(predicted_column[1:]) == {""}
     assert "| quickstart | lora_benchmark-v1.0.0 | ftbench-tiny-llama |" in md
     assert len(list(out.glob("*.png"))) == 10  # 4 per section, 2 of gpu-sweep's scaling section (numberGpus varies)
 

@@ -29,6 +29,7 @@ import kopf
 from pydantic import ValidationError
 
 from ftbench.api.network import status_network
+from ftbench.api.prediction import status_predicted_percent
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import API_VERSION, KIND, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -95,6 +96,7 @@ def run_state(body: Mapping[str, Any]) -> RunState | None:
         message=str(child.status.get("message") or ""),
         metrics=_metrics(child.status) if child.phase == Phase.SUCCEEDED else None,
         network=status_network(child.status),
+        predicted_memory_percent=status_predicted_percent(child.status),
     )
 
 
