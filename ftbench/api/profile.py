@@ -201,6 +201,8 @@ DEFAULT_GPU_MEMORY: dict[str, GpuMemory] = {
     "NVIDIA-H200": GpuMemory(capacity="143771Mi"),
     "NVIDIA-L40S": GpuMemory(capacity="46068Mi"),
     "Tesla-V100-SXM2-32GB": GpuMemory(capacity="32768Mi"),
+    "NVIDIA-A10G": GpuMemory(capacity="23028Mi"),
+    "NVIDIA-GeForce-RTX-3090": GpuMemory(capacity="24576Mi"),
 }
 
 
@@ -277,7 +279,7 @@ class ClusterProfile(ApiModel):
     gpu_memory: dict[str, GpuMemory] = Field(
         default_factory=lambda: dict(DEFAULT_GPU_MEMORY),
         description="Per GPU model (spec.gpuModel, the gpuNodeLabel value): its memory and the runtime overhead a "
-        "memory prediction adds. Replaces the default table (A100, H100, H200, L40S, V100) when set.",
+        "memory prediction adds. Replaces the default table (A100, H100, H200, L40S, V100, A10G, RTX 3090) when set.",
     )
     model_map: dict[str, dict[str, str] | str] = Field(
         default_factory=dict,

@@ -37,6 +37,12 @@ class ModelEntry(WireModel):
         "Unset: not known (no check); the generated model is built for the spec's length.",
     )
     generated: bool = Field(False, description="Built locally on first use (the tiny test model).")
+    architecture: dict[str, Any] | None = Field(
+        None,
+        description="The config.json fields that decide the model's memory (model_type and sizes), copied from "
+        "`architectureSource`: what `ftbench predict` traces when the weights' own config.json is not reachable.",
+    )
+    architecture_source: str | None = Field(None, description="Where `architecture` was read (a URL or repo path).")
 
     def weights_for(self, variant: Literal["vanilla", "gptq"]) -> str | None:
         return self.weights.gptq if variant == "gptq" else self.weights.vanilla

@@ -41,6 +41,9 @@ class ModelRef(WireModel):
     generated: bool = Field(False, description="Build the tiny local model at `ref` if missing (tests, quickstart).")
     layer_class: str | None = None
     num_local_experts: int | None = None
+    architecture: dict[str, Any] | None = Field(
+        None, description="The catalog's config.json fields (model_type, sizes) for memory prediction without weights."
+    )
 
 
 class DatasetRef(WireModel):

@@ -112,6 +112,7 @@ def model_ref(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterPr
         generated=model.generated,
         layer_class=effective.fsdp_layer_classes(spec, catalog),
         num_local_experts=model.num_local_experts,
+        architecture=model.architecture,
     )
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
-from ftbench_trainer.predict.shard import shard
-from ftbench_trainer.predict.trace import Trace, trace_step
+from ftbench_trainer.predict.shard import Sharding, shard
+from ftbench_trainer.predict.trace import StepShape, Trace, trace_step
+from ftbench_trainer.predict.tracker import Split
 
 # GPTQ 4-bit weights: half a byte per weight, plus per group of 128 a float16 scale and a 4-bit zero.
 GPTQ_BYTES_PER_WEIGHT = 0.5 + (2 + 0.5) / 128
@@ -19,28 +22,63 @@ class PredictionError(RuntimeError):
     """The prediction cannot be made (no config to read, an architecture transformers cannot build)."""
 
 
-def read_config(plan: LaunchPlan) -> Any:
-    """The model's config.json (no weights): the tiny model is built first when the plan says so."""
+def read_config(plan: LaunchPlan) -> tuple[Any, str]:
+    """The model's config (no weights) and where it came from: the config.json beside the weights
+    when that folder is here (the tiny model is built first when the plan says so), else the
+    catalog's `architecture` (a hub id is never fetched for it), else the hub or its cache."""
     from transformers import AutoConfig
 
     from ftbench_trainer.worker import resolve_model
 
+    model = plan.model
+    local = model.generated or (Path(model.ref) / "config.json").is_file()
+    if not local and model.architecture:
+        fields = dict(model.architecture)
+        return AutoConfig.for_model(fields.pop("model_type"), **fields), "the catalog's (no config.json here)"
     try:
-        return AutoConfig.from_pretrained(resolve_model(plan))
+        return AutoConfig.from_pretrained(resolve_model(plan)), f"{model.ref}/config.json"
     except (OSError, ValueError) as exc:
         raise PredictionError(
-            f"cannot read the config of model {plan.model.name} at {plan.model.ref}: {exc}. The prediction "
-            "needs the model's config.json only (no weights); point the model at a folder that has it"
+            f"cannot read the config of model {model.name} at {model.ref}: {exc}. The prediction needs the "
+            "model's config.json only (no weights): point the model at a folder that has it, or give the catalog "
+            "entry an architecture"
         ) from exc
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """One rank's predicted peak for a traced step shape and a sharding."""
+
+    phase: str
+    split: Split
+    trace: Trace
+
+    @property
+    def bytes(self) -> int:
+        return self.split.total
+
+
+def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = False) -> StepPeak:
+    """Trace `shape`, rescale it for `s`, and take the highest phase (GPTQ: quantize the whole model's
+    weights first, then shard what is left)."""
+    trace = trace_step(config, shape)
+    traced, layer_bytes = trace.phases, trace.largest_layer_bytes
+    if gptq:
+        traced = {k: _gptq(v, trace) for k, v in traced.items()}
+        layer_bytes = int(layer_bytes * GPTQ_BYTES_PER_WEIGHT / 2)
+    phases = shard(traced, s, layer_bytes=layer_bytes)
+    phase = max(phases, key=lambda p: phases[p].total)
+    return StepPeak(phase, phases[phase], trace)
 
 
 def predict(plan: LaunchPlan, config: Any | None = None) -> MemoryPrediction:
     started = time.perf_counter()
-    config = read_config(plan) if config is None else config
+    config, origin = read_config(plan) if config is None else (config, "given by the caller")
     shape = step_shape(plan)
     s = sharding(plan)
-    trace = trace_step(config, shape)
+    peak = predict_step(config, shape, s, gptq=plan.method == "gptq-lora")
     notes = [
+        f"architecture: {origin}",
         f"the worst batch: {shape.batch} row(s) of modelMaxLength {shape.seq} tokens per device",
         f"AdamW {'foreach' if shape.device == 'cuda' else 'per-tensor'} as torch runs it on {shape.device}",
     ]
@@ -48,41 +86,36 @@ def predict(plan: LaunchPlan, config: Any | None = None) -> MemoryPrediction:
         notes.append(
             f"{plan.training.attn_implementation} traced as sdpa's memory-efficient kernel (the same O(seq) state)"
         )
-    traced, layer_bytes = trace.phases, trace.largest_layer_bytes
-    if plan.method == "gptq-lora":  # quantize the whole model's weights first, then shard what is left
-        traced = {k: _gptq(v, trace) for k, v in traced.items()}
-        layer_bytes = int(layer_bytes * GPTQ_BYTES_PER_WEIGHT / 2)
+    if plan.method == "gptq-lora":
         notes.append(
             "estimate: GPTQ base weights counted as 4-bit with group-128 scales and zeros; the kernels' "
             "dequantisation temporaries are not traced"
         )
-    phases = shard(traced, s, layer_bytes=layer_bytes)
     if s.kind == "none" and plan.topology.world_size > 1:
         notes.append(
             "DataParallel: predicted for one device at the per-device batch; outputs gathered on GPU 0 not modelled"
         )
-    phase = max(phases, key=lambda p: phases[p].total)
-    peak = phases[phase]
+    split = peak.split
     return MemoryPrediction(
-        peak_bytes=peak.total,
+        peak_bytes=peak.bytes,
         split=MemorySplit(
-            parameters_bytes=peak.parameters,
-            gradients_bytes=peak.gradients,
-            optimizer_bytes=peak.optimizer,
-            activations_bytes=peak.other,
+            parameters_bytes=split.parameters,
+            gradients_bytes=split.gradients,
+            optimizer_bytes=split.optimizer,
+            activations_bytes=split.other,
         ),
-        phase=phase,  # type: ignore[arg-type]
+        phase=peak.phase,  # type: ignore[arg-type]
         device=shape.device,
         world_size=plan.topology.world_size,
         sharding=s.label,
-        traced_parameters=trace.parameters,
-        trainable_parameters=trace.trainable,
+        traced_parameters=peak.trace.parameters,
+        trainable_parameters=peak.trace.trainable,
         seconds=round(time.perf_counter() - started, 3),
         notes=tuple(notes),
     )
 
 
-def _gptq(split: Any, trace: Trace) -> Any:
+def _gptq(split: Split, trace: Trace) -> Split:
     quantized = int(trace.quantizable_weights * GPTQ_BYTES_PER_WEIGHT)
     fp16 = trace.quantizable_weights * 2
-    return type(split)(max(0, split.parameters - fp16 + quantized), split.gradients, split.optimizer, split.other)
+    return Split(max(0, split.parameters - fp16 + quantized), split.gradients, split.optimizer, split.other)
