@@ -104,11 +104,22 @@ def test_the_quickstart_is_predicted_on_cpu(home, capsys):
 
 
 def test_a_model_without_a_config_is_refused_with_the_reason(home, tmp_path, capsys):
+    """allam-1-13b has no architecture in the catalog: without its config.json there is nothing to trace."""
     missing = tmp_path / "map.yaml"
-    missing.write_text(yaml.safe_dump({"llama-7b": {"Vanilla": str(tmp_path / "nowhere")}}))
-    assert main(["predict", str(spec_file(tmp_path, "nocfg")), "--model-map", str(missing)]) == 2
+    missing.write_text(yaml.safe_dump({"allam-1-13b": {"Vanilla": str(tmp_path / "nowhere")}}))
+    spec = spec_file(tmp_path, "nocfg", model="allam-1-13b")
+    assert main(["predict", str(spec), "--model-map", str(missing)]) == 2
     err = capsys.readouterr().err
-    assert "cannot read the config of model llama-7b" in err and "config.json only (no weights)" in err
+    assert "cannot read the config of model allam-1-13b" in err and "config.json only (no weights)" in err
+
+
+def test_a_catalog_model_is_predicted_from_its_catalog_architecture(home, tmp_path, capsys):
+    """llama-13b's weights are nowhere on this machine: the catalog's architecture is traced instead."""
+    missing = tmp_path / "map.yaml"
+    missing.write_text(yaml.safe_dump({"llama-13b": {"Vanilla": str(tmp_path / "nowhere")}}))
+    out = predict(capsys, "predict", str(spec_file(tmp_path, "cat", model="llama-13b")), "--model-map", str(missing))
+    assert "architecture: the catalog's (no config.json here)" in out["prediction"]["notes"]
+    assert out["prediction"]["tracedParameters"] == 13_015_864_320
 
 
 def test_gptq_lora_and_prompt_tuning_are_predicted_in_their_engines_environment(home, tmp_path, model_map, capsys):

@@ -93,7 +93,7 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
     core.create_namespace({"metadata": {"name": NS}})
     wait_for(lambda: core.read_namespaced_service_account("default", NS).secrets, 30, what="SA token")
     profile = {**TEST_PROFILE, "modelMap": {"llama-7b": str(seven_b_config(tmp_path / "llama-7b")),
-                                            "llama-13b": str(tmp_path / "no-such-model")}}  # fmt: skip
+                                            "allam-1-13b": str(tmp_path / "no-such-model")}}  # fmt: skip
     operator = operator_process(
         own_cluster.kubeconfig, tmp_path, profile, env={"FTBENCH_OPERATOR_PREDICTOR_URL": predictor_url}
     ).start()
@@ -107,7 +107,8 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
         create("fits", full_7b("NVIDIA-A100-SXM4-80GB"))
         create("refused", full_7b("NVIDIA-A100-SXM4-40GB", "refuse"))
         create("warned", full_7b("NVIDIA-A100-SXM4-40GB"))
-        create("unknown", {**full_7b("NVIDIA-A100-SXM4-80GB"), "model": "llama-13b"})
+        # No config.json at its path and no architecture in the catalog: nothing to trace.
+        create("unknown", {**full_7b("NVIDIA-A100-SXM4-80GB"), "model": "allam-1-13b"})
         create("off", full_7b("NVIDIA-A100-SXM4-40GB", "off"))
 
         fits = kubelet.wait_phase("fits", "Pending")
@@ -133,7 +134,7 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
         unknown = kubelet.wait_phase("unknown", "Pending")
         cond = condition(unknown, "MemoryFits")
         assert cond["status"] == "Unknown" and cond["reason"] == "PredictorUnavailable"
-        assert "cannot read the config of model llama-13b" in cond["message"]
+        assert "cannot read the config of model allam-1-13b" in cond["message"]
         assert "prediction" not in unknown["status"]
 
         off = kubelet.wait_phase("off", "Pending")
