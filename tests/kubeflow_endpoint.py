@@ -32,6 +32,7 @@ import yaml
 
 from ftbench.contracts import env as E
 from ftbench.contracts.trainer_status import status_path
+from ftbench_trainer.predict.answer import send_json
 from tests.unit.render_cases import trainer_v2_dir
 
 NAMESPACE, NAME = "team-a", "tiny-trainjob"
@@ -155,12 +156,7 @@ def stand_in_endpoint(directory: Path) -> Iterator[StandInEndpoint]:
                 code = 422 if errors else 200
             received.append(Received("POST", self.path, auth, self.headers.get("Content-Type", ""), body, errors, code))
             answer = body if code == 200 else {"kind": "Status", "status": "Failure", "message": "; ".join(errors) or "Forbidden", "code": code}  # fmt: skip
-            data = json.dumps(answer).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, code, answer)
 
         def log_message(self, *args: Any) -> None:  # quiet test output
             pass

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import HEALTH_PATH, PREDICT_PATH, PREDICTOR_PORT, MemoryPrediction
+from ftbench_trainer.predict.answer import send_json
 from ftbench_trainer.predict.model import PredictionError, predict
 
 MAX_BODY_BYTES = 1 << 20
@@ -78,12 +79,7 @@ def handler_for(predictor: Predictor) -> type[BaseHTTPRequestHandler]:
             self._send(200, prediction.model_dump(mode="json", by_alias=True))
 
         def _send(self, code: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, code, body)
 
         def log_message(self, format: str, *args: object) -> None:
             print(f"predictor: {self.address_string()} {format % args}", file=sys.stderr)
