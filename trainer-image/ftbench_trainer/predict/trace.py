@@ -11,9 +11,10 @@ Why these choices (../shared/notes/memory-prediction.md measured each; each one 
   on fake CUDA or meta sdpa falls back to the math kernel that materialises seq x seq scores.
 - AdamW's `foreach` follows the device predicted for (on CUDA torch defaults to foreach, which
   needs one more model-sized temporary at the step; on CPU to the per-tensor loop).
-- Two optimizer steps: from the second one on, the optimizer state is live through forward and
-  backward (the steady state); with gradient accumulation two micro-batches, so the second runs
-  with the first one's gradients live.
+- The steady state: from the second step on, the optimizer state is live through forward and
+  backward; a step on zero gradients makes it before the traced step (no second forward and
+  backward to trace). With gradient accumulation two micro-batches, so the second runs with the
+  first one's gradients live.
 """
 
 from __future__ import annotations
@@ -151,8 +152,12 @@ def _autocast(shape: StepShape) -> Iterator[None]:
         yield
 
 
-def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_batch: Any, steps: int = 2) -> Trace:
-    """Run `steps` optimizer steps under the tracker; `model` holds fake or real tensors alike."""
+def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_batch: Any) -> Trace:
+    """One steady-state training step under the tracker; `model` holds fake or real tensors alike.
+
+    The optimizer's state is made first by a step on zero gradients (what the first real step
+    leaves behind, at the cost of no forward or backward), so the traced step runs as every step
+    after the first: with the state live through forward and backward."""
     started = time.perf_counter()
     params = [p for p in model.parameters() if p.requires_grad]
     all_params = list(model.parameters())
@@ -164,24 +169,28 @@ def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_bat
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         optimizer = _optimizer(params, shape)
-        grad_serials: set[int] = set()
-        optimizer_serials: set[int] = set()
-        for _ in range(steps):
-            for _micro in range(min(shape.gradient_accumulation, 2)):
-                tracker.enter_phase("forward")
-                ids = make_batch()
-                with _autocast(shape):
-                    loss = model(input_ids=ids, labels=ids).loss
-                tracker.enter_phase("backward")
-                loss.backward()
-                del loss, ids
-                grad_serials |= tracker.serials(p.grad for p in params)
-            tracker.enter_phase("optimizer")
-            if shape.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, shape.max_grad_norm, foreach=shape.device == "cuda")
-            optimizer.step()
-            optimizer_serials |= tracker.serials(t for s in optimizer.state.values() for t in s.values())
-            optimizer.zero_grad(set_to_none=True)
+        tracker.enter_phase("optimizer")
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        grad_serials = tracker.serials(p.grad for p in params)
+        optimizer.step()
+        optimizer_serials = tracker.serials(t for s in optimizer.state.values() for t in s.values())
+        optimizer.zero_grad(set_to_none=True)
+        for _micro in range(min(shape.gradient_accumulation, 2)):
+            tracker.enter_phase("forward")
+            ids = make_batch()
+            with _autocast(shape):
+                loss = model(input_ids=ids, labels=ids).loss
+            tracker.enter_phase("backward")
+            loss.backward()
+            del loss, ids
+            grad_serials |= tracker.serials(p.grad for p in params)
+        tracker.enter_phase("optimizer")
+        if shape.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, shape.max_grad_norm, foreach=shape.device == "cuda")
+        optimizer.step()
+        optimizer_serials |= tracker.serials(t for s in optimizer.state.values() for t in s.values())
+        optimizer.zero_grad(set_to_none=True)
         tracker.finish()
     phases = {
         name: split_at(
@@ -211,7 +220,7 @@ def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_bat
 
 
 def trace_step(config: Any, shape: StepShape) -> Trace:
-    """Trace two steady-state steps of `config`'s architecture with fake CPU tensors."""
+    """Trace a steady-state step of `config`'s architecture with fake CPU tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     started = time.perf_counter()
