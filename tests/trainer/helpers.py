@@ -162,3 +162,23 @@ def fms_env_python(version: str) -> Path:
         if os.environ.get("FTBENCH_REQUIRE_FMS") == "1":
             pytest.fail(f"FTBENCH_REQUIRE_FMS=1 but {reason}", pytrace=False)
         pytest.skip(reason)
+
+
+def fresh_doc_section(path: Path, name: str, body: str) -> None:
+    """Assert that the text between `<!-- NAME:start -->` and `<!-- NAME:end -->` in `path` is `body`
+    (a table a test generated from what it measured); FTBENCH_UPDATE_GOLDEN=1 rewrites it first."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = path.read_text()
+    head, rest = text.split(start, 1)
+    _, tail_ = rest.split(end, 1)
+    fresh = f"{head}{start}\n{body}\n{end}{tail_}"
+    if os.environ.get("FTBENCH_UPDATE_GOLDEN"):
+        path.write_text(fresh)
+    assert text == fresh, f"{path.name}'s {name} table is stale: FTBENCH_UPDATE_GOLDEN=1 rewrites it"
+
+
+def accuracy_row(cells: list[str], predicted: int, measured: int) -> str:
+    """A Markdown row of a prediction-accuracy table: the cells, predicted and measured MiB, the error."""
+    mib = 2**20
+    error = 100 * (predicted - measured) / measured
+    return "| " + " | ".join([*cells, f"{predicted / mib:.2f}", f"{measured / mib:.2f}", f"{error:+.1f} %"]) + " |"

@@ -10,6 +10,7 @@ optimizer paths (per-tensor as on CPU, foreach as on CUDA).
 from __future__ import annotations
 
 import pytest
+from helpers import REPO_ROOT, accuracy_row, fresh_doc_section
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -47,20 +48,41 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("method", "checkpointing", "device"), CASES)
-def test_prediction_matches_a_real_step(method, checkpointing, device):
+@pytest.fixture(scope="module")
+def traced_and_real():
+    """Each case's prediction and its real step, by case id."""
     config = small_llama()
-    shape = StepShape(
-        method=method, dtype="float32", autocast=None, attention="sdpa", checkpointing=checkpointing, batch=2,
-        seq=128, device=device, lora_targets=("q_proj", "v_proj"), lora_dropout=0.05,
-    )  # fmt: skip
-    predicted = trace_step(config, shape)
-    real = measured(config, shape)
+    out = {}
+    for case in CASES:
+        method, checkpointing, device = case.values
+        shape = StepShape(
+            method=method, dtype="float32", autocast=None, attention="sdpa", checkpointing=checkpointing, batch=2,
+            seq=128, device=device, lora_targets=("q_proj", "v_proj"), lora_dropout=0.05,
+        )  # fmt: skip
+        out[case.id] = (trace_step(config, shape), measured(config, shape))
+    return out
+
+
+@pytest.mark.parametrize(("method", "checkpointing", "device"), CASES)
+def test_prediction_matches_a_real_step(traced_and_real, request, method, checkpointing, device):
+    predicted, real = traced_and_real[request.node.callspec.id]
     assert predicted.parameters == real.parameters and predicted.trainable == real.trainable
     for phase, split in real.phases.items():
         ours = predicted.phases[phase]
         assert ours.total == pytest.approx(split.total, rel=TOLERANCE), (phase, ours, split)
     assert predicted.peak_phase == real.peak_phase
+
+
+def test_the_docs_table_is_fresh(traced_and_real):
+    """docs/benchmarks.md's table of these cases: each step's peak, predicted and measured."""
+    rows = [
+        "| case (1 rank) | peak phase | predicted MiB | measured MiB | error |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for case_id, (predicted, real) in traced_and_real.items():
+        peak = real.peak_phase
+        rows.append(accuracy_row([case_id, peak], predicted.phases[peak].total, real.phases[peak].total))
+    fresh_doc_section(REPO_ROOT / "docs" / "benchmarks.md", "cpu-memory-1-rank", "\n".join(rows))
 
 
 def test_gradient_accumulation_keeps_gradients_through_the_second_micro_batch():

@@ -10,12 +10,12 @@ is stale. The rows out of scope are listed there with their reasons.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helpers import fresh_doc_section
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -30,7 +30,6 @@ from ftbench_trainer.predict.trace import StepShape
 REPO = Path(__file__).resolve().parents[2]
 DATA = yaml.safe_load((Path(__file__).parent / "data" / "published_memory.yaml").read_text())
 DOCS = REPO / "docs" / "benchmarks.md"
-START, END = "<!-- published-memory:start -->", "<!-- published-memory:end -->"
 UNITS = {"GB": 1e9, "GiB": 2**30}
 TOLERANCE = 0.10
 
@@ -67,7 +66,6 @@ def measured_bytes(row: dict[str, Any]) -> float | None:
 
 def render(results: dict[str, tuple[int, Any]]) -> str:
     lines = [
-        START,
         "| row | model, method | batch x seq, GPUs | predicted peak | published | error | predicted verdict | published |",
         "| --- | --- | --- | ---: | ---: | ---: | --- | --- |",
     ]
@@ -85,7 +83,7 @@ def render(results: dict[str, tuple[int, Any]]) -> str:
         )
     lines += ["", "Out of scope, with the reason:", ""]
     lines += [f"- {r['id']}: {r['reason']} ({r['source'].split()[0]})" for r in DATA["out_of_scope"]]
-    return "\n".join([*lines, END])
+    return "\n".join(lines)
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +102,4 @@ def test_published_row(row: dict[str, Any], results: dict[str, tuple[int, Any]])
 
 
 def test_the_docs_table_is_fresh(results: dict[str, tuple[int, Any]]) -> None:
-    text = DOCS.read_text()
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    fresh = head + render(results) + tail
-    if os.environ.get("FTBENCH_UPDATE_GOLDEN"):
-        DOCS.write_text(fresh)
-    assert text == fresh, "docs/benchmarks.md's published-memory table is stale: FTBENCH_UPDATE_GOLDEN=1 rewrites it"
+    fresh_doc_section(DOCS, "published-memory", render(results))

@@ -11,9 +11,12 @@ from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
 from ftbench_trainer.predict.shard import Sharding, shard
-from ftbench_trainer.predict.trace import StepShape, Trace, trace_step
+from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace, trace_step
 from ftbench_trainer.predict.tracker import Split
 
+# FSDP strategies traced with FSDP2 on a fake process group, and those that reshard after forward.
+FSDP_TRACED = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+RESHARD_AFTER_FORWARD = ("FULL_SHARD", "HYBRID_SHARD")
 # GPTQ 4-bit weights: half a byte per weight, plus per group of 128 a float16 scale and a 4-bit zero.
 GPTQ_BYTES_PER_WEIGHT = 0.5 + (2 + 0.5) / 128
 
@@ -58,10 +61,23 @@ class StepPeak:
         return self.split.total
 
 
+def traced_fsdp(s: Sharding, *, gptq: bool = False) -> FsdpShape | None:
+    """The FSDP2 run to trace for `s`, or None where the arithmetic of `shard` applies instead: one
+    rank, no FSDP, offload (the fake device cannot tell host from device memory), GPTQ's 4-bit weights."""
+    if s.ranks < 2 or s.kind not in FSDP_TRACED or s.offload_parameters or s.offload_optimizer or gptq:
+        return None
+    return FsdpShape(ranks=s.ranks, reshard_after_forward=s.kind in RESHARD_AFTER_FORWARD)
+
+
 def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = False) -> StepPeak:
-    """Trace `shape`, rescale it for `s`, and take the highest phase (GPTQ: quantize the whole model's
-    weights first, then shard what is left)."""
-    trace = trace_step(config, shape)
+    """Trace `shape` (as one rank of its FSDP2 run, where `traced_fsdp` says so), else rescale the
+    single-rank trace for `s`; take the highest phase (GPTQ: quantize the whole model's weights
+    first, then shard what is left)."""
+    fsdp = traced_fsdp(s, gptq=gptq)
+    trace = trace_step(config, shape, fsdp)
+    if fsdp is not None:
+        phase = max(trace.phases, key=lambda p: trace.phases[p].total)
+        return StepPeak(phase, trace.phases[phase], trace)
     traced, layer_bytes = trace.phases, trace.largest_layer_bytes
     if gptq:
         traced = {k: _gptq(v, trace) for k, v in traced.items()}
@@ -90,6 +106,16 @@ def predict(plan: LaunchPlan, config: Any | None = None) -> MemoryPrediction:
         notes.append(
             "estimate: GPTQ base weights counted as 4-bit with group-128 scales and zeros; the kernels' "
             "dequantisation temporaries are not traced"
+        )
+    if traced_fsdp(s, gptq=plan.method == "gptq-lora") is not None:
+        fsdp = plan.fsdp
+        notes.append(
+            f"FSDP traced as FSDP2 fully_shard over {s.ranks} fake ranks (each decoder layer, then the root)"
+            + (
+                "; this run wraps with FSDP1, whose flat parameters are not modelled apart"
+                if fsdp and fsdp.version == 1
+                else ""
+            )
         )
     if s.kind == "none" and plan.topology.world_size > 1:
         notes.append(

@@ -7,6 +7,12 @@ fake tensors (the prediction) and real ones (measuring a real step with the same
 what makes the two comparable. Storages made before the tracker starts (parameters, optimizer
 state) are added with `add`.
 
+A real FSDP2 step needs two more things, both here so that a sharded run is measured by the same
+rule: a DTensor (a sharded parameter, its gradient and optimizer state) is counted by its local
+shard's storage, and FSDP2 frees and re-allocates each layer's gathered parameters with
+`UntypedStorage.resize_`, which no dispatch mode sees, so the tracker wraps `resize_` while it is
+active (as torch's own `torch.distributed._tools.mem_tracker` does).
+
 At each phase's peak the tracker keeps which storages were live; `split_at` later sorts them into
 parameters, gradients, optimizer state and the rest, once the step has made its gradients and
 optimizer state (their storages are only known then). Storage ids are serial numbers, not
@@ -55,21 +61,53 @@ class StorageTracker(TorchDispatchMode):
 
     # -- counting -------------------------------------------------------------------------------
     def add(self, tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
+        self._add_storage(_local(tensor).untyped_storage())
+
+    def _add_storage(self, storage: torch.UntypedStorage) -> None:
         key = id(storage)
         if key in self._serial_of:
             return
         serial = self._next
         self._next += 1
-        nbytes = allocator_bytes(storage.nbytes())
         self._serial_of[key] = serial
-        self._live[serial] = nbytes
-        self.current += nbytes
+        self._live[serial] = 0
         weakref.finalize(storage, self._free, key, serial)
+        self._resize(serial, allocator_bytes(storage.nbytes()))
+
+    def _resize(self, serial: int, nbytes: int) -> None:
+        """A counted storage now holds `nbytes` (made, or resized by FSDP2)."""
+        if nbytes < self._live[serial]:
+            self._snapshot_if_rising()
+        self.current += nbytes - self._live[serial]
+        self._live[serial] = nbytes
         peak = self.peaks.setdefault(self.phase, PhasePeak())
         if self.current > peak.bytes:
             peak.bytes = self.current
             self._rising = True
+
+    def _resized(self, storage: torch.UntypedStorage) -> None:
+        serial = self._serial_of.get(id(storage))
+        if serial is None:
+            self._add_storage(storage)
+        else:
+            self._resize(serial, allocator_bytes(storage.nbytes()))
+
+    def __enter__(self) -> StorageTracker:
+        original = self._original_resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage: torch.UntypedStorage, size: int) -> Any:
+            out = original(storage, size)
+            tracker._resized(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
 
     def add_all(self, tensors: Iterable[torch.Tensor | None]) -> None:
         for t in tensors:
@@ -100,7 +138,7 @@ class StorageTracker(TorchDispatchMode):
         out: set[int] = set()
         for t in tensors:
             if t is not None:
-                serial = self._serial_of.get(id(t.untyped_storage()))
+                serial = self._serial_of.get(id(_local(t).untyped_storage()))
                 if serial is not None:
                     out.add(serial)
         return out
@@ -111,6 +149,11 @@ class StorageTracker(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.add(t)
         return out
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor that holds the storage: a DTensor's local shard, any other tensor itself."""
+    return getattr(tensor, "_local_tensor", tensor)
 
 
 @dataclass(frozen=True)
