@@ -14,9 +14,10 @@ from pydantic import Field
 from ftbench.api.prediction import PredictionReport
 from ftbench.api.spec import MAX_REPEATS, ApiModel, FineTuneExperimentSpec
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
+from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.progress import Progress
-from ftbench.contracts.results import Metrics, Outcome, RunEnvironment
+from ftbench.contracts.results import Metrics, Outcome
 
 
 class Condition(ApiModel):

@@ -21,7 +21,8 @@ from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_f
 from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
-from ftbench.contracts.results import Metrics, NetworkInEffect, TrainerResult
+from ftbench.contracts.network import NetworkInEffect
+from ftbench.contracts.results import Metrics, TrainerResult
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
