@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, field_validator
 
-from ftbench.api.spec import DNS_LABEL, QUANTITY, ApiModel
+from ftbench.api.api_model import ApiModel
+from ftbench.api.bounds import DNS_LABEL, QUANTITY
 from ftbench.catalog import Catalog, load_catalog
 from ftbench.contracts.enums import Runtime
 
