@@ -6,6 +6,10 @@ same values at `kubectl apply` wherever a field of the same kind appears.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
 # Kubernetes names for resources (RFC 1123 label), used for the queue and priority class names.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
@@ -27,3 +31,9 @@ MAX_STEPS = 10_000_000
 MAX_EPOCHS = 10_000
 MAX_SECONDS = 31_536_000  # one year
 MAX_REPEATS = 10  # runs of the same work (an experiment's repeats, a sweep point's)
+
+# The field types made of them that several fields share.
+#: A module name or a dataset column (LoRA targets, datasetTextField, datasetImageField).
+Identifier = Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)]
+#: A PriorityClass name (a run's, or one the cluster profile allows).
+PriorityClassName = Annotated[str, Field(max_length=253, pattern=DNS_LABEL)]

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
-from ftbench.api.bounds import DNS_LABEL, MAX_SECONDS, QUANTITY
+from ftbench.api.bounds import DNS_LABEL, MAX_SECONDS, QUANTITY, PriorityClassName
 from ftbench.contracts.enums import NetworkPreflight, OomPrecheck, Runtime
 
 
@@ -31,7 +31,7 @@ class RunSettings(ApiModel):
         default=None,
         description="Kueue LocalQueue to submit to (sets the kueue.x-k8s.io/queue-name label).",
     )
-    priority_class_name: Annotated[str, Field(max_length=253, pattern=DNS_LABEL)] | None = Field(
+    priority_class_name: PriorityClassName | None = Field(
         default=None, description="PriorityClass of the training pods."
     )
     active_deadline_seconds: Annotated[int, Field(ge=1, le=MAX_SECONDS)] | None = Field(

@@ -20,8 +20,6 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 from ftbench.api.api_model import ApiModel
 from ftbench.api.bounds import (
     CATALOG_KEY,
-    IDENTIFIER,
-    IDENTIFIER_MAX,
     LABEL_VALUE,
     MAX_BATCH,
     MAX_EPOCHS,
@@ -30,6 +28,7 @@ from ftbench.api.bounds import (
     MAX_SECONDS,
     MAX_STEPS,
     MAX_TARGET_MODULES,
+    Identifier,
 )
 from ftbench.api.run_settings import RunSettings
 from ftbench.contracts.enums import (
@@ -232,7 +231,7 @@ class FineTuneExperimentSpec(ApiModel):
     )
     target_modules: (
         Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)]],
+            list[Identifier],
             Field(min_length=1, max_length=MAX_TARGET_MODULES),
         ]
         | None
@@ -299,18 +298,14 @@ class FineTuneExperimentSpec(ApiModel):
         description="Comma-separated transformer layer class names FSDP wraps, e.g. LlamaDecoderLayer. "
         "Unset: the model catalog's class.",
     )
-    dataset_text_field: Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)] | None = (
-        Field(
-            default=None,
-            description="Dataset column with the text (a letter or '_', then letters, digits, '_', '.', '-'). "
-            "Unset: output (the generated datasets').",
-        )
+    dataset_text_field: Identifier | None = Field(
+        default=None,
+        description="Dataset column with the text (a letter or '_', then letters, digits, '_', '.', '-'). "
+        "Unset: output (the generated datasets').",
     )
-    dataset_image_field: Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)] | None = (
-        Field(
-            default=None,
-            description="Dataset column with the images (vision-language models; same characters as datasetTextField).",
-        )
+    dataset_image_field: Identifier | None = Field(
+        default=None,
+        description="Dataset column with the images (vision-language models; same characters as datasetTextField).",
     )
     remove_unused_columns: bool = Field(default=True, description="Remove dataset columns the model does not use.")
     dataset_kwargs_skip_prepare_dataset: bool = Field(
