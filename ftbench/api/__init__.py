@@ -5,7 +5,8 @@ Everything here imports with pydantic and pyyaml alone so that the CLI, the oper
 """
 
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION, FineTuneExperiment
-from ftbench.api.spec import FineTuneExperimentSpec, RunSettings
+from ftbench.api.run_settings import RunSettings
+from ftbench.api.spec import FineTuneExperimentSpec
 
 __all__ = [
     "API_VERSION",

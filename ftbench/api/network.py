@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ftbench.contracts.network import NetworkInEffect, NetworkTransport
 from ftbench.contracts.outcomes import OUTCOMES
-from ftbench.contracts.results import NetworkInEffect, NetworkTransport, Outcome
+from ftbench.contracts.results import Outcome
 
 # A peak bus bandwidth below this fraction of the profile's expectedBusBandwidthGbps is "far below".
 BANDWIDTH_FLOOR = 0.5

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Final
 
 from pydantic import Field
 
+from ftbench.api.api_model import ApiModel
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules_bounds import quantity_bytes
-from ftbench.api.spec import ApiModel
 from ftbench.contracts.prediction import MemoryPrediction
 
 BORDERLINE_FRACTION: Final = 0.10

@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, field_validator
 
-from ftbench.api.spec import DNS_LABEL, QUANTITY, ApiModel
+from ftbench.api.api_model import ApiModel
+from ftbench.api.bounds import DNS_LABEL, QUANTITY, PriorityClassName
 from ftbench.catalog import Catalog, load_catalog
 from ftbench.contracts.enums import Runtime
 
@@ -253,7 +254,7 @@ class ClusterProfile(ApiModel):
         "pods use this existing account and the per-experiment Role is bound to it, so experiments sharing it can "
         "patch each other's status.progress while they exist.",
     )
-    allowed_priority_classes: list[Annotated[str, Field(max_length=253, pattern=DNS_LABEL)]] | None = Field(
+    allowed_priority_classes: list[PriorityClassName] | None = Field(
         None,
         description="PriorityClasses spec.run.priorityClassName may name; any other is refused. Unset: every class "
         "except system-* (system-node-critical and system-cluster-critical preempt the cluster's own components).",

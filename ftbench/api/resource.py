@@ -6,7 +6,8 @@ from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from ftbench.api.spec import ApiModel, FineTuneExperimentSpec
+from ftbench.api.api_model import ApiModel
+from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import FineTuneExperimentStatus
 
 GROUP = "ftbench.io"

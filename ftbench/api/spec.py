@@ -7,7 +7,8 @@ default: `None` means "the experiment's default", resolved in `ftbench.api.effec
 the CRD able to tell "not set" from "set to the default", which experiment rules need.
 
 Field descriptions are the user documentation: the CRD generator copies them, so
-`kubectl explain fte.spec.<field>` prints them.
+`kubectl explain fte.spec.<field>` prints them. `spec.run` (how it runs on Kubernetes) is
+ftbench.api.run_settings; the patterns and bounds the fields are held to, ftbench.api.bounds.
 """
 
 from __future__ import annotations
@@ -16,6 +17,20 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
+from ftbench.api.api_model import ApiModel
+from ftbench.api.bounds import (
+    CATALOG_KEY,
+    LABEL_VALUE,
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_GPUS,
+    MAX_REPEATS,
+    MAX_SECONDS,
+    MAX_STEPS,
+    MAX_TARGET_MODULES,
+    Identifier,
+)
+from ftbench.api.run_settings import RunSettings
 from ftbench.contracts.enums import (
     EXPERIMENT_ALIASES,
     OPTIMIZERS,
@@ -30,13 +45,9 @@ from ftbench.contracts.enums import (
     FsdpShardingStrategy,
     FsdpStateDictType,
     MixedPrecision,
-    NetworkPreflight,
-    OomPrecheck,
-    Runtime,
     TorchDtype,
     canonical_experiment,
 )
-from ftbench.contracts.wire import WireModel
 from ftbench.engines.releases import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS
 
 Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
@@ -48,102 +59,6 @@ ExperimentName = Annotated[
     BeforeValidator(canonical_experiment),
     WithJsonSchema({"type": "string", "enum": [*(e.value for e in Experiment), *EXPERIMENT_ALIASES]}),
 ]
-
-# Kubernetes names for resources (RFC 1123 label), used for the queue and priority class names.
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
-# Free text that reaches a trainer command line, a label or a node selector is held to a pattern
-# and a length here, so the CRD refuses it at `kubectl apply` and validation names the field.
-# None of these patterns lets a value start with '-': a value can never be read as a flag.
-# A Kubernetes label value (gpuModel becomes a node selector value); empty is a valid label value.
-LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-# A Python identifier-like name: module names (LoRA targets, "all-linear"), dataset columns.
-IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
-# A catalog key: model names may hold an organisation ("org/name"), as Hugging Face ids do.
-CATALOG_KEY = r"^[A-Za-z0-9][A-Za-z0-9_./-]*$"
-IDENTIFIER_MAX = 128
-MAX_TARGET_MODULES = 64
-# Upper bounds that no real run reaches, so an absurd value is refused instead of planned.
-MAX_GPUS = 1024
-MAX_BATCH = 65_536
-MAX_STEPS = 10_000_000
-MAX_EPOCHS = 10_000
-MAX_SECONDS = 31_536_000  # one year
-MAX_REPEATS = 10  # runs of the same work (an experiment's repeats, a sweep point's)
-
-
-class ApiModel(WireModel):
-    """Base for every API object: `WireModel`'s settings plus `to_wire`, the form Kubernetes stores."""
-
-    def to_wire(self) -> dict:
-        """The object as it appears in YAML / the Kubernetes API (camelCase, None omitted)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-class RunSettings(ApiModel):
-    """How ftbench runs the experiment on Kubernetes. Not part of the seed's parameters."""
-
-    runtime: Runtime = Field(
-        default=Runtime.AUTO,
-        description=(
-            "Which Kubernetes object runs the pods: Job (single node), IndexedJob (+ headless Service, "
-            "multi-node without a training operator), PyTorchJob (Kubeflow training operator v1), TrainJob "
-            "(Kubeflow Trainer v2), or auto: the cluster profile's runtime when it pins one, else Job for one "
-            "node and, for several, TrainJob where Trainer v2 and its runtime are installed, else PyTorchJob "
-            "where the training operator is, else IndexedJob."
-        ),
-    )
-    queue_name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL)] | None = Field(
-        default=None,
-        description="Kueue LocalQueue to submit to (sets the kueue.x-k8s.io/queue-name label).",
-    )
-    priority_class_name: Annotated[str, Field(max_length=253, pattern=DNS_LABEL)] | None = Field(
-        default=None, description="PriorityClass of the training pods."
-    )
-    active_deadline_seconds: Annotated[int, Field(ge=1, le=MAX_SECONDS)] | None = Field(
-        default=None,
-        description=(
-            "Wall-clock limit for the whole run in seconds; the run fails with DeadlineExceeded after it. "
-            "Unset: no limit."
-        ),
-    )
-    memory: Annotated[str, Field(max_length=32, pattern=QUANTITY)] | None = Field(
-        default=None,
-        description="Memory request and limit of each training pod (a Kubernetes quantity, e.g. 200Gi). "
-        "Unset: the cluster profile's default.",
-    )
-    nccl_debug: bool = Field(
-        default=False,
-        description="Set NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV) so the logs show "
-        "whether NCCL uses RoCE (see docs/roce.md).",
-    )
-    network_preflight: NetworkPreflight = Field(
-        default=NetworkPreflight.AUTO,
-        description="Before training, every rank runs a short all-reduce and all-gather bandwidth test with "
-        "torch.distributed (NCCL on GPUs, gloo on CPU ranks): message sizes small to large, warm-up then timed "
-        "iterations, at most about 30 s. status.environment.network records algbw and busbw per size "
-        "(nccl-tests' definitions), the peak busbw and the transport NCCL really used (IB verbs on RoCE or "
-        "InfiniBand, or TCP sockets; GPUDirect RDMA; devices), read from NCCL's own init lines. auto: on for "
-        "multi-node runs; on: every run with more than one rank; off: never; only: the preflight and nothing "
-        "else (no model is loaded, nothing is trained; the ranks and network the spec asks for are checked, as "
-        "seed 004 does before its study; the BusBW column shows the bus bandwidth) (docs/roce.md).",
-    )
-    oom_precheck: OomPrecheck = Field(
-        default=OomPrecheck.WARN,
-        description="Before anything is created the operator predicts the peak memory per GPU (the predictor "
-        "service traces one training step of the model's architecture from its config.json, no weights) into "
-        "status.prediction, and compares it with the GPU model's memory in the cluster profile (gpuMemory). warn: "
-        "a predicted OOM is a Warning Event and condition MemoryFits=False, the run goes ahead; refuse: the run "
-        "ends Invalid with reason PredictedOOM and the numbers, before any pod starts; off: no prediction. "
-        "Needs the chart's predictor (docs/measurements.md, Predicted memory).",
-    )
-    require_roce: bool = Field(
-        default=False,
-        description="Refuse to train unless the network preflight shows NCCL on RoCE (IB verbs over an "
-        "Ethernet link layer): otherwise the run ends Invalid with reason RoceNotInEffect before any training "
-        "step, instead of measuring a socket fallback. Needs enableRoce, numberNodes >= 2 and networkPreflight "
-        "not off.",
-    )
 
 
 class FineTuneExperimentSpec(ApiModel):
@@ -316,7 +231,7 @@ class FineTuneExperimentSpec(ApiModel):
     )
     target_modules: (
         Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)]],
+            list[Identifier],
             Field(min_length=1, max_length=MAX_TARGET_MODULES),
         ]
         | None
@@ -383,18 +298,14 @@ class FineTuneExperimentSpec(ApiModel):
         description="Comma-separated transformer layer class names FSDP wraps, e.g. LlamaDecoderLayer. "
         "Unset: the model catalog's class.",
     )
-    dataset_text_field: Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)] | None = (
-        Field(
-            default=None,
-            description="Dataset column with the text (a letter or '_', then letters, digits, '_', '.', '-'). "
-            "Unset: output (the generated datasets').",
-        )
+    dataset_text_field: Identifier | None = Field(
+        default=None,
+        description="Dataset column with the text (a letter or '_', then letters, digits, '_', '.', '-'). "
+        "Unset: output (the generated datasets').",
     )
-    dataset_image_field: Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER)] | None = (
-        Field(
-            default=None,
-            description="Dataset column with the images (vision-language models; same characters as datasetTextField).",
-        )
+    dataset_image_field: Identifier | None = Field(
+        default=None,
+        description="Dataset column with the images (vision-language models; same characters as datasetTextField).",
     )
     remove_unused_columns: bool = Field(default=True, description="Remove dataset columns the model does not use.")
     dataset_kwargs_skip_prepare_dataset: bool = Field(

@@ -11,12 +11,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from ftbench.api.api_model import ApiModel
+from ftbench.api.bounds import MAX_REPEATS
 from ftbench.api.prediction import PredictionReport
-from ftbench.api.spec import MAX_REPEATS, ApiModel, FineTuneExperimentSpec
+from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
+from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.progress import Progress
-from ftbench.contracts.results import Metrics, Outcome, RunEnvironment
+from ftbench.contracts.results import Metrics, Outcome
 
 
 class Condition(ApiModel):

@@ -18,7 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from ftbench.api.spec import MAX_REPEATS, ApiModel, FineTuneExperimentSpec, RunSettings
+from ftbench.api.api_model import ApiModel
+from ftbench.api.bounds import MAX_REPEATS
+from ftbench.api.run_settings import RunSettings
+from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Condition
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.results import Metrics

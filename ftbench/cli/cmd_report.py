@@ -9,7 +9,7 @@ from ftbench.catalog import load_catalog
 from ftbench.cli.main import UsageError
 from ftbench.cli.source import add_cluster_options, cluster_errors, reads_cluster
 from ftbench.extras import require
-from ftbench.local.home import ftbench_home
+from ftbench.local.home import results_db
 from ftbench.local.store import ResultsStore
 from ftbench.report.plots import FORMATS
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         with cluster_errors():
             data = from_cluster(catalog, args.namespace)
     else:
-        data = from_store(ResultsStore(ftbench_home() / "results.db"), catalog)
+        data = from_store(ResultsStore(results_db()), catalog)
     try:
         data = data.only(args.sweep) if args.sweep else data
     except NotFound as err:

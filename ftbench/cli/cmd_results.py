@@ -8,7 +8,7 @@ from pathlib import Path
 from ftbench.cli.main import UsageError
 from ftbench.cli.source import add_cluster_options, cluster_errors, reads_cluster
 from ftbench.cli.table import format_table
-from ftbench.local.home import ftbench_home
+from ftbench.local.home import results_db
 from ftbench.local.store import ResultsStore, RunRecord, export_runs
 
 
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def compare_runs(args: argparse.Namespace) -> int:
     from ftbench.report.compare import RunLookupError, compare, find_run
 
-    runs = ResultsStore(ftbench_home() / "results.db").runs()
+    runs = ResultsStore(results_db()).runs()
     try:
         a, b = find_run(runs, args.a), find_run(runs, args.b)
     except RunLookupError as err:
@@ -53,7 +53,7 @@ def compare_runs(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> list[RunRecord]:
     """The local store's runs, or with --from-cluster what the cluster's experiments measured."""
     if not reads_cluster(args):
-        return ResultsStore(ftbench_home() / "results.db").runs()
+        return ResultsStore(results_db()).runs()
     from ftbench.report.cluster import experiment_records
 
     with cluster_errors():

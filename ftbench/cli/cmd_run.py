@@ -21,8 +21,9 @@ from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_f
 from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
-from ftbench.contracts.results import Metrics, NetworkInEffect, TrainerResult
-from ftbench.local.home import ftbench_home, local_profile
+from ftbench.contracts.network import NetworkInEffect
+from ftbench.contracts.results import Metrics, TrainerResult
+from ftbench.local.home import ftbench_home, local_profile, results_db
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore
 from ftbench.stats import text
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
     except LocalRunError as err:
         raise UsageError(str(err)) from err
-    store = ResultsStore(home / "results.db")
+    store = ResultsStore(results_db(home))
     store.record(run_id=local.run_id, name=name, spec=spec, started_at=local.started_at, status="Running",
                  results=[], run_dir=local.run_dir)  # fmt: skip
     say = (lambda _: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
@@ -256,6 +257,7 @@ def _report(local: LocalRun, outcome: RunOutcome, fmt: str) -> int:
         print(yaml.safe_dump(payload if len(payload) > 1 else payload[0], sort_keys=False), end="")
     else:
         print(results_table(outcome, local.repeated))
-    print(f"{outcome.status}: run {local.run_id} stored in {local.run_dir.parent.parent / 'results.db'}",
+    # run_dir is <home>/runs/<id>.
+    print(f"{outcome.status}: run {local.run_id} stored in {results_db(local.run_dir.parent.parent)}",
           file=sys.stderr)  # fmt: skip
     return 0 if outcome.status in ("Succeeded", "Invalid") else 1

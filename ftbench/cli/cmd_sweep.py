@@ -21,7 +21,7 @@ from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_f
 from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
-from ftbench.local.home import ftbench_home, local_profile
+from ftbench.local.home import ftbench_home, local_profile, results_db
 from ftbench.local.runner import LocalRunError, execute, prepare, trainer_python
 from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.local.sweeps import LocalSweep, local_sweep
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     home = ftbench_home()
     profile = local_profile(profile_from_arg(args.profile), home)
     catalog = catalog_from_args(args, catalog_for(profile))
-    store = ResultsStore(home / "results.db")
+    store = ResultsStore(results_db(home))
     stored = store.sweep(name)
     if stored is not None and not args.resume:
         raise UsageError(f"the results store already holds sweep {name!r}: pass --resume to continue it, "

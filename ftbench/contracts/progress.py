@@ -94,7 +94,7 @@ def parse_progress_line(line: str) -> dict[str, float | int | str] | None:
 class Progress(BaseModel):
     """Live progress from rank 0 (at most every 10 s)."""
 
-    # ftbench.api.spec.ApiModel's settings; not that class itself, which would make this module
+    # ftbench.api.api_model.ApiModel's settings; not that class itself, which would make this module
     # import ftbench.api, whose status imports this one.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 

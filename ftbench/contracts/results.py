@@ -3,6 +3,8 @@
 The metric names are seed 001's measured properties in camelCase with the unit at the end
 (`gpu_compute_utilization_min` -> `gpuComputeUtilizationMinPercent`). docs/measurements.md gives
 each one's exact definition. The same `Metrics` model is the `status.results` schema of the CRD.
+What actually ran beside the metrics (versions, FSDP / DeepSpeed in effect) is
+ftbench.contracts.environment; the network preflight's part of it, ftbench.contracts.network.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Annotated
 from pydantic import Field
 
 from ftbench.contracts.bounded import BoundedMessage, BoundedName, BoundedReason
-from ftbench.contracts.trainer_status import TrainerStatusReport
+from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.numbers import Count, NonNegative, Percent
 from ftbench.contracts.wire import WireModel
 
 RESULT_SCHEMA_VERSION = "ftbench.io/result/v1"
@@ -51,13 +54,6 @@ REASON_ENGINE_MISMATCH = "EngineMismatch"
 # The reason of a run that only checked the network (spec.run.networkPreflight only): it succeeded
 # with status.environment.network and no metrics, since nothing was trained.
 REASON_NETWORK_CHECKED = "NetworkChecked"
-# The equivalent bare command kept in results (the termination message holds 4 KiB in all).
-COMMAND_LIMIT = 1200
-
-
-Percent = Annotated[float, Field(ge=0)]
-NonNegative = Annotated[float, Field(ge=0)]
-
 
 # Ranks whose shard sizes a result lists, and logged losses it keeps (the termination message holds 4 KiB in all).
 RANK_MEMORY_LIMIT = 16
@@ -83,52 +79,15 @@ class MeasurementQuality(StrEnum):
 class RankMemory(WireModel):
     """One rank's tensors, counted from the running model and optimizer (local shards only)."""
 
-    rank: Annotated[int, Field(ge=0)] = Field(description="Global rank (0 is the main process).")
-    parameter_bytes: Annotated[int, Field(ge=0)] = Field(
+    rank: Count = Field(description="Global rank (0 is the main process).")
+    parameter_bytes: Count = Field(
         description="Bytes of the parameters this rank holds between steps (its shards under FSDP)."
     )
-    gradient_bytes: Annotated[int, Field(ge=0)] = Field(
+    gradient_bytes: Count = Field(
         description="Bytes of the gradients this rank holds when the optimizer steps (first step)."
     )
-    optimizer_state_bytes: Annotated[int, Field(ge=0)] = Field(
+    optimizer_state_bytes: Count = Field(
         description="Bytes of the optimizer state this rank holds after the first step."
-    )
-
-
-class DeepSpeedInEffect(WireModel):
-    """DeepSpeed ZeRO as the running engine has it (accelerate's DeepSpeed plugin), not from the spec."""
-
-    zero_stage: Annotated[int, Field(ge=0, le=3)] = Field(description="ZeRO stage of the engine.")
-    offload_optimizer_device: BoundedReason = Field(
-        "none", description="Where the optimizer states live: none (with the ranks) or cpu (ZeRO-Offload)."
-    )
-    offload_param_device: BoundedReason = Field("none", description="Where the parameters live: none or cpu.")
-
-
-class FsdpInEffect(WireModel):
-    """FSDP as read from the wrapped model at the start of training, not from the spec."""
-
-    version: Annotated[int, Field(ge=1, le=2)] = Field(description="1: FullyShardedDataParallel; 2: fully_shard.")
-    sharding_strategy: str = Field(
-        description="FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, ... (FSDP2: FULL_SHARD when parameters "
-        "are resharded after forward, SHARD_GRAD_OP when they are kept)."
-    )
-    reshard_after_forward: bool = Field(
-        description="Whether each wrapped layer frees its gathered parameters after forward."
-    )
-    wrapped_modules: Annotated[int, Field(ge=0)] = Field(description="Modules FSDP wraps (layers plus the root).")
-    wrapped_layer_classes: str = Field("", description="Comma-separated classes of the wrapped layers.")
-    forward_prefetch: bool = Field(False, description="FSDP1 forward prefetch (FSDP2 has none).")
-    backward_prefetch: str = Field(
-        "", description="FSDP1 backward prefetch (BACKWARD_PRE, BACKWARD_POST); empty for none and for FSDP2."
-    )
-    offload_params: bool = Field(False, description="Parameters (and so gradients and optimizer state) live on CPU.")
-    offload_pin_memory: bool = Field(False, description="Offloaded memory is pinned (never on CPU ranks).")
-    param_dtype: str = Field("", description="Mixed-precision dtype of parameters in compute; empty: no cast.")
-    reduce_dtype: str = Field("", description="Mixed-precision dtype of gradient reduction; empty: no cast.")
-    state_dict_type: str = Field("", description="accelerate's FSDP state dict type used when a model is saved.")
-    sharded_parameters: Annotated[int, Field(ge=0)] = Field(
-        0, description="Parameters held as DTensor shards (FSDP2) or inside flat parameters (FSDP1)."
     )
 
 
@@ -152,13 +111,11 @@ class Metrics(WireModel):
     gpu_power_min_watts: NonNegative = Field(0.0, description="Lowest per-GPU mean power draw.")
     gpu_power_avg_watts: NonNegative = Field(0.0, description="Mean over GPUs of mean power draw.")
     gpu_power_max_watts: NonNegative = Field(0.0, description="Highest per-GPU mean power draw.")
-    gpu_max_memory_allocated_bytes: Annotated[int, Field(ge=0)] = Field(
+    gpu_max_memory_allocated_bytes: Count = Field(
         0, description="Largest torch.cuda.max_memory_allocated() over ranks."
     )
-    gpu_max_memory_reserved_bytes: Annotated[int, Field(ge=0)] = Field(
-        0, description="Largest torch.cuda.max_memory_reserved() over ranks."
-    )
-    cpu_peak_rss_bytes: Annotated[int, Field(ge=0)] = Field(
+    gpu_max_memory_reserved_bytes: Count = Field(0, description="Largest torch.cuda.max_memory_reserved() over ranks.")
+    cpu_peak_rss_bytes: Count = Field(
         0,
         description="Largest peak resident set size of a training process (getrusage ru_maxrss, from its start: "
         "loading included): the memory figure of CPU runs, where the GPU ones are 0.",
@@ -178,12 +135,12 @@ class Metrics(WireModel):
     train_runtime_seconds: NonNegative = Field(
         description="From the start of the first measured step to the end of the last one."
     )
-    train_steps: Annotated[int, Field(ge=0)] = Field(description="Optimizer steps measured.")
-    train_samples: Annotated[int, Field(ge=0)] = Field(description="Samples processed by all ranks in measured steps.")
-    train_tokens: Annotated[int, Field(ge=0)] = Field(
+    train_steps: Count = Field(description="Optimizer steps measured.")
+    train_samples: Count = Field(description="Samples processed by all ranks in measured steps.")
+    train_tokens: Count = Field(
         description="Tokens (padding included) processed by all ranks in measured steps, counted per batch."
     )
-    train_non_padding_tokens: Annotated[int, Field(ge=0)] = Field(
+    train_non_padding_tokens: Count = Field(
         description="Tokens excluding padding processed by all ranks in measured steps."
     )
     train_non_padding_tokens_per_step: NonNegative = Field(
@@ -215,10 +172,10 @@ class Metrics(WireModel):
         0.0, description="Training time excluded from the metrics by autoStopMethod's warmup."
     )
     # How sure the numbers are (docs/measurements.md "How sure a number is"; ftbench.stats).
-    warmup_steps: Annotated[int, Field(ge=0)] = Field(
+    warmup_steps: Count = Field(
         0, description="Steps at the start of the window left out of the steady state (spec warmupSteps, else 10%)."
     )
-    measured_steps: Annotated[int, Field(ge=0)] = Field(
+    measured_steps: Count = Field(
         0, description="Steady-state steps measured: the steady throughput, step times and intervals rest on them."
     )
     measured_seconds: NonNegative = Field(0.0, description="Wall-clock seconds of the steady-state steps.")
@@ -255,9 +212,9 @@ class Metrics(WireModel):
         description="Model FLOPs utilization: achieved FLOP/s / (GPUs x peak dense FLOP/s); "
         "0 without a known GPU peak. Formula in docs/measurements.md.",
     )
-    model_parameters: Annotated[int, Field(ge=0)] = Field(0, description="Parameters of the model.")
-    trainable_parameters: Annotated[int, Field(ge=0)] = Field(0, description="Parameters being trained.")
-    model_parameter_bytes: Annotated[int, Field(ge=0)] = Field(
+    model_parameters: Count = Field(0, description="Parameters of the model.")
+    trainable_parameters: Count = Field(0, description="Parameters being trained.")
+    model_parameter_bytes: Count = Field(
         0, description="Bytes of all the model's parameters, unsharded (in the dtype they are stored in)."
     )
     rank_memory: Annotated[list[RankMemory], Field(max_length=RANK_MEMORY_LIMIT)] = Field(
@@ -273,151 +230,6 @@ class Metrics(WireModel):
     stopped_by: BoundedReason = Field(
         "completed",
         description="What ended training: completed, maxSteps, stopAfterSeconds or autoStop.",
-    )
-
-
-# Message sizes and devices a network result keeps (the termination message holds 4 KiB in all).
-BANDWIDTH_SAMPLE_LIMIT = 16
-NETWORK_DEVICE_LIMIT = 16
-
-
-class Collective(StrEnum):
-    """The collectives the network preflight times (nccl-tests' all_reduce_perf and all_gather_perf)."""
-
-    ALL_REDUCE = "allReduce"
-    ALL_GATHER = "allGather"
-
-
-class NetworkTransport(StrEnum):
-    """The network the collectives used between nodes, as the backend reported it."""
-
-    IB = "ib"  # NCCL's IB verbs transport: InfiniBand or RoCE (linkLayer says which), RDMA
-    SOCKET = "socket"  # NCCL's TCP socket transport (no RDMA)
-    TCP = "tcp"  # gloo (CPU ranks): always TCP
-    UNKNOWN = "unknown"  # NCCL printed no "Using network" line (its debug log was not readable)
-
-
-class BandwidthSample(WireModel):
-    """One collective at one message size, timed as nccl-tests time it (docs/roce.md)."""
-
-    collective: Collective = Field(description="allReduce or allGather.")
-    size_bytes: Annotated[int, Field(ge=1)] = Field(
-        description="S of nccl-tests: the per-rank buffer of allReduce, the total (gathered) size of allGather."
-    )
-    seconds: NonNegative = Field(
-        description="Mean time of one timed iteration (after the warm-up ones), the slowest rank's."
-    )
-    alg_bandwidth_gbps: NonNegative = Field(description="algbw: sizeBytes / seconds, in GB/s (1e9 bytes/s).")
-    bus_bandwidth_gbps: NonNegative = Field(
-        description="busbw: algbw x 2(n-1)/n for allReduce, x (n-1)/n for allGather (n ranks), in GB/s: "
-        "comparable with the links' peak bandwidth whatever n is."
-    )
-
-
-class NetworkInEffect(WireModel):
-    """The collective bandwidth self-test run before training, and the transport the backend really used."""
-
-    backend: BoundedReason = Field(description="torch.distributed backend: nccl (GPUs) or gloo (CPU ranks).")
-    transport: NetworkTransport = Field(
-        description="ib (NCCL over IB verbs: InfiniBand or RoCE), socket (NCCL over TCP sockets), tcp (gloo), "
-        "or unknown (NCCL's log said nothing)."
-    )
-    link_layer: BoundedReason = Field(
-        "", description="RoCE or IB for transport ib, read from NCCL's NET/IB device list; empty otherwise."
-    )
-    rdma: bool = Field(False, description="True when NCCL moved data between nodes with RDMA (transport ib).")
-    gpu_direct_rdma: bool = Field(
-        False, description="True when NCCL reported a GPUDirect RDMA path (via NET/IB/.../GDRDMA)."
-    )
-    devices: Annotated[list[BoundedReason], Field(max_length=NETWORK_DEVICE_LIMIT)] = Field(
-        default_factory=list,
-        description="What the transport used: HCA ports (mlx5_0:1/RoCE) for ib, interfaces (eth0) for sockets.",
-    )
-    fallback: BoundedName = Field(
-        "", description="NCCL's warning when it fell back to sockets (e.g. 'NET/IB : No device found.'); empty if none."
-    )
-    nccl_version: BoundedName = Field("", description="NCCL's version as it printed it; empty for gloo.")
-    ranks: Annotated[int, Field(ge=1)] = Field(description="Ranks that took part (n in the busbw factors).")
-    warmup_iterations: Annotated[int, Field(ge=0)] = Field(description="Untimed iterations before each size.")
-    iterations: Annotated[int, Field(ge=0)] = Field(
-        description="Most timed iterations per size (fewer where the time budget required it)."
-    )
-    seconds: NonNegative = Field(description="Wall-clock time of the whole self-test.")
-    bandwidth: Annotated[list[BandwidthSample], Field(max_length=BANDWIDTH_SAMPLE_LIMIT)] = Field(
-        default_factory=list, description="algbw and busbw per collective and message size, small to large."
-    )
-    peak_bus_bandwidth_gbps: NonNegative = Field(
-        0.0, description="The largest busBandwidthGbps of any collective and size, in GB/s."
-    )
-
-
-class RunEnvironment(WireModel):
-    """What actually ran: versions and the distributed mode read at run time, not from the spec."""
-
-    engine: BoundedReason = Field(description="fms-hf-tuning or trl.")
-    engine_version: BoundedName = Field("", description="Version of the training library.")
-    image: BoundedName = Field("", description="Container image, from the FTBENCH_IMAGE env var when set.")
-    torch_version: BoundedName = Field("", description="torch.__version__.")
-    transformers_version: BoundedName = Field("", description="transformers.__version__.")
-    trl_version: BoundedName = Field("", description="trl.__version__.")
-    peft_version: BoundedName = Field("", description="peft.__version__.")
-    accelerate_version: BoundedName = Field("", description="accelerate.__version__.")
-    gpu_name: BoundedName = Field("", description="Name NVML reports for GPU 0 of rank 0; empty on CPU.")
-    number_nodes: Annotated[int, Field(ge=1)] = Field(1, description="Machines that took part.")
-    world_size: Annotated[int, Field(ge=1)] = Field(1, description="Training processes that took part.")
-    distributed_mode: BoundedReason = Field(
-        "NO",
-        description="accelerate's distributed type in effect (NO, MULTI_GPU, MULTI_CPU, FSDP, ...), "
-        "read from the running Accelerator; may differ from the requested backend (FSDP on CPU runs as DDP).",
-    )
-    device: BoundedReason = Field("cpu", description="cuda or cpu.")
-    dataset_file: Annotated[str, Field(max_length=512)] = Field(
-        "", description="The dataset file trained on: seed 002's <dataDir>/<datasetId>.jsonl|parquet when present."
-    )
-    dataset_generated: bool = Field(
-        False, description="True when this run generated the dataset file (it was missing), False when it existed."
-    )
-    fsdp: FsdpInEffect | None = Field(
-        None, description="FSDP in effect, read from the wrapped model; unset without FSDP."
-    )
-    deepspeed: DeepSpeedInEffect | None = Field(
-        None, description="DeepSpeed ZeRO in effect, read from the running engine; unset without DeepSpeed."
-    )
-    activation_checkpointing: bool = Field(
-        False,
-        description="Gradient (activation) checkpointing in effect, read from the model at the start of training.",
-    )
-    packing: BoundedReason = Field(
-        "",
-        description="How packed samples were kept from attending to each other, read from the batches the model "
-        "consumed: flashVarlen (position ids, flash attention's varlen kernels), positionIds (position ids, from "
-        "which transformers masks each sample for sdpa and eager), none (not isolated); empty when the run did "
-        "not pack.",
-    )
-    liger_kernel: bool = Field(
-        False,
-        description="Liger's kernels patched into the trained model (its modules' forward functions are "
-        "liger_kernel's), read at the start of training.",
-    )
-    attention_implementation: BoundedReason = Field(
-        "",
-        description="transformers' attention implementation in effect (eager, sdpa, flash_attention_2, ...), "
-        "read from the loaded model's config at the start of training.",
-    )
-    command: Annotated[str, Field(max_length=COMMAND_LIMIT)] = Field(
-        "",
-        description="The bare fms-hf-tuning command that trains the same way (accelerate launch ... -m "
-        f"tuning.sft_trainer ...), cut at {COMMAND_LIMIT} characters; empty for trl.",
-    )
-    kubeflow_trainer_status: TrainerStatusReport | None = Field(
-        None,
-        description="Inside a Kubeflow TrainJob whose Trainer offers its status endpoint (feature gate "
-        "TrainJobStatus): how rank 0's trainerStatus updates went. Unset elsewhere.",
-    )
-    network: NetworkInEffect | None = Field(
-        None,
-        description="The network preflight (spec.run.networkPreflight): the transport in effect and the "
-        "measured collective bandwidth; unset when it did not run.",
     )
 
 
@@ -440,7 +252,7 @@ class TrainerResult(WireModel):
     metrics: Metrics | None = None
     environment: RunEnvironment | None = None
     error: RunError | None = None
-    trial: Annotated[int, Field(ge=0)] | None = Field(None, description="Stability trial index.")
+    trial: Count | None = Field(None, description="Stability trial index.")
     started_at: datetime | None = None
     finished_at: datetime | None = None
 

@@ -20,7 +20,8 @@ from ftbench.api.crd import model_schema
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.status import Stability
 from ftbench.catalog import Catalog, load_catalog
-from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics, RunEnvironment
+from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics
 from ftbench.generated.crd_docs import crd_reference, sweep_reference
 from ftbench.generated.markdown import HEADER, cell, code, schema_sections, table
 

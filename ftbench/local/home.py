@@ -16,6 +16,12 @@ def ftbench_home() -> Path:
     return Path(os.environ.get(E.FTBENCH_HOME) or Path.home() / ".ftbench").expanduser()
 
 
+def results_db(home: Path | None = None) -> Path:
+    """The results store's file under `home` (default FTBENCH_HOME): named once for every command that
+    records runs into it or reads them back."""
+    return (home or ftbench_home()) / "results.db"
+
+
 def local_profile(base: ClusterProfile | None = None, home: Path | None = None) -> ClusterProfile:
     """The cluster profile with storage moved under FTBENCH_HOME (models/, data/, hf/).
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec
 from ftbench.catalog import Catalog
+from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
-from ftbench.contracts.results import Metrics, NetworkInEffect, TrainerResult
+from ftbench.contracts.results import Metrics, TrainerResult
 from ftbench.local.store import ResultsStore, RunRecord
 from ftbench.sweep.points import Expansion, SweepPoint, expand
 from ftbench.sweep.schedule import ReuseCandidate, RunState, SweepPlan, plan_sweep, reuse_key

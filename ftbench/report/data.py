@@ -15,7 +15,8 @@ from typing import Any
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
-from ftbench.contracts.results import Metrics, NetworkInEffect, TrainerResult
+from ftbench.contracts.network import NetworkInEffect
+from ftbench.contracts.results import Metrics, TrainerResult
 from ftbench.local.store import ResultsStore, RunRecord
 from ftbench.local.sweeps import record_network, stored_sweep, sweep_runs
 from ftbench.stats.results import mean_of_repeats

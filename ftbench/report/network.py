@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ftbench.api.network import describe
 from ftbench.api.network import transport_text as transport
 from ftbench.api.sweep import PointRow
-from ftbench.contracts.results import Collective, NetworkInEffect
+from ftbench.contracts.network import Collective, NetworkInEffect
 from ftbench.report.data import RunMeasurement
 from ftbench.report.plots import Figure, render_figure
 

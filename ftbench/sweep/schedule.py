@@ -27,8 +27,9 @@ from ftbench.api.sweep import (
     PointRow,
     SweepPhase,
 )
+from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
-from ftbench.contracts.results import Metrics, NetworkInEffect, Outcome
+from ftbench.contracts.results import Metrics, Outcome
 from ftbench.stats.intervals import Interval, separated
 from ftbench.stats.results import metric_interval
 from ftbench.sweep.frontier import memory_order, needs_at_least

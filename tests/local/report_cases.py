@@ -12,14 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.contracts.results import (
-    BandwidthSample,
-    Collective,
-    NetworkInEffect,
-    NetworkTransport,
-    RunEnvironment,
-    TrainerResult,
-)
+from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.network import BandwidthSample, Collective, NetworkInEffect, NetworkTransport
+from ftbench.contracts.results import TrainerResult
 
 GPU_SWEEP = {
     "template": {"experiment": "finetune_lora_benchmark-v1.0.0", "engine": "trl", "model": "llama3.1-8b",

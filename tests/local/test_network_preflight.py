@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from ftbench.cli import main
-from ftbench.contracts.results import Collective, NetworkTransport, Outcome, TrainerResult
+from ftbench.contracts.network import Collective, NetworkTransport
+from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.local.store import ResultsStore
 from ftbench.render.plan import PREFLIGHT_SIZES_CPU
 

@@ -25,7 +25,8 @@ from ftbench.api.sweep import FineTuneSweepSpec
 from ftbench.catalog import load_catalog
 from ftbench.cli import main
 from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL
-from ftbench.contracts.results import NetworkInEffect, Outcome, TrainerResult
+from ftbench.contracts.network import NetworkInEffect
+from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.report import network as net
 from ftbench.report.cluster import from_objects, run_state

@@ -15,14 +15,8 @@ from typing import Any, TypeVar
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 
 from ftbench.api.resource import GROUP, PLURAL, VERSION
-from ftbench.contracts.results import (
-    EXIT_GPU_OOM,
-    Metrics,
-    Outcome,
-    RunEnvironment,
-    RunError,
-    TrainerResult,
-)
+from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.results import EXIT_GPU_OOM, Metrics, Outcome, RunError, TrainerResult
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 # What a 1.20 cluster supports (the operator would derive the same from the server version).

@@ -22,16 +22,10 @@ from operator_testkit import (
 )
 
 from ftbench.api.resource import GROUP, PLURAL, VERSION
+from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.labels import EXPERIMENT_LABEL, label_value
-from ftbench.contracts.results import (
-    EXIT_NETWORK_UNFIT,
-    BandwidthSample,
-    Collective,
-    NetworkInEffect,
-    NetworkTransport,
-    Outcome,
-    RunEnvironment,
-)
+from ftbench.contracts.network import BandwidthSample, Collective, NetworkInEffect, NetworkTransport
+from ftbench.contracts.results import EXIT_NETWORK_UNFIT, Outcome
 
 pytestmark = pytest.mark.k8s
 

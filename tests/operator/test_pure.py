@@ -11,16 +11,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.contracts.bounded import MESSAGE_MAX, bounded
-from ftbench.contracts.results import (
-    EXIT_GPU_OOM,
-    REASON_NETWORK_CHECKED,
-    NetworkInEffect,
-    NetworkTransport,
-    NoiseFlag,
-    Outcome,
-    RunEnvironment,
-    TrainerResult,
-)
+from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.network import NetworkInEffect, NetworkTransport
+from ftbench.contracts.results import EXIT_GPU_OOM, REASON_NETWORK_CHECKED, NoiseFlag, Outcome, TrainerResult
 from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv

@@ -127,8 +127,7 @@ OPERATOR_NEEDS = [
 ]
 OPERATOR_MUST_NOT = [
     *[(v, "secrets", "", "") for v in ("get", "list", "watch", "create")],
-    ("create", "pods", "", ""),
-    ("create", "pods", "", "exec"),
+    *[("create", "pods", "", sub) for sub in ("", "exec")],
     ("get", "pods", "", "log"),
     ("delete", "finetuneexperiments", "ftbench.io", ""),
     ("create", "serviceaccounts", "", "token"),
@@ -141,11 +140,9 @@ OPERATOR_MUST_NOT = [
     ("escalate", "roles", RBAC_GROUP, ""),
     ("create", "clusterrolebindings", RBAC_GROUP, ""),
     # Issue 12: least privilege. The operator never rewrites a child or a whole experiment.
-    ("update", "finetuneexperiments", "ftbench.io", ""),
-    ("update", "finetuneexperiments", "ftbench.io", "status"),
+    *[("update", "finetuneexperiments", "ftbench.io", sub) for sub in ("", "status")],
     *[("patch", r, g, "") for r, g in (("jobs", "batch"), ("pytorchjobs", "kubeflow.org"), ("services", ""))],
-    ("patch", "configmaps", "", ""),
-    ("update", "configmaps", "", ""),
+    *[(v, "configmaps", "", "") for v in ("patch", "update")],
     ("list", "serviceaccounts", "", ""),
     ("create", "priorityclasses", "scheduling.k8s.io", ""),
 ]

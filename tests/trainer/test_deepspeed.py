@@ -20,7 +20,8 @@ from helpers import (
     write_plan,
 )
 
-from ftbench.contracts.results import EXIT_OK, DeepSpeedInEffect, Outcome
+from ftbench.contracts.environment import DeepSpeedInEffect
+from ftbench.contracts.results import EXIT_OK, Outcome
 
 pytestmark = [pytest.mark.training, pytest.mark.slow]
 PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"

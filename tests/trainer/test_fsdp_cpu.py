@@ -18,7 +18,8 @@ import pytest
 from helpers import make_plan, train
 
 from ftbench.contracts.enums import Experiment
-from ftbench.contracts.results import Metrics, RunEnvironment, TrainerResult
+from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.results import Metrics, TrainerResult
 
 pytest.importorskip("trl")
 pytestmark = [pytest.mark.training, pytest.mark.slow]

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import current_python, read_result, run_trainer, tail, two_processes_one_node, write_plan
 
-from ftbench.contracts.results import (
-    EXIT_NETWORK_UNFIT,
-    REASON_NETWORK_CHECKED,
-    NetworkTransport,
-    Outcome,
-    TrainerResult,
-)
+from ftbench.contracts.network import NetworkTransport
+from ftbench.contracts.results import EXIT_NETWORK_UNFIT, REASON_NETWORK_CHECKED, Outcome, TrainerResult
 from ftbench.engines.envs import package_path
 from ftbench.host.ports import free_port
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ftbench.contracts.results import NetworkTransport
+from ftbench.contracts.network import NetworkTransport
 from ftbench_trainer.network.nccl_log import NcclNetwork, network_lines, parse_nccl_log
 
 LOGS = Path(__file__).parent / "nccl_logs"

@@ -14,19 +14,10 @@ from ftbench.api.validation import validate_spec_dict
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
 from ftbench.contracts.enums import Runtime
+from ftbench.contracts.environment import COMMAND_LIMIT, RunEnvironment
+from ftbench.contracts.network import NETWORK_DEVICE_LIMIT, Collective, NetworkInEffect, NetworkTransport
 from ftbench.contracts.plan import ExperimentRef
-from ftbench.contracts.results import (
-    COMMAND_LIMIT,
-    NETWORK_DEVICE_LIMIT,
-    TERMINATION_MESSAGE_LIMIT,
-    Collective,
-    Metrics,
-    NetworkInEffect,
-    NetworkTransport,
-    Outcome,
-    RunEnvironment,
-    TrainerResult,
-)
+from ftbench.contracts.results import TERMINATION_MESSAGE_LIMIT, Metrics, Outcome, TrainerResult
 from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench.render.plan import PREFLIGHT_SIZES_CPU, PREFLIGHT_SIZES_GPU, build_plan
 from ftbench_trainer.network.bandwidth import bus_factor, sample, timed_iterations

@@ -10,17 +10,10 @@ import pytest
 
 from ftbench.api.network import NetworkExpectation, network_verdict
 from ftbench.api.status import FineTuneExperimentStatus, Phase
+from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.network import BandwidthSample, Collective, NetworkInEffect
 from ftbench.contracts.outcomes import OUTCOMES
-from ftbench.contracts.results import (
-    EXIT_NETWORK_UNFIT,
-    BandwidthSample,
-    Collective,
-    NetworkInEffect,
-    Outcome,
-    RunEnvironment,
-    RunError,
-    TrainerResult,
-)
+from ftbench.contracts.results import EXIT_NETWORK_UNFIT, Outcome, RunError, TrainerResult
 from ftbench_operator import status as st
 from ftbench_operator.classify import Observation, pod_failure, result_observation
 from ftbench_operator.summaries import ContainerState, PodSummary

@@ -15,8 +15,9 @@ from ftbench.api.prediction import PREDICTED_OOM_REASON
 from ftbench.api.sweep import MAX_POINTS, OBJECTIVE_METRICS, FineTuneSweepSpec, PointPhase, SweepPhase
 from ftbench.catalog import load_catalog
 from ftbench.contracts.labels import DNS_LABEL_MAX
+from ftbench.contracts.network import NetworkInEffect, NetworkTransport
 from ftbench.contracts.outcomes import Phase
-from ftbench.contracts.results import Metrics, NetworkInEffect, NetworkTransport
+from ftbench.contracts.results import Metrics
 from ftbench.render.names import sweep_child_name
 from ftbench.sweep.frontier import memory_order, needs_at_least
 from ftbench.sweep.points import expand, parse_sweep_document

@@ -22,20 +22,11 @@ from types import MappingProxyType
 from ftbench.api.network import roce_problem
 from ftbench.contracts import env as E
 from ftbench.contracts.enums import DistributedBackend
+from ftbench.contracts.environment import COMMAND_LIMIT, DeepSpeedInEffect, FsdpInEffect, RunEnvironment
+from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
-from ftbench.contracts.results import (
-    COMMAND_LIMIT,
-    REASON_NETWORK_CHECKED,
-    DeepSpeedInEffect,
-    FsdpInEffect,
-    NetworkInEffect,
-    Outcome,
-    RunEnvironment,
-    RunError,
-    TrainerResult,
-    classify_exception,
-)
+from ftbench.contracts.results import REASON_NETWORK_CHECKED, Outcome, RunError, TrainerResult, classify_exception
 
 log = logging.getLogger(__name__)
 

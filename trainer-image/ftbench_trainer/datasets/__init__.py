@@ -31,22 +31,30 @@ path}`` struct; the kind of picture ado draws, a white canvas with two concentri
 drawn by :func:`make_jpeg`) and ``output`` (the chat: user ``[{type: text, text: question},
 {type: image, index: row}]``, assistant ``[{type: text, text: answer}]``); the answer has at least
 T words (~20k tokens for T = 16384, as ado's 18200-token target), the question ~38 words.
+
+This module holds the catalog parameters, the text rows and the file API; the words all rows are
+made of are in :mod:`.words`, the vision rows and their JPEG in :mod:`.vision` (what callers use of
+those two, e.g. :func:`make_jpeg`, is re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import os
-import random
 import tempfile
 from collections.abc import Iterator
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from ftbench_trainer.datasets.errors import DatasetError
+from ftbench_trainer.datasets.vision import OUTER_RADIUS as OUTER_RADIUS
+from ftbench_trainer.datasets.vision import VISION_QUESTION_WORDS as VISION_QUESTION_WORDS
+from ftbench_trainer.datasets.vision import make_jpeg as make_jpeg
+from ftbench_trainer.datasets.vision import write_vision
+from ftbench_trainer.datasets.words import seeded_rng, text_of_chars, word_count
+from ftbench_trainer.datasets.words import sentences as sentences
 
 GENERATOR_VERSION = 3  # 2: ado's row formats; 3: vision images are JPEG (as ado's), not PNG
 
@@ -83,43 +91,6 @@ PROMPT_CHARS = len(PREAMBLE) + len(INPUT_HEADER) + len(RESPONSE_HEADER) + 1
 #: news-tokens rows: 1024-character pieces, the response R copies joined by ". " (ado: R = 100).
 TOKENS_PIECE_CHARS = 1024
 TOKENS_COPIES_PER_16K = 100
-#: Words of a vision row's question (ado: 50 tokens x 0.75 words per token).
-VISION_QUESTION_WORDS = 38
-
-
-class DatasetError(ValueError):
-    """Unknown dataset id or invalid parameters."""
-
-
-# --------------------------------------------------------------------------------------- words
-
-
-@lru_cache(maxsize=1)
-def sentences() -> tuple[str, ...]:
-    """The package's synthetic English sentences (``ftbench_trainer/data/words.txt``)."""
-    text = resources.files("ftbench_trainer").joinpath("data/words.txt").read_text(encoding="utf-8")
-    return tuple(s for s in text.splitlines() if s and not s.startswith("#"))
-
-
-def _rng(*parts: object) -> random.Random:
-    return random.Random(":".join(str(p) for p in parts))
-
-
-def _text_of_chars(rng: random.Random, n: int) -> str:
-    sents = sentences()
-    out: list[str] = []
-    size = -1
-    while size < n:
-        s = rng.choice(sents)
-        out.append(s)
-        size += len(s) + 1
-    return " ".join(out)[:n]
-
-
-def _word_count(text: str) -> int:
-    return len(text.split())
-
-
 # ---------------------------------------------------------------------------------- parameters
 
 
@@ -166,9 +137,9 @@ def dataset_filename(dataset_id: str, key: str) -> str:
 def iter_chars_rows(dataset_id: str, params: dict, seed: int) -> Iterator[dict]:
     n = params["chars"]
     for i in range(params["entries"]):
-        rng = _rng(dataset_id, seed, i)
-        prompt_text = _text_of_chars(rng, n)
-        response = _text_of_chars(rng, n)
+        rng = seeded_rng(dataset_id, seed, i)
+        prompt_text = text_of_chars(rng, n)
+        response = text_of_chars(rng, n)
         yield {"output": f"{PREAMBLE}{INPUT_HEADER}{prompt_text}{RESPONSE_HEADER} {response}"}
 
 
@@ -182,14 +153,14 @@ def iter_tokens_rows(dataset_id: str, params: dict, seed: int) -> Iterator[dict]
     copies are added until the ``output`` has >= min_tokens words (one file for every model)."""
     min_tokens = params["min_tokens"]
     for i in range(params["entries"]):
-        rng = _rng(dataset_id, seed, i)
-        prompt_text = _text_of_chars(rng, TOKENS_PIECE_CHARS)
-        piece = _text_of_chars(rng, TOKENS_PIECE_CHARS)
+        rng = seeded_rng(dataset_id, seed, i)
+        prompt_text = text_of_chars(rng, TOKENS_PIECE_CHARS)
+        piece = text_of_chars(rng, TOKENS_PIECE_CHARS)
         head = f"{INPUT_HEADER}{prompt_text}{RESPONSE_HEADER} "
         copies = tokens_copies(min_tokens)
-        missing = min_tokens - _word_count(head) - copies * _word_count(piece)
+        missing = min_tokens - word_count(head) - copies * word_count(piece)
         if missing > 0:
-            copies += math.ceil(missing / max(1, _word_count(piece)))
+            copies += math.ceil(missing / max(1, word_count(piece)))
         yield {"output": head + ". ".join([piece] * copies)}
 
 
@@ -198,111 +169,6 @@ def _write_jsonl(rows: Iterator[dict], fh) -> int:
     for row in rows:
         fh.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
         n += 1
-    return n
-
-
-# -------------------------------------------------------------------------------------- vision
-
-
-#: Fixed JPEG settings (Pillow's defaults, spelled out) so the bytes depend only on (width, height,
-#: seed) and the Pillow build, never on a changed default.
-JPEG_QUALITY = 75
-JPEG_SUBSAMPLING = 2  # 4:2:0
-#: The outer circle's radius as a fraction of the shorter side; the inner one has half of it.
-OUTER_RADIUS = 0.45
-
-
-def make_jpeg(width: int, height: int, seed: int = 0) -> bytes:
-    """The vision rows' image: a white RGB canvas with two concentric filled circles in colours
-    drawn from ``seed``, JPEG-encoded.
-
-    ado's generator stores the same kind of picture as JPEG (one per row), so a vision processor
-    decodes the same format at the same size in both tools; the drawing and its geometry are
-    ftbench's own. Deterministic for a given Pillow build (no metadata, fixed encoder settings).
-    """
-    try:
-        from PIL import Image, ImageDraw
-    except ImportError as e:  # pragma: no cover - pillow is in the trainer extra and the fms locks
-        raise DatasetError("vision datasets need pillow (install the trainer extra)") from e
-    if width < 1 or height < 1:
-        raise DatasetError(f"image size must be positive, got {width}x{height}")
-    rng = _rng("image", width, height, seed)
-    canvas = Image.new("RGB", (width, height), (255, 255, 255))
-    pen = ImageDraw.Draw(canvas)
-    centre_x, centre_y = width / 2, height / 2
-    radius = OUTER_RADIUS * min(width, height)
-    for r in (radius, radius / 2):  # outer first, so the inner circle is drawn over it
-        colour = (rng.randrange(200), rng.randrange(200), rng.randrange(200))  # never near-white
-        pen.ellipse((centre_x - r, centre_y - r, centre_x + r, centre_y + r), fill=colour)
-    out = io.BytesIO()
-    canvas.save(out, format="JPEG", quality=JPEG_QUALITY, subsampling=JPEG_SUBSAMPLING, optimize=False)
-    return out.getvalue()
-
-
-# ado's columns: `images` one {bytes, path} image per row; `output` the chat, each content part
-# a {type, text, index} struct (text parts index null, the image part the row number).
-_PART = {"type": {"dtype": "string", "_type": "Value"}, "text": {"dtype": "string", "_type": "Value"},
-         "index": {"dtype": "int64", "_type": "Value"}}  # fmt: skip
-_VISION_FEATURES = {
-    "info": {
-        "features": {
-            "images": {"_type": "Image"},
-            "output": {
-                "feature": {
-                    "role": {"dtype": "string", "_type": "Value"},
-                    "content": {"feature": _PART, "_type": "List"},
-                },
-                "_type": "List",
-            },
-        }
-    }
-}
-
-
-def _vision_chat(rng: random.Random, row: int, min_words: int) -> list[dict]:
-    question = " ".join(_words(rng, VISION_QUESTION_WORDS))
-    answer = " ".join(_words(rng, min_words))
-    return [
-        {"role": "user", "content": [{"type": "text", "text": question, "index": None},
-                                     {"type": "image", "text": None, "index": row}]},
-        {"role": "assistant", "content": [{"type": "text", "text": answer, "index": None}]},
-    ]  # fmt: skip
-
-
-def _words(rng: random.Random, n: int) -> list[str]:
-    """At least n words of synthetic sentences, cut at exactly n."""
-    words: list[str] = []
-    sents = sentences()
-    while len(words) < n:
-        words += rng.choice(sents).split()
-    return words[:n]
-
-
-def _write_vision(dataset_id: str, params: dict, seed: int, path: Path) -> int:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError as e:  # pragma: no cover - pyarrow comes with `datasets`
-        raise DatasetError("vision datasets need pyarrow (install the trainer extra)") from e
-
-    part = pa.struct([("type", pa.string()), ("text", pa.string()), ("index", pa.int64())])
-    schema = pa.schema(
-        [
-            ("images", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
-            ("output", pa.list_(pa.struct([("role", pa.string()), ("content", pa.list_(part))]))),
-        ],
-        metadata={"huggingface": json.dumps(_VISION_FEATURES)},
-    )
-    image = {"bytes": make_jpeg(params["width"], params["height"], seed), "path": None}
-    batch_rows = 64
-    n = 0
-    with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=True) as writer:
-        for start in range(0, params["entries"], batch_rows):
-            rows = range(start, min(start + batch_rows, params["entries"]))
-            chats = [_vision_chat(_rng(dataset_id, seed, i), i, params["min_tokens"]) for i in rows]
-            table = pa.table({"images": [image] * len(chats), "output": chats}, schema=schema)
-            writer.write_table(table, row_group_size=batch_rows)
-            n += len(chats)
     return n
 
 
@@ -330,7 +196,7 @@ def _write(dataset_id: str, params: dict, seed: int, path: Path) -> Path:
         kind = params["kind"]
         if kind == "vision":
             os.close(fd)
-            _write_vision(dataset_id, params, seed, tmp)
+            write_vision(dataset_id, params, seed, tmp)
         else:
             rows = iter_chars_rows if kind == "chars" else iter_tokens_rows
             with os.fdopen(fd, "wb") as fh:

@@ -67,37 +67,44 @@ def deepspeed_config(d: DeepSpeedSettings) -> dict[str, Any]:
             "zero_optimization": zero}  # fmt: skip
 
 
+#: The plan's training fields that SFTConfig takes under the same name and as they are; the
+#: arguments sft_config spells out are the ones it names or translates differently.
+SFT_CONFIG_AS_PLANNED = (
+    "gradient_accumulation_steps",
+    "num_train_epochs",
+    "max_steps",
+    "learning_rate",
+    "weight_decay",
+    "lr_scheduler_type",
+    "logging_steps",
+    "gradient_checkpointing",
+    "optim",
+    "bf16",
+    "fp16",
+    "seed",
+    "packing",
+    "use_liger_kernel",
+    "remove_unused_columns",
+)
+
+
 def sft_config(plan: LaunchPlan) -> Any:
     from trl import SFTConfig
 
     t = plan.training
     return SFTConfig(
+        **{name: getattr(t, name) for name in SFT_CONFIG_AS_PLANNED},
         output_dir=plan.output.dir,
         per_device_train_batch_size=plan.topology.per_device_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        num_train_epochs=t.num_train_epochs,
-        max_steps=t.max_steps,
-        learning_rate=t.learning_rate,
-        weight_decay=t.weight_decay,
         # transformers 5 folded warmup_ratio into warmup_steps: a float in [0, 1) is a ratio.
         warmup_steps=t.warmup_ratio,
-        lr_scheduler_type=t.lr_scheduler_type,
-        logging_steps=t.logging_steps,
-        gradient_checkpointing=t.gradient_checkpointing,
         gradient_checkpointing_kwargs={"use_reentrant": t.gradient_checkpointing_use_reentrant},
-        optim=t.optim,
-        bf16=t.bf16,
-        fp16=t.fp16,
-        seed=t.seed,
         save_strategy="no",
         eval_strategy="no",
         report_to="none",
         max_length=t.model_max_length,
-        packing=t.packing,
-        use_liger_kernel=t.use_liger_kernel,
         deepspeed=deepspeed_config(t.deepspeed) if t.deepspeed is not None else None,
         completion_only_loss=True,
-        remove_unused_columns=t.remove_unused_columns,
         dataset_kwargs={"skip_prepare_dataset": True} if t.dataset_kwargs_skip_prepare_dataset else None,
         # Without use_cpu=True, a multi-process CPU run trains each process alone (see the CPU notes).
         use_cpu=plan.use_cpu,

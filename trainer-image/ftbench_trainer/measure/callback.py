@@ -16,9 +16,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ftbench.contracts import env as E
+from ftbench.contracts.environment import DeepSpeedInEffect, FsdpInEffect
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.progress import MEMORY_CPU_RSS, MEMORY_GPU_ALLOCATED
-from ftbench.contracts.results import LOSS_CURVE_LIMIT, DeepSpeedInEffect, FsdpInEffect, Metrics
+from ftbench.contracts.results import LOSS_CURVE_LIMIT, Metrics
 from ftbench.stats.noise import HostLoad
 from ftbench_trainer.measure import distributed, shards
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine

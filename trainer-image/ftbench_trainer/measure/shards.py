@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ftbench.contracts.results import FsdpInEffect
+from ftbench.contracts.environment import FsdpInEffect
 
 
 def local_tensor(t: Any) -> Any:

@@ -10,7 +10,7 @@ GB/s are 1e9 bytes per second, as nccl-tests print them.
 
 from __future__ import annotations
 
-from ftbench.contracts.results import BandwidthSample, Collective
+from ftbench.contracts.network import BandwidthSample, Collective
 
 GB = 1e9
 # Rounded figures keep the result (and the 4 KiB termination message) short.

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ftbench.contracts.results import NetworkTransport
+from ftbench.contracts.network import NetworkTransport
 
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
 _NET_IB = re.compile(r"NCCL INFO NET/IB : Using (.*?)(?:\s*;\s*OOB .*)?$")

@@ -28,8 +28,7 @@ from typing import Any
 
 from ftbench.api.network import describe
 from ftbench.contracts import env as E
-from ftbench.contracts.plan import NetworkPreflightSettings
-from ftbench.contracts.results import (
+from ftbench.contracts.network import (
     BANDWIDTH_SAMPLE_LIMIT,
     NETWORK_DEVICE_LIMIT,
     BandwidthSample,
@@ -37,6 +36,7 @@ from ftbench.contracts.results import (
     NetworkInEffect,
     NetworkTransport,
 )
+from ftbench.contracts.plan import NetworkPreflightSettings
 from ftbench_trainer.network.bandwidth import peak_bus_bandwidth, sample, timed_iterations
 from ftbench_trainer.network.nccl_log import NcclNetwork, network_lines, parse_nccl_log
 
