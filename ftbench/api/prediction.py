@@ -80,7 +80,8 @@ class PredictionReport(ApiModel):
     measured_peak_bytes: Annotated[int, Field(ge=0)] | None = Field(
         None,
         description="What the run measured for the same quantity: the largest rank's torch.cuda.max_memory_allocated "
-        "(status.results.gpuMaxMemoryAllocatedBytes); unset until a GPU run succeeds.",
+        "(status.results.gpuMaxMemoryAllocatedBytes), on CPU ranks the tracker's steady-state tensor peak "
+        "(status.results.cpuTensorPeakBytes); unset until the run succeeds.",
     )
     error_percent: float | None = Field(
         None, description="(predicted peak - measured peak) / measured peak x 100: positive over-predicts."
@@ -90,7 +91,7 @@ class PredictionReport(ApiModel):
     )
 
     def measured(self, peak_bytes: int | None, *, oom: bool) -> PredictionReport:
-        """This prediction beside what the run measured (accuracy is tracked on every GPU run)."""
+        """This prediction beside what the run measured (accuracy is tracked on every run)."""
         update: dict[str, object] = {"measured_oom": oom}
         if peak_bytes:
             update |= {

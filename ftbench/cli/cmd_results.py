@@ -73,12 +73,13 @@ def run(args: argparse.Namespace) -> int:
     rows = [
         (r.id, r.name, r.experiment.removeprefix("finetune_"), r.model, r.engine, r.number_gpus, r.batch_size,
          r.status, "" if r.is_valid is None else r.is_valid,
-         "" if r.train_tokens_per_second is None else f"{r.train_tokens_per_second:,.1f}")
+         "" if r.train_tokens_per_second is None else f"{r.train_tokens_per_second:,.1f}",
+         "" if r.prediction_error_percent is None else f"{r.prediction_error_percent:+.1f}%")
         for r in runs
     ]  # fmt: skip
     if not rows:
         print("no runs yet: try `ftbench run examples/quickstart.yaml`")
         return 0
     print(format_table(("RUN", "NAME", "EXPERIMENT", "MODEL", "ENGINE", "GPUS", "BATCH", "STATUS", "VALID",
-                        "TOKENS/S"), rows))  # fmt: skip
+                        "TOKENS/S", "MEM PRED ERR"), rows))  # fmt: skip
     return 0

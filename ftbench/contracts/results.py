@@ -120,6 +120,30 @@ class Metrics(WireModel):
         description="Largest peak resident set size of a training process (getrusage ru_maxrss, from its start: "
         "loading included): the memory figure of CPU runs, where the GPU ones are 0.",
     )
+    # Tensor memory, the quantity the memory predictor predicts (docs/measurements.md, "Predicted memory").
+    cpu_tensor_peak_bytes: Count = Field(
+        0,
+        description="CPU runs: the largest rank's peak live tensor storage in a steady-state step (what "
+        "max_memory_allocated counts on a GPU), counted on the first optimizer step by the predictor's tracker "
+        "with the optimizer state it leaves added to the forward and backward; 0 on GPUs (see "
+        "gpuMaxMemoryAllocatedBytes) and where the optimizer takes no step hooks (DeepSpeed).",
+    )
+    peak_batch_shape: tuple[Count, Count] | None = Field(
+        None,
+        description="[rows, padded length] of the largest micro-batch (input_ids) in the steps the tensor peak was "
+        "measured over: the first optimizer step on CPU, every step on GPUs (the longest of any rank).",
+    )
+    predicted_peak_bytes: Count | None = Field(
+        None,
+        description="Estimate, not measured: the memory predictor's peak tensor memory per device for this run's "
+        "plan at peakBatchShape (ftbench predict, which assumes every row at modelMaxLength, answers for the worst "
+        "batch instead), traced after training; unset where it could not be made.",
+    )
+    prediction_error_percent: float | None = Field(
+        None,
+        description="(predictedPeakBytes - measured) / measured x 100, measured being gpuMaxMemoryAllocatedBytes "
+        "on GPUs and cpuTensorPeakBytes on CPU: how far the prediction was off for this run (positive: over).",
+    )
     # CPU (seed note 2): the training process, 100 = one full core.
     cpu_compute_utilization_percent: Percent = Field(0.0, description="Mean CPU use of the training processes.")
     cpu_memory_utilization_percent: Percent = Field(
@@ -231,6 +255,17 @@ class Metrics(WireModel):
         "completed",
         description="What ended training: completed, maxSteps, stopAfterSeconds or autoStop.",
     )
+
+    @property
+    def measured_tensor_peak_bytes(self) -> int:
+        """The measured quantity a memory prediction predicts: the GPU allocator's peak, else the CPU tracker's."""
+        return self.gpu_max_memory_allocated_bytes or self.cpu_tensor_peak_bytes
+
+    def with_prediction(self, predicted_peak_bytes: int) -> Metrics:
+        """These metrics beside the run's predicted peak and how far it was off (none without a measured peak)."""
+        measured = self.measured_tensor_peak_bytes
+        error = round(100.0 * (predicted_peak_bytes - measured) / measured, 1) if measured else None
+        return self.model_copy(update={"predicted_peak_bytes": predicted_peak_bytes, "prediction_error_percent": error})
 
 
 class RunError(WireModel):

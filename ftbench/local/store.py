@@ -95,6 +95,15 @@ class RunRecord:
     point: int | None = None
     repeat: int | None = None
 
+    @property
+    def prediction_error_percent(self) -> float | None:
+        """How far the run's memory prediction was off its measured tensor peak (the last result that says)."""
+        for result in reversed(self.results):
+            value = (result.get("metrics") or {}).get("predictionErrorPercent")
+            if value is not None:
+                return float(value)
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         extra = {"sweep": self.sweep, "point": self.point, "repeat": self.repeat} if self.sweep else {}
         return {**{c: getattr(self, c) for c in EXPORT_COLUMNS}, **extra, "spec": self.spec, "results": self.results}

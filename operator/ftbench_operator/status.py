@@ -311,16 +311,14 @@ class Builder:
         return patch(**fields)
 
     def prediction_measured(self, obs: Observation) -> PredictionReport | None:
-        """status.prediction with the run's measured peak beside it, once the run has ended on a GPU."""
+        """status.prediction with the run's measured tensor peak beside it, once the run has ended (GPU or CPU)."""
         current = self.current.get("prediction")
         result = obs.result
         oom = obs.phase == Phase.INVALID and obs.reason == GPU_OOM
         if not current or result is None or not (obs.phase == Phase.SUCCEEDED or oom):
             return None
         report = PredictionReport.model_validate(current)
-        if report.prediction.device != "cuda":
-            return None
-        peak = result.metrics.gpu_max_memory_allocated_bytes if result.metrics is not None else None
+        peak = result.metrics.measured_tensor_peak_bytes if result.metrics is not None else None
         return report.measured(peak, oom=oom)
 
     def measurement(self, metrics: Metrics) -> None:

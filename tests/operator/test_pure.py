@@ -506,7 +506,7 @@ def _predicted(peak_bytes: int, device: str = "cuda") -> dict:
     return PredictionReport(prediction=prediction).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def test_a_finished_gpu_run_records_its_measured_peak_beside_the_prediction():
+def test_a_finished_run_records_its_measured_peak_beside_the_prediction():
     measured = success_result()
     metrics = measured.metrics.model_copy(update={"gpu_max_memory_allocated_bytes": 10_000_000_000})
     measured = measured.model_copy(update={"metrics": metrics})
@@ -518,6 +518,8 @@ def test_a_finished_gpu_run_records_its_measured_peak_beside_the_prediction():
     FineTuneExperimentStatus.model_validate(st.strip_empty({**current, **done}))
     oom = st.Builder(current, 1, NOW).observed(run([terminated(oom_result(), exit_code=EXIT_GPU_OOM)]), trials=1)
     assert oom["prediction"]["measuredOom"] is True and "measuredPeakBytes" not in oom["prediction"]
-    # CPU ranks measure RSS, not the traced quantity: nothing is compared.
-    cpu = st.Builder({"prediction": _predicted(1, "cpu")}, 1, NOW).observed(run([terminated(measured)]), trials=1)
-    assert "prediction" not in cpu
+    # CPU ranks: the trainer's tracker counted the same quantity (cpuTensorPeakBytes).
+    on_cpu = success_result()
+    on_cpu = on_cpu.model_copy(update={"metrics": on_cpu.metrics.model_copy(update={"cpu_tensor_peak_bytes": 400})})
+    cpu = st.Builder({"prediction": _predicted(500, "cpu")}, 1, NOW).observed(run([terminated(on_cpu)]), trials=1)
+    assert cpu["prediction"]["measuredPeakBytes"] == 400 and cpu["prediction"]["errorPercent"] == 25.0

@@ -42,6 +42,13 @@ def test_fms_trains_and_reports(
     assert env.engine == "fms-hf-tuning" and env.engine_version == NEWEST and env.transformers_version.startswith("4.")
     assert m.train_steps == 2 and m.train_samples == 8 and m.stopped_by == "maxSteps"
     assert 0 < m.train_non_padding_tokens <= m.train_tokens
+    # The memory prediction, traced in the release's own environment (its transformers' loss path and
+    # trl 0.19's token accuracy on the logits). transformers 4.x builds a float padding mask per layer
+    # from the batch's attention_mask after a data-dependent check that fake tensors cannot trace, so
+    # these runs measure more than predicted: -13 % (full) and -15.5 % (LoRA) on 2026-11-26, where the
+    # trl engine's runs are within 5 % (docs/measurements.md, "Predicted memory", limits).
+    assert m.cpu_tensor_peak_bytes > 0 and m.prediction_error_percent is not None
+    assert -25.0 <= m.prediction_error_percent <= 5.0, m
 
 
 def test_fms_token_counts_equal_an_independent_count(

@@ -163,3 +163,13 @@ def test_lora_under_fsdp_shards_the_adapter_and_its_optimizer_state(runs: dict[s
         assert r.parameter_bytes / m.model_parameter_bytes == pytest.approx(0.5, rel=SHARD_TOLERANCE)
         assert r.gradient_bytes / trainable_bytes == pytest.approx(0.5, rel=SHARD_TOLERANCE)
         assert r.optimizer_state_bytes / trainable_bytes == pytest.approx(1.0, rel=SHARD_TOLERANCE)
+
+
+def test_every_run_checks_its_memory_prediction(runs: dict[str, TrainerResult]) -> None:
+    """Each run's plan is predicted after training, at the batch shape its first step trained, and
+    compared with the tensor peak its ranks counted in that step: within 5 % for one rank, FSDP2 on 2
+    and 4 ranks, SHARD_GRAD_OP, NO_SHARD, FSDP1, DDP, offload with bf16 and checkpointing, and LoRA."""
+    for name, result in runs.items():
+        m, _ = _parts(result)
+        assert m.cpu_tensor_peak_bytes > 0 and m.predicted_peak_bytes and m.peak_batch_shape, name
+        assert m.prediction_error_percent is not None and abs(m.prediction_error_percent) <= 5.0, (name, m)

@@ -57,6 +57,9 @@ def test_trl_trains_and_reports(
     assert m.gpu_compute_utilization_avg_percent == 0.0 and m.gpu_power_max_watts == 0.0 and m.mfu_percent == 0.0
     assert m.cpu_compute_utilization_percent > 0
     assert (m.trainable_parameters < m.model_parameters / 10) == frozen_base
+    # The memory prediction, checked on the run itself: trl's fused LM head traced as SFTTrainer runs it.
+    assert m.cpu_tensor_peak_bytes > 0 and m.peak_batch_shape is not None and m.peak_batch_shape[0] == 4
+    assert m.prediction_error_percent is not None and abs(m.prediction_error_percent) <= 5.0, m
     progress = [p for p in map(parse_progress_line, stdout.splitlines()) if p]
     assert [p["step"] for p in progress] == [1, 2, 3]  # interval 0 in the test plan: every step
     assert all(p["totalSteps"] == 3 for p in progress)

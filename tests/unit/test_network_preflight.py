@@ -153,6 +153,7 @@ def test_a_full_result_with_the_network_fits_the_termination_message() -> None:
             "trainNonPaddingTokens": 1, "trainSamplesPerSecond": 1.0, "trainStepsPerSecond": 1.0,
             "trainTokensPerSecond": 1.0, "trainTokensPerGpuPerSecond": 1.0, "datasetTokensPerSecond": 1.0,
             "datasetTokensPerSecondPerGpu": 1.0, "lossCurve": [1.23456] * 16,
+            "cpuTensorPeakBytes": 10**12, "predictedPeakBytes": 10**12, "predictionErrorPercent": -12.3,
             "rankMemory": [{"rank": r, "parameterBytes": 10**10, "gradientBytes": 10**10, "optimizerStateBytes": 10**10}
                            for r in range(16)],
         }
@@ -169,6 +170,8 @@ def test_a_full_result_with_the_network_fits_the_termination_message() -> None:
     result = TrainerResult(outcome=Outcome.SUCCEEDED, metrics=metrics, environment=env)
     text = result.to_termination_message()
     assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT
+    kept_metrics = TrainerResult.from_json(text).metrics
+    assert kept_metrics is not None and kept_metrics.prediction_error_percent == -12.3
     kept = TrainerResult.from_json(text).environment
     assert kept is not None and kept.network is not None
     assert kept.network.peak_bus_bandwidth_gbps == network.peak_bus_bandwidth_gbps and kept.network.link_layer == "RoCE"

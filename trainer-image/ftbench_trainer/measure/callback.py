@@ -25,6 +25,7 @@ from ftbench_trainer.measure import distributed, shards
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
 from ftbench_trainer.measure.stop import StopController
 from ftbench_trainer.measure.system import SystemSampler
+from ftbench_trainer.measure.tensor_peak import TensorPeakProbe
 from ftbench_trainer.measure.timing import StepRecord, StepTimer
 from ftbench_trainer.measure.tokens import TokenCounter
 from ftbench_trainer.measure.window import step_window
@@ -75,6 +76,7 @@ class MeasureCallback(TrainerCallback):
         self.model_size = ModelSize()
         self._hooks: list[Any] = []
         self.shard_probe = shards.ShardProbe()
+        self.tensor_peak = TensorPeakProbe()
         self.fsdp: FsdpInEffect | None = None
         self.deepspeed: DeepSpeedInEffect | None = None
         self.losses: list[float] = []
@@ -104,6 +106,8 @@ class MeasureCallback(TrainerCallback):
         self.attention_implementation = attention_in_effect(model)
         self.liger_kernel = liger_in_effect(model)
         self.shard_probe.attach(model, kwargs.get("optimizer"))
+        if self.plan.use_cpu:
+            self.tensor_peak.attach(model, kwargs.get("optimizer"))
         self._count_parameters(model)
         self._max_steps = int(state.max_steps or 0)
         self.sampler.start()
@@ -137,8 +141,10 @@ class MeasureCallback(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.timer.start is None:
             self.timer.start = self.clock()
+        self.tensor_peak.step_begin()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.tensor_peak.step_end(self.tokens.committed.largest)
         decision = self.stop.on_step_end(len(self.timer.steps), self.timer.elapsed(self.clock()))
         last = decision.stop or (self._max_steps > 0 and state.global_step >= self._max_steps)
         if last:
@@ -221,6 +227,9 @@ class MeasureCallback(TrainerCallback):
             max_memory_allocated=allocated,
             max_memory_reserved=reserved,
             peak_rss=peak_rss_bytes(),
+            tensor_peak=self.tensor_peak.peak,
+            # The batch the measured peak is for: the tracked step's on CPU, the run's largest on GPUs.
+            peak_batch=self.tensor_peak.batch if self.plan.use_cpu else self.tokens.committed.largest,
             uncounted_forwards=self.tokens.uncounted_forwards,
             parameter_bytes=self.shard_probe.parameter_bytes,
             gradient_bytes=self.shard_probe.gradient_bytes,

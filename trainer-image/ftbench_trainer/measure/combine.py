@@ -37,6 +37,8 @@ class RankReport:
     max_memory_allocated: int = 0
     max_memory_reserved: int = 0
     peak_rss: int = 0
+    tensor_peak: int = 0  # CPU ranks: the steady-state step's peak tensor storage (measure.tensor_peak)
+    peak_batch: tuple[int, int] = (0, 0)  # (rows, padded length) of the largest micro-batch the peak was measured over
     uncounted_forwards: int = 0
     # This rank's tensors (measure.shards): parameters between steps, gradients at the optimizer
     # step, optimizer state after it; local shards only, so FSDP's split shows rank by rank.
@@ -119,6 +121,8 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports),
         gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
         cpu_peak_rss_bytes=max(r.peak_rss for r in reports),
+        cpu_tensor_peak_bytes=max(r.tensor_peak for r in reports),
+        peak_batch_shape=_largest_batch(reports),
         cpu_compute_utilization_percent=_avg([r.cpu_percent for r in reports]),
         cpu_memory_utilization_percent=_avg([r.cpu_memory_percent for r in reports]),
         node_memory_used_percent=_avg([r.node_memory_percent for r in reports]),
@@ -198,3 +202,9 @@ def gpu_spread(gpus: Sequence[GpuSummary]) -> dict[str, float]:
         out[f"{stem}_avg_{unit}"] = _avg(values)
         out[f"{stem}_max_{unit}"] = max(values, default=0.0)
     return out
+
+
+def _largest_batch(reports: Sequence[RankReport]) -> tuple[int, int] | None:
+    """The largest micro-batch any rank's tensor peak was measured over (None: none recorded)."""
+    rows, length = max((r.peak_batch for r in reports), key=lambda b: b[0] * b[1], default=(0, 0))
+    return (rows, length) if rows * length else None

@@ -201,13 +201,14 @@ class ShardProbe:
             self._hook = register(self._before_step)
 
     def _before_step(self, *_: Any) -> None:
+        # The hook stays until after_step: removing it here would change the optimizer's hooks while
+        # torch iterates over them, which fails as soon as another probe has a hook there too.
         if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-        self.gradient_bytes = gradient_bytes(self._model)
+            self.gradient_bytes = gradient_bytes(self._model)
 
     def after_step(self) -> None:
         """Called after each optimizer step; counts the optimizer state the first time it exists."""
+        self.detach()
         if self._optimizer is not None and not self.optimizer_state_bytes:
             self.optimizer_state_bytes = optimizer_state_bytes(self._optimizer)
 

@@ -30,8 +30,11 @@ class BatchCount:
     non_padding_tokens: int = 0
     # sum over rows of (padded row length)^2: the attention term of the FLOP count needs it.
     padded_length_squared: int = 0
+    # The largest micro-batch's input_ids shape (rows, padded length): what a step's tensor peak scales with.
+    largest: tuple[int, int] = (0, 0)
 
     def add(self, other: BatchCount) -> None:
+        self.largest = max(self.largest, other.largest, key=lambda shape: shape[0] * shape[1])
         self.samples += other.samples
         self.padded_tokens += other.padded_tokens
         self.non_padding_tokens += other.non_padding_tokens
@@ -48,19 +51,19 @@ def count_batch(batch: Mapping[str, Any]) -> BatchCount:
     """
     input_ids = batch["input_ids"]
     rows, length = (int(d) for d in input_ids.shape[:2]) if input_ids.dim() > 1 else (1, int(input_ids.shape[0]))
-    padded = rows * length
+    padded, shape = rows * length, (rows, length)
     mask = batch.get("attention_mask")
     if mask is not None and mask.dim() == input_ids.dim():
         return BatchCount(samples=rows, padded_tokens=padded, non_padding_tokens=int(mask.sum()),
-                          padded_length_squared=rows * length * length)  # fmt: skip
+                          padded_length_squared=rows * length * length, largest=shape)  # fmt: skip
     position_ids = batch.get("position_ids")
     if position_ids is None:
         return BatchCount(samples=rows, padded_tokens=padded, non_padding_tokens=padded,
-                          padded_length_squared=rows * length * length)  # fmt: skip
+                          padded_length_squared=rows * length * length, largest=shape)  # fmt: skip
     starts = [i for i, p in enumerate(position_ids.reshape(-1).tolist()) if p == 0] + [padded]
     lengths = [b - a for a, b in pairwise(starts)]
     return BatchCount(samples=len(lengths), padded_tokens=padded, non_padding_tokens=padded,
-                      padded_length_squared=sum(n * n for n in lengths))  # fmt: skip
+                      padded_length_squared=sum(n * n for n in lengths), largest=shape)  # fmt: skip
 
 
 class TokenCounter:

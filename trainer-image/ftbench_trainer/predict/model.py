@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,16 +88,23 @@ def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = Fal
     return StepPeak(phase, phases[phase], trace)
 
 
-def predict(plan: LaunchPlan, config: Any | None = None) -> MemoryPrediction:
+def predict(plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, int] | None = None) -> MemoryPrediction:
+    """The plan's peak per device for its worst batch (every row at modelMaxLength), or for `batch`
+    (rows, padded length): the batch a run measured its peak at, to check the prediction against it."""
     started = time.perf_counter()
     config, origin = read_config(plan) if config is None else (config, "given by the caller")
     shape = step_shape(plan)
+    if batch is not None:
+        shape = dataclasses.replace(shape, batch=batch[0], seq=batch[1])
     s = sharding(plan)
     peak = predict_step(config, shape, s, gptq=plan.method == "gptq-lora")
     notes = [
         f"architecture: {origin}",
-        f"the worst batch: {shape.batch} row(s) of modelMaxLength {shape.seq} tokens per device",
+        f"the batch the run measured: {shape.batch} row(s) of {shape.seq} tokens per device"
+        if batch is not None
+        else f"the worst batch: {shape.batch} row(s) of modelMaxLength {shape.seq} tokens per device",
         f"AdamW {'foreach' if shape.device == 'cuda' else 'per-tensor'} as torch runs it on {shape.device}",
+        "loss: trl's fused LM head (SFTTrainer's)" if shape.fused_lm_head else "loss: transformers' (logits in full)",
     ]
     if str(plan.training.attn_implementation) in FLASH:
         notes.append(

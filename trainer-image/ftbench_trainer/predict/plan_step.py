@@ -14,6 +14,38 @@ MIXED = {"bf16": "bfloat16", "fp16": "float16"}
 FLASH = ("flash_attention_2", "flash_attention_3")
 
 
+# The per-token outputs trl's SFTTrainer asks its fused LM head for (trl 1.16 `SFTTrainer.__init__`:
+# log-probabilities for the loss, entropy and top-1 for its logged metrics).
+SFT_FUSED_OUTPUTS = ("log_probs", "entropy", "is_top1")
+
+
+def fused_lm_head_outputs() -> tuple[str, ...]:
+    """What trl's fused LM head computes where this environment's SFTTrainer patches the model with one
+    (trl 1.x: both engines train through trl's SFTTrainer), () where its trl computes transformers' loss."""
+    try:
+        from trl.trainer import sft_trainer
+    except ImportError:
+        return ()
+    return SFT_FUSED_OUTPUTS if hasattr(sft_trainer, "add_fused_lm_head") else ()
+
+
+def logits_accuracy() -> bool:
+    """Whether this environment's SFTTrainer computes its token accuracy from the full logits (trl 0.1x:
+    `shift_logits.argmax` in `compute_loss`; trl 1.x takes it from its fused LM head instead)."""
+    import inspect
+
+    try:
+        from trl import SFTTrainer
+    except ImportError:
+        return False
+    compute_loss = getattr(SFTTrainer, "compute_loss", None)
+    try:
+        source = inspect.getsource(compute_loss) if compute_loss is not None else ""
+    except (OSError, TypeError):
+        return False
+    return "shift_logits" in source and "argmax" in source
+
+
 def traced_attention(attention: str) -> str:
     return "sdpa" if attention in FLASH else attention
 
@@ -41,6 +73,8 @@ def step_shape(plan: LaunchPlan) -> StepShape:
         lora_dropout=LORA_DROPOUT,
         lora_targets=peft.target_modules,
         pt_virtual_tokens=PT_NUM_VIRTUAL_TOKENS,
+        fused_lm_head=(fused := fused_lm_head_outputs()),
+        logits_accuracy=not fused and logits_accuracy(),
     )
 
 

@@ -17,6 +17,13 @@ Why these choices (../shared/notes/memory-prediction.md measured each; each one 
   root's parameters gathered through forward and backward, each layer's all-gather and
   reduce-scatter buffers. Arithmetic on a single-rank trace missed the root and the buffers by
   8-14 % against a real two-rank FSDP2 step (tests/trainer/test_predict_fsdp.py).
+- The loss the engine computes: trl's SFTTrainer (from trl 1.x, in both engines' environments where
+  their trl has it) patches the model with a fused LM head (`add_fused_lm_head`) that never
+  materialises the logits but tiles the projection through a fixed [tokens, 32768] buffer; on a
+  small vocabulary that buffer is the step's peak (258 MB against 29 MB for the tiny model). Older
+  trl (0.1x, fms-hf-tuning's releases) computes the loss through transformers and then its token
+  accuracy from a contiguous copy of the shifted logits, with the logits still alive: traced too
+  (without it a fms-hf-tuning 3.2.2 run measured 18-21 % above the prediction).
 - The steady state: from the second step on, the optimizer state is live through forward and
   backward; a step on zero gradients makes it before the traced step (no second forward and
   backward to trace). With gradient accumulation two micro-batches, so the second runs with the
@@ -58,6 +65,8 @@ class StepShape:
     lora_targets: tuple[str, ...] | None = None
     pt_virtual_tokens: int = 20
     max_grad_norm: float | None = 1.0
+    fused_lm_head: tuple[str, ...] = ()  # trl's fused LM head and the per-token outputs it computes; () for none
+    logits_accuracy: bool = False  # trl 0.x SFTTrainer: token accuracy from a contiguous copy of the shifted logits
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,13 @@ def build_model(config: Any, shape: StepShape, device: str = "meta") -> Any:
 
 
 def add_adapter(model: Any, shape: StepShape) -> Any:
-    """The PEFT adapter the engine adds (on the tensors the model already has: fake or real)."""
+    """trl's fused LM head where the engine's SFTTrainer adds one (before PEFT, as it does), then the
+    PEFT adapter the engine adds (on the tensors the model already has: fake or real)."""
+    if shape.fused_lm_head and not getattr(model, "_ftbench_fused_lm_head", False):
+        from trl.trainer.utils import add_fused_lm_head
+
+        add_fused_lm_head(model, outputs=shape.fused_lm_head)
+        model._ftbench_fused_lm_head = True
     if shape.method == "pt":
         return PromptTuned(model, shape.pt_virtual_tokens)
     return _peft(model, shape) if shape.method in ("lora", "gptq-lora") else model
@@ -123,12 +138,12 @@ class PromptTuned(torch.nn.Module):
     def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
         self.model.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> Any:
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, **kwargs: Any) -> Any:
         batch, tokens = input_ids.shape[0], self.prompt.shape[0]
         embeds = self.model.get_input_embeddings()(input_ids)
         embeds = torch.cat([self.prompt.unsqueeze(0).expand(batch, -1, -1), embeds], dim=1)
         ignored = torch.full((batch, tokens), -100, dtype=labels.dtype)
-        return self.model(inputs_embeds=embeds, labels=torch.cat([ignored, labels], dim=1))
+        return self.model(inputs_embeds=embeds, labels=torch.cat([ignored, labels], dim=1), **kwargs)
 
 
 def _peft(model: Any, shape: StepShape) -> Any:
@@ -166,6 +181,21 @@ def _autocast(shape: StepShape) -> Iterator[None]:
         yield
 
 
+def _loss(model: Any, ids: torch.Tensor, shape: StepShape) -> torch.Tensor:
+    """The training loss as the engine's SFTTrainer computes it, with what it computes beside it."""
+    if shape.fused_lm_head:
+        return model(input_ids=ids, labels=ids, fused_lm_head=True).loss
+    outputs = model(input_ids=ids, labels=ids)
+    if shape.logits_accuracy:  # trl 0.1x SFTTrainer.compute_loss: mean_token_accuracy from the logits
+        shifted = outputs.logits[..., :-1, :].contiguous()
+        labels = torch.zeros(shifted.shape[:-1], dtype=torch.long)
+        mask = labels != -100
+        ((shifted.argmax(dim=-1) == labels) & mask).sum()
+        mask.sum()
+        del shifted, labels, mask
+    return outputs.loss
+
+
 def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_batch: Any) -> Trace:
     """One steady-state training step under the tracker; `model` holds fake or real tensors alike.
 
@@ -194,7 +224,7 @@ def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_bat
             tracker.enter_phase("forward")
             ids = make_batch()
             with _autocast(shape):
-                loss = model(input_ids=ids, labels=ids).loss
+                loss = _loss(model, ids, shape)
             tracker.enter_phase("backward")
             loss.backward()
             del loss, ids

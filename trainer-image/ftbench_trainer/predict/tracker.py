@@ -143,6 +143,10 @@ class StorageTracker(TorchDispatchMode):
                     out.add(serial)
         return out
 
+    def bytes_of(self, tensors: Iterable[torch.Tensor | None]) -> int:
+        """The bytes these tensors' counted storages hold now."""
+        return sum(self._live.get(serial, 0) for serial in self.serials(tensors))
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
