@@ -20,9 +20,8 @@ from pathlib import Path
 from ftbench.api.effective import per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
-from ftbench.contracts.results import Metrics
 from ftbench.report import network as net
-from ftbench.report import scaling
+from ftbench.report import prediction, scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
 from ftbench.report.effects import effect_rows, toggle_effects
 from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
@@ -112,20 +111,6 @@ def _ci(row: PointRow) -> str:
     return f"{_num(row.objective_ci95_low)}-{_num(row.objective_ci95_high)}"
 
 
-PREDICTION_HEADERS = ("predicted tensor MiB (estimate)", "measured tensor MiB", "prediction error %")
-
-
-def _prediction_columns(m: Metrics | None) -> tuple[str, ...]:
-    """The run's memory prediction beside the tensor peak it measured (metrics' predictedPeakBytes)."""
-    if m is None or m.predicted_peak_bytes is None:
-        return ("", "", "")
-    mib = 2**20
-    measured = m.measured_tensor_peak_bytes
-    error = m.prediction_error_percent
-    return (_num(m.predicted_peak_bytes / mib), _num(measured / mib) if measured else "",
-            f"{error:+.1f}" if error is not None else "")  # fmt: skip
-
-
 def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
     network = any(r.network is not None for r in runs)
     predicted = any(r.metrics is not None and r.metrics.predicted_peak_bytes is not None for r in runs)
@@ -142,12 +127,12 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
             str(per_device_batch_size(spec)) if spec else "", str(spec.model_max_length) if spec else "", run.phase,
             _num(m.train_tokens_per_second if m else None), _num(m.gpu_memory_utilization_peak_percent if m else None),
             _num(m.mfu_percent if m else None, 2), _num(m.step_time_p50_seconds if m else None, 3),
-            text.steady_short(m) if m else "", text.flag_names(m), *(_prediction_columns(m) if predicted else ()),
+            text.steady_short(m) if m else "", text.flag_names(m), *(prediction.run_columns(m) if predicted else ()),
             *(net.run_columns(run) if network else ()),
         ))  # fmt: skip
     headers = ("run", "experiment", "model", "GPUs", "batch", "per-device batch", "seq length", "phase", "tokens/s",
                "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise",
-               *(PREDICTION_HEADERS if predicted else ()), *(net.COLUMN_HEADERS if network else ()))  # fmt: skip
+               *(prediction.COLUMN_HEADERS if predicted else ()), *(net.COLUMN_HEADERS if network else ()))  # fmt: skip
     return Table(headers, tuple(rows))
 
 
