@@ -128,7 +128,8 @@ class Metrics(WireModel):
         "with the optimizer state it leaves added to the forward and backward; 0 on GPUs (see "
         "gpuMaxMemoryAllocatedBytes) and where the optimizer takes no step hooks (DeepSpeed).",
     )
-    peak_batch_shape: tuple[Count, Count] | None = Field(
+    # A list, not a tuple: a CRD's structural schema has no prefixItems.
+    peak_batch_shape: Annotated[list[Count], Field(min_length=2, max_length=2)] | None = Field(
         None,
         description="[rows, padded length] of the largest micro-batch (input_ids) in the steps the tensor peak was "
         "measured over: the first optimizer step on CPU, every step on GPUs (the longest of any rank).",

@@ -204,7 +204,7 @@ def gpu_spread(gpus: Sequence[GpuSummary]) -> dict[str, float]:
     return out
 
 
-def _largest_batch(reports: Sequence[RankReport]) -> tuple[int, int] | None:
+def _largest_batch(reports: Sequence[RankReport]) -> list[int] | None:
     """The largest micro-batch any rank's tensor peak was measured over (None: none recorded)."""
     rows, length = max((r.peak_batch for r in reports), key=lambda b: b[0] * b[1], default=(0, 0))
-    return (rows, length) if rows * length else None
+    return [rows, length] if rows * length else None

@@ -42,7 +42,8 @@ class RunPrediction:
         """The result with the predicted peak and its error against the measured one (successful runs)."""
         if result.metrics is None:
             return result
-        peak = self.peak_bytes(result.metrics.peak_batch_shape)
+        shape = result.metrics.peak_batch_shape
+        peak = self.peak_bytes((shape[0], shape[1]) if shape else None)
         if peak is None:
             return result
         return result.model_copy(update={"metrics": result.metrics.with_prediction(peak)})
