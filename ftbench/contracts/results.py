@@ -126,7 +126,8 @@ class Metrics(WireModel):
         description="CPU runs: the largest rank's peak live tensor storage in a steady-state step (what "
         "max_memory_allocated counts on a GPU), counted on the first optimizer step by the predictor's tracker "
         "with the optimizer state it leaves added to the forward and backward; 0 on GPUs (see "
-        "gpuMaxMemoryAllocatedBytes) and where the optimizer takes no step hooks (DeepSpeed).",
+        "gpuMaxMemoryAllocatedBytes), with warmupSteps 0 (the first step is then measured for throughput) and where the "
+        "optimizer takes no step hooks (DeepSpeed).",
     )
     # A list, not a tuple: a CRD's structural schema has no prefixItems.
     peak_batch_shape: Annotated[list[Count], Field(min_length=2, max_length=2)] | None = Field(

@@ -106,7 +106,8 @@ class MeasureCallback(TrainerCallback):
         self.attention_implementation = attention_in_effect(model)
         self.liger_kernel = liger_in_effect(model)
         self.shard_probe.attach(model, kwargs.get("optimizer"))
-        if self.plan.use_cpu:
+        # Only where the first step stays out of the steady-state window (warmupSteps 0 keeps it in).
+        if self.plan.use_cpu and self.plan.stop.warmup_steps != 0:
             self.tensor_peak.attach(model, kwargs.get("optimizer"))
         self._count_parameters(model)
         self._max_steps = int(state.max_steps or 0)

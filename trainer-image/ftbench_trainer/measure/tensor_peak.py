@@ -7,10 +7,11 @@ pre-hook on, the step and zero_grad. That step makes the optimizer state, which 
 carries through its forward and backward, so the steady-state peak is the larger of (the forward
 and backward peak plus that state) and the optimizer phase's peak.
 
-Why the first step: it is the one the steady-state window always leaves out (the warm-up rule keeps
-at least one step out when there are two or more), and it already carries first-call costs. The
-tracker's per-op work lands in it, and so in the whole-window rates, which include warm-up
-(docs/measurements.md says so); GPU runs are not tracked.
+Why the first step: the steady-state window leaves it out (the warm-up rule keeps at least one step
+out when there are two or more; a spec's `warmupSteps: 0` keeps it in, and then nothing is
+tracked), and it already carries first-call costs. The tracker's per-op work lands in it, and so in
+the whole-window rates, which include warm-up (docs/measurements.md says so); GPU runs are not
+tracked.
 """
 
 from __future__ import annotations
