@@ -69,7 +69,8 @@ class RunSettings(ApiModel):
         "status.prediction, and compares it with the GPU model's memory in the cluster profile (gpuMemory). warn: "
         "a predicted OOM is a Warning Event and condition MemoryFits=False, the run goes ahead; refuse: the run "
         "ends Invalid with reason PredictedOOM and the numbers, before any pod starts; off: no prediction. "
-        "Needs the chart's predictor (docs/measurements.md, Predicted memory).",
+        "Needs the chart's predictor (docs/measurements.md, Predicted memory). The operator acts on it; ftbench run on "
+        "this machine does not (ftbench predict answers there).",
     )
     require_roce: bool = Field(
         default=False,

@@ -134,7 +134,8 @@ class FineTuneSweepSpec(ApiModel):
         True,
         description="Do not launch a point whose predicted peak memory per GPU does not fit its gpuModel: each "
         "point's experiment runs with run.oomPrecheck refuse unless the template sets oomPrecheck, so such a point "
-        "ends Skipped with the prediction's numbers and no pod starts. false: run them anyway (warn).",
+        "ends Skipped with the prediction's numbers and no pod starts. false: run them anyway (warn). FineTuneSweeps "
+        "on a cluster only: ftbench sweep on this machine launches every point.",
     )
     reuse: bool = Field(
         False,
