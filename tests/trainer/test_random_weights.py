@@ -1,0 +1,60 @@
+"""Random weights of a catalog architecture (bench/gpu/run.py --random-weights): the folder the trainer
+and the predictor load is that architecture, in the dtype asked, with a tokenizer whose ids fit it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftbench.catalog import load_catalog
+from ftbench_trainer.random_weights import MARKER, build_random_weights
+
+pytest.importorskip("transformers")
+
+# llama-7b's catalog entry, shrunk in width and depth: the same keys as the entry the GPU run builds.
+SMALL = load_catalog().models["llama-7b"].architecture or {}
+SMALL = {**SMALL, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+SMALL |= {"num_attention_heads": 4, "num_key_value_heads": 4}
+
+
+def test_the_folder_is_the_architecture_in_the_dtype_asked(tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = build_random_weights(tmp_path / "m", SMALL, dtype="bfloat16", device="cpu")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    config = model.config
+    for key, value in SMALL.items():
+        assert getattr(config, key) == value, key
+    assert next(model.parameters()).dtype == torch.bfloat16
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    ids = tokenizer("### Input:\nThe mayor opened a new road.")["input_ids"]
+    assert max(ids) < config.vocab_size and config.pad_token_id == tokenizer.pad_token_id
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.tensor([ids])).logits.float()).all()
+    marker = json.loads((path / MARKER).read_text())
+    assert marker["params"]["architecture"] == SMALL and marker["parameters"] == model.num_parameters()
+
+
+def test_a_built_folder_is_reused_and_other_parameters_rebuild(tmp_path: Path) -> None:
+    path = build_random_weights(tmp_path / "m", SMALL, dtype="float32", device="cpu")
+    weights = path / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    build_random_weights(path, SMALL, dtype="float32", device="cpu")
+    assert weights.stat().st_mtime_ns == written
+    build_random_weights(path, SMALL, dtype="bfloat16", device="cpu")
+    assert json.loads((path / MARKER).read_text())["params"]["dtype"] == "bfloat16"
+
+
+def test_the_command_line_builds_it(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ftbench_trainer.random_weights", str(tmp_path / "m"), "--architecture",
+         json.dumps(SMALL), "--dtype", "float32"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["hidden_size"] == 64

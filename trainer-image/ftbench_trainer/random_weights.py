@@ -1,0 +1,70 @@
+"""Random-initialised weights of a catalog architecture, for a GPU benchmark where the real weights
+cannot be reached (a lent machine with no hub access and no model volume).
+
+A training step's arithmetic, memory and communication do not depend on the weights' values, so
+tokens/s, MFU and peak memory measured on these weights are the figures of the architecture; loss
+curves are not. The tokenizer is ftbench's byte-level BPE (tiny_model), not the model's own: the
+token datasets (news-tokens-*) are generated for whichever tokenizer the folder holds and truncated
+to modelMaxLength, so every batch still holds batchSize x modelMaxLength tokens. A results table
+made on such weights says so (bench/gpu/run.py --random-weights)::
+
+    python -m ftbench_trainer.random_weights OUT_DIR --architecture '{"model_type": "llama", ...}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ftbench_trainer.tiny_model import build_tokenizer
+
+MARKER = ".ftbench-random-weights.json"
+
+
+def build_random_weights(
+    path: Path, architecture: dict[str, Any], *, dtype: str = "bfloat16", device: str = "auto", seed: int = 0
+) -> Path:
+    """Save the architecture with random weights (in `dtype`, initialised on `device`; "auto" is the
+    GPU where there is one, which initialises 7B parameters in seconds) and the byte-level tokenizer
+    into `path`. Idempotent: a folder whose marker records the same architecture and dtype is reused."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    params = {"architecture": architecture, "dtype": dtype, "seed": seed}
+    marker = path / MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get("params") == params:
+        return path
+    fields = dict(architecture)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    tokenizer = build_tokenizer(model_max_length=int(getattr(config, "max_position_embeddings", 4096)))
+    for name in ("bos", "eos", "pad"):
+        setattr(config, f"{name}_token_id", getattr(tokenizer, f"{name}_token_id"))
+    torch.manual_seed(seed)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    marker.write_text(json.dumps({"params": params, "parameters": model.num_parameters()}, indent=2) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path, help="the model folder to write")
+    parser.add_argument("--architecture", required=True, help="the catalog entry's architecture, as JSON")
+    parser.add_argument("--dtype", default="bfloat16", help="torch dtype of the saved weights (default bfloat16)")
+    parser.add_argument("--device", default="auto", help="where to initialise them (default: the GPU if any)")
+    args = parser.parse_args(argv)
+    build_random_weights(args.path, json.loads(args.architecture), dtype=args.dtype, device=args.device)
+    print(args.path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
