@@ -14,6 +14,12 @@ No GPU is lent to this project's machines or CI, so `--dry-run` runs the same fi
 the tiny model (trl, float32, 8 steps, one repeat, 2 ranks for N) and writes the same outputs: CI runs
 it (tests/local/test_gpu_bench.py) so the command is known to work the day it meets a GPU. Points a
 CPU cannot run (GPTQ kernels) stay in the table as Invalid with the validator's reason.
+
+A lent single-GPU machine with no hub access and no fms-hf-tuning environment runs it with the
+overrides below, e.g. ``--gpus 1 --engine trl --gpu-model NVIDIA-H200 --random-weights --max-steps 20
+--repeats 2``: `--random-weights` saves the catalog architecture with random weights under the run's
+model root first (ftbench_trainer.random_weights: the step's arithmetic and memory are the
+architecture's, the tokenizer is ftbench's), and the table's heading names every override.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +44,7 @@ from ftbench.contracts.results import NoiseFlag, TrainerResult
 from ftbench.local.store import ResultsStore
 from ftbench.report.data import SweepData, from_store
 from ftbench.stats.noise import describe
+from ftbench.stats.results import metric_interval
 
 MATRIX = Path(__file__).with_name("matrix.yaml")
 START, END = "<!-- gpu-matrix:start -->", "<!-- gpu-matrix:end -->"
@@ -55,34 +63,89 @@ DRY_TEMPLATE: dict[str, Any] = {
     "device": "cpu",
 }
 DRY_RANKS = 2
+STOP_GRACE_SECONDS = 60.0  # --stop-after: how long the sweep may take to stop its trainer
 
 
-def matrix_document(gpus: int, dry_run: bool, path: Path = MATRIX) -> dict[str, Any]:
-    """The sweep to run: the matrix with N = `gpus`, or its CPU stand-in."""
+def matrix_document(
+    gpus: int, dry_run: bool, path: Path = MATRIX, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The sweep to run: the matrix with N = `gpus`, or its CPU stand-in; `overrides` replace fields
+    of the template (engine, model, gpuModel, attentionImplementation, maxSteps, warmupSteps) or, for
+    "repeats", the sweep's."""
     doc = yaml.safe_load(path.read_text())
     spec = doc["spec"]
     n = DRY_RANKS if dry_run else gpus
     spec["matrix"]["numberGpus"] = sorted({1, n})
     if not dry_run:
+        _override(spec, overrides or {})
         return doc
     spec["template"] = {k: v for k, v in spec["template"].items() if k != "gpuModel"} | DRY_TEMPLATE
     for entry in spec.get("include") or []:  # the OOM point runs as an ordinary point on CPU, still its own
         entry.pop("modelMaxLength", None)
         entry["batchSize"] = 2 * DRY_TEMPLATE["batchSize"]
     spec["repeats"] = 1
+    _override(spec, overrides or {})
     return doc
 
 
-def run_sweep(doc: dict[str, Any], home: Path, *, dry_run: bool, python: str | None) -> None:
-    """`ftbench sweep` in its own process with FTBENCH_HOME = `home`."""
+def _override(spec: dict[str, Any], overrides: dict[str, Any]) -> None:
+    spec["repeats"] = overrides.get("repeats", spec["repeats"])
+    spec["template"] |= {k: v for k, v in overrides.items() if k != "repeats"}
+
+
+def random_weights(doc: dict[str, Any], home: Path, python: str | None) -> None:
+    """Save the template model's catalog architecture with random weights where the local model root
+    resolves it (FTBENCH_HOME/models/<weights>), in the template's dtype, on the GPU when there is one."""
+    template = doc["spec"]["template"]
+    entry = load_catalog().models[template["model"]]
+    ref = entry.weights.vanilla
+    if entry.architecture is None or ref is None or entry.weights.is_hub_id(ref):
+        raise SystemExit(
+            f"--random-weights: model {template['model']} needs a catalog architecture and vanilla weights under "
+            "the model root (not a hub id)"
+        )
+    target = home / "models" / ref
+    command = [python or sys.executable, "-m", "ftbench_trainer.random_weights", str(target)]
+    command += ["--architecture", json.dumps(entry.architecture), "--dtype", template.get("torchDtype", "bfloat16")]
+    subprocess.run(command, check=True)
+
+
+def weights_note(model: str) -> str:
+    """The line the table's heading adds for --random-weights."""
+    return (
+        f"Weights: {model}'s catalog architecture with random weights and ftbench's byte-level "
+        "tokenizer (`--random-weights`): the step's arithmetic and memory are the model's, its loss is not."
+    )
+
+
+def run_sweep(
+    doc: dict[str, Any], home: Path, *, entries: int | None, python: str | None, stop_after: float | None = None
+) -> None:
+    """`ftbench sweep` in its own process with FTBENCH_HOME = `home`; stopped after `stop_after`
+    seconds when given (a lease's end), and the table then shows what finished by then."""
     path = home / "matrix.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     command = [sys.executable, "-m", "ftbench", "sweep", str(path), "-o", "json"]
-    command += ["--dataset-entries", "64"] if dry_run else []
+    command += ["--dataset-entries", str(entries)] if entries else []
     command += ["--python", python] if python else []
-    done = subprocess.run(command, env={**os.environ, E.FTBENCH_HOME: str(home)}, capture_output=True, text=True)
-    if done.returncode not in (0, 1):  # 1: some point failed, which the table shows
-        raise SystemExit(f"ftbench sweep exited {done.returncode}:\n{done.stderr[-3000:]}")
+    env = {**os.environ, E.FTBENCH_HOME: str(home)}
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = sweep.communicate(timeout=stop_after)
+    except subprocess.TimeoutExpired:
+        # Ctrl-C as a user gives it: the sweep stops its trainer between steps and records the run Interrupted.
+        sweep.send_signal(signal.SIGINT)
+        try:
+            sweep.communicate(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            sweep.kill()
+            sweep.communicate()
+        print(
+            f"stopped the sweep after {stop_after:.0f} s (--stop-after): the table shows what finished", file=sys.stderr
+        )
+        return
+    if sweep.returncode not in (0, 1):  # 1: some point failed, which the table shows
+        raise SystemExit(f"ftbench sweep exited {sweep.returncode}:\n{stderr[-3000:]}")
 
 
 def point_rows(sweep: SweepData, oom: dict[str, Any]) -> list[dict[str, Any]]:
@@ -97,6 +160,7 @@ def point_rows(sweep: SweepData, oom: dict[str, Any]) -> list[dict[str, Any]]:
         spec = sweep.point_specs.get(row.point)
         metrics = measured.get(row.point, [])
         flags = sorted({f.value for m in metrics for f in m.noise_flags})
+        steady = metric_interval(metrics, "steadyStateTokensPerSecond") if metrics else None
         rows.append(
             {
                 "point": row.point,
@@ -111,13 +175,24 @@ def point_rows(sweep: SweepData, oom: dict[str, Any]) -> list[dict[str, Any]]:
                 "ci95": (
                     [row.objective_ci95_low, row.objective_ci95_high] if row.objective_ci95_low is not None else None
                 ),
+                "steadyTokensPerSecond": steady.estimate
+                if steady
+                else _mean([m.steady_state_tokens_per_second for m in metrics]),
+                "steadyCi95": [steady.low, steady.high] if steady else None,
                 "mfuPercent": row.mfu_percent,
                 "gpuMemoryPeakPercent": row.gpu_memory_peak_percent,
+                "memoryPredictionErrorPercent": _mean([m.prediction_error_percent for m in metrics]),
                 "noiseFlags": flags,
                 "note": (OOM_NOTE + ("; " if row.message else "") if _is(row.values, oom) else "") + row.message,
             }
         )
     return rows
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of the repeats that have the figure (None when none has)."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _is(values: dict[str, Any], entry: dict[str, Any]) -> bool:
@@ -128,22 +203,30 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "" if value is None else f"{value:,.{digits}f}"
 
 
-def markdown(rows: list[dict[str, Any]], device: str, when: str) -> str:
-    """The table docs/benchmarks.md shows, with where and when it was measured."""
+def markdown(rows: list[dict[str, Any]], device: str, when: str, command: str = "", notes: tuple[str, ...] = ()) -> str:
+    """The table docs/benchmarks.md shows, with where, when and how it was measured."""
     lines = [
-        f"Measured {when} on {device} with `python bench/gpu/run.py` (bench/gpu/matrix.yaml). Tokens/s is the",
-        "mean over repeats with its 95% t interval across them; MFU is against the device's dense peak.",
+        f"Measured {when} on {device} with `python bench/gpu/run.py{command}` (bench/gpu/matrix.yaml). Run",
+        "tokens/s is trainTokensPerSecond (tokens over the whole train_runtime, warmup included: ado's figure),",
+        "steady tokens/s the measured window after warmupSteps; each is the mean over repeats with its 95% t",
+        "interval across them. MFU is over train_runtime, against the device's dense peak;",
+        "mem pred err % is `ftbench predict`'s peak (an estimate, made after the run at its batch shape) against",
+        "the measured peak (the GPU allocator's, else the CPU tensor tracker's), mean over repeats.",
+        *notes,
         "",
-        "| point | experiment | GPUs | backend | phase | repeats | tokens/s | 95% interval | MFU % | peak mem % | noise | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| point | experiment | GPUs | backend | phase | repeats | run tokens/s | 95% interval | steady tokens/s "
+        "| 95% interval | MFU % | peak mem % | mem pred err % | noise | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ci = f"{_num(r['ci95'][0])}-{_num(r['ci95'][1])}" if r["ci95"] else ""
+        ci, steady_ci = (f"{_num(c[0])}-{_num(c[1])}" if c else "" for c in (r["ci95"], r["steadyCi95"]))
         experiment = r["experiment"].removeprefix("finetune_").removesuffix("_benchmark-v1.0.0")
         note = r["note"].replace("|", "/")[:160]
         lines.append(
             f"| {r['point']} | {experiment} | {r['gpus']} | {r['backend']} | {r['phase']} | {r['repeats']} "
-            f"| {_num(r['tokensPerSecond'])} | {ci} | {_num(r['mfuPercent'], 2)} | {_num(r['gpuMemoryPeakPercent'])} "
+            f"| {_num(r['tokensPerSecond'])} | {ci} | {_num(r['steadyTokensPerSecond'])} | {steady_ci} "
+            f"| {_num(r['mfuPercent'], 2)} | {_num(r['gpuMemoryPeakPercent'])} "
+            f"| {_num(r['memoryPredictionErrorPercent'])} "
             f"| {', '.join(r['noiseFlags']) or 'clean'} | {note} |"
         )
     flags = sorted({f for r in rows for f in r["noiseFlags"]})
@@ -171,22 +254,66 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="interpreter that runs ftbench-trainer (default: per engine)")
     parser.add_argument("--out", type=Path, default=Path("gpu-results.json"), help="the results JSON file")
     parser.add_argument("--write-docs", type=Path, metavar="MD", help="replace the GPU matrix table in this file")
+    lease = parser.add_argument_group("overrides, to fit a machine or a lease (the table's heading names them)")
+    lease.add_argument("--engine", choices=("fms-hf-tuning", "trl"), help="the template's engine")
+    lease.add_argument("--model", help="the template's catalog model")
+    lease.add_argument("--gpu-model", dest="gpuModel", help="the template's gpuModel, e.g. NVIDIA-H200")
+    lease.add_argument(
+        "--attention",
+        dest="attentionImplementation",
+        help="the template's attentionImplementation (sdpa: no flash-attn)",
+    )
+    lease.add_argument("--max-steps", dest="maxSteps", type=int, help="the template's maxSteps")
+    lease.add_argument("--warmup-steps", dest="warmupSteps", type=int, help="the template's warmupSteps")
+    lease.add_argument("--repeats", type=int, help="the sweep's repeats")
+    lease.add_argument(
+        "--stop-after", type=float, metavar="SECONDS", help="stop the sweep then and tabulate what finished"
+    )
+    lease.add_argument("--dataset-entries", type=int, help="generate only N dataset entries (dry run: 64)")
+    lease.add_argument(
+        "--random-weights", action="store_true", help="save the model's architecture with random weights first"
+    )
+    parser.add_argument(
+        "--tabulate",
+        action="store_true",
+        help="tabulate the sweep --home's store holds instead of running it (a lent machine's store brought back; "
+        "give the overrides it ran with, which the heading names)",
+    )
     args = parser.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="ftbench-gpu-matrix-"))
     home.mkdir(parents=True, exist_ok=True)
-    doc = matrix_document(args.gpus, args.dry_run)
-    run_sweep(doc, home, dry_run=args.dry_run, python=args.python)
+    names = ("engine", "model", "gpuModel", "attentionImplementation", "maxSteps", "warmupSteps", "repeats")
+    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    doc = matrix_document(args.gpus, args.dry_run, overrides=overrides)
+    notes = (weights_note(doc["spec"]["template"]["model"]),) if args.random_weights else ()
+    if not args.tabulate:
+        if args.random_weights:
+            random_weights(doc, home, args.python)
+        entries = args.dataset_entries or (64 if args.dry_run else None)
+        run_sweep(doc, home, entries=entries, python=args.python, stop_after=args.stop_after)
     sweep = from_store(ResultsStore(home / "results.db"), load_catalog(), sweep=doc["metadata"]["name"]).sweeps[0]
     rows = point_rows(sweep, (doc["spec"].get("include") or [{}])[0])
     names = {m.environment.gpu_name for m in _results(home) if m.environment and m.environment.gpu_name}
     device = ", ".join(sorted(names)) or ("CPU ranks (dry run: tiny model, not GPU figures)" if args.dry_run else "CPU")
-    when = datetime.now(UTC).strftime("%Y-%m-%d")
+    finished = [r.finished_at for r in ResultsStore(home / "results.db").runs() if r.finished_at]
+    when = max(finished)[:10] if finished else datetime.now(UTC).strftime("%Y-%m-%d")
     args.out.write_text(json.dumps({"device": device, "date": when, "dryRun": args.dry_run, "points": rows}, indent=2))
-    table = markdown(rows, device, when)
+    table = markdown(rows, device, when, _shown(argv if argv is not None else sys.argv[1:]), notes)
     print(table)
     if args.write_docs:
         write_docs(args.write_docs, table)
     return 0
+
+
+def _shown(argv: list[str]) -> str:
+    """The command line's arguments that shape the figures (not where the outputs went)."""
+    shown, skip = [], False
+    for arg in argv:
+        local = arg.split("=")[0] in ("--out", "--write-docs", "--home", "--python", "--tabulate")
+        if not (skip or local):
+            shown.append(arg)
+        skip = local and "=" not in arg and arg != "--tabulate"
+    return "".join(f" {a}" for a in shown)
 
 
 def _results(home: Path) -> list[TrainerResult]:

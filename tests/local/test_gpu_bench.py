@@ -83,3 +83,51 @@ def test_the_dry_run_writes_every_point_the_results_and_the_docs_table(tmp_path:
     text = docs.read_text()
     assert text.startswith("# Benchmarks\n\nbefore\n\n<!-- gpu-matrix:start -->\nMeasured ") and "old table" not in text
     assert text.endswith("<!-- gpu-matrix:end -->\n\nafter\n") and text.count("| 12 | full | 1 | FSDP |") == 1
+
+
+def test_a_lent_single_gpu_machine_runs_the_matrix_with_its_overrides() -> None:
+    """The overrides that fit the matrix to a lent machine (one GPU, trl, no flash-attn, a short lease)
+    reach the sweep, every point still passes validation but GPTQ-LoRA, and the table's heading names them."""
+    bench = _module()
+    overrides = {
+        "engine": "trl",
+        "gpuModel": "NVIDIA-H200",
+        "attentionImplementation": "sdpa",
+        "maxSteps": 10,
+        "warmupSteps": 3,
+    }
+    doc = bench.matrix_document(1, dry_run=False, overrides={**overrides, "repeats": 2})
+    spec = doc["spec"]
+    assert spec["repeats"] == 2 and spec["matrix"]["numberGpus"] == [1]
+    assert spec["template"].items() >= overrides.items() and spec["template"]["model"] == "llama-7b"
+    from ftbench.catalog import load_catalog
+    from ftbench.sweep.points import expand, parse_sweep_document
+
+    parsed = parse_sweep_document(doc)
+    assert parsed.spec is not None and not parsed.issues
+    points = expand(parsed.spec, load_catalog()).points
+    assert len(points) == 5  # 4 experiments on one GPU (FSDP; DDP excluded) and the OOM point
+    invalid = {p.wire["experiment"]: [i.message for i in p.issues] for p in points if not p.valid}
+    assert set(invalid) <= {"finetune_gtpq-lora_benchmark-v1.0.0"}, invalid
+    argv = [
+        "--gpus",
+        "1",
+        "--out",
+        "r.json",
+        "--engine",
+        "trl",
+        "--home=/tmp/h",
+        "--write-docs",
+        "d.md",
+        "--repeats",
+        "2",
+    ]
+    assert bench._shown(argv) == " --gpus 1 --engine trl --repeats 2"
+    rows = [{"point": 0, "experiment": "finetune_full_benchmark-v1.0.0", "gpus": 1, "backend": "FSDP", "phase": "Succeeded",
+             "repeats": 2, "tokensPerSecond": 10.0, "ci95": [9.0, 11.0], "steadyTokensPerSecond": 12.0, "steadyCi95": None, "mfuPercent": 40.0, "gpuMemoryPeakPercent": 50.0,
+             "memoryPredictionErrorPercent": -2.5, "noiseFlags": [], "note": ""}]  # fmt: skip
+    table = bench.markdown(rows, "NVIDIA H200", "2026-11-26", " --gpus 1", ("Weights: random.",))
+    assert "`python bench/gpu/run.py --gpus 1`" in table and "\nWeights: random.\n" in table
+    assert (
+        "| 0 | full | 1 | FSDP | Succeeded | 2 | 10.0 | 9.0-11.0 | 12.0 |  | 40.00 | 50.0 | -2.5 | clean |  |" in table
+    )

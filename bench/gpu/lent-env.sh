@@ -1,0 +1,27 @@
+# Sourced by the scripts that run on a lent GPU machine of this workplace's `device` tool (no hub, no
+# package index, no fms-hf-tuning environment): installs the Python packages ftbench needs that the
+# machine's image lacks (or has at other versions than CI tests), carried as wheels in $WHEELS (.whl/,
+# see the device tool's README), and sets the offline environment. datasets is chosen by the image's
+# pyarrow (5.x needs pyarrow >= 24; $WHEELS/alt/ holds a 4.x).
+OUT="${OUT:?set OUT to a folder for the results}"
+WHEELS="${WHEELS:-.whl}"
+HOME_DIR="${FTBENCH_BENCH_HOME:-/tmp/ftbench-gpu}"
+site=/tmp/ftbench-site
+arrow_major="$(python3 -c 'import pyarrow; print(pyarrow.__version__.split(".")[0])' 2>/dev/null || echo 0)"
+wheels=("$WHEELS"/*.whl)
+if (( arrow_major < 24 )) && compgen -G "$WHEELS/alt/datasets-*.whl" >/dev/null; then
+  mapfile -t wheels < <(ls "$WHEELS"/*.whl | grep -v /datasets-; ls "$WHEELS"/alt/datasets-*.whl)
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "${wheels[@]}" || exit 1
+export PYTHONPATH="$site:$PWD:$PWD/trainer-image:$PWD/operator${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
+  python3 - <<'PY'
+import importlib.metadata as md, sys, torch
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+for name in ("transformers", "trl", "peft", "accelerate", "datasets", "pyarrow", "pydantic", "nvidia-ml-py", "tokenizers"):
+    print(name, md.version(name))
+PY
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
