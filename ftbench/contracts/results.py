@@ -66,7 +66,7 @@ class NoiseFlag(StrEnum):
     SHORT_WINDOW = "shortWindow"  # too few measured steps or seconds to say anything
     HIGH_STEP_TIME_CV = "highStepTimeCv"  # measured step times scatter
     HOST_CONTENTION = "hostContention"  # CPU steal, or other runnable threads beyond the CPUs
-    GPU_THROTTLED = "gpuThrottled"  # NVML reported power/thermal clock throttling
+    GPU_THROTTLED = "gpuThrottled"  # NVML reported thermal or hardware clock throttling, or a lowered power cap
 
 
 class MeasurementQuality(StrEnum):

@@ -9,8 +9,8 @@ user should do about it in docs/measurements.md:
 - hostContention: CPU steal above `MAX_STEAL_PERCENT` of the CPU time, or on average at least
   `MAX_CONTENDED_THREADS` runnable threads of other processes beyond the node's CPUs (sampled with the
   other system metrics).
-- gpuThrottled: NVML reported a power or thermal clock-throttle reason in more than
-  `MAX_THROTTLED_FRACTION` of the GPU samples.
+- gpuThrottled: NVML reported a thermal or hardware clock-throttle reason, or the power cap of a
+  limit lowered below the board's default, in more than `MAX_THROTTLED_FRACTION` of the GPU samples.
 """
 
 from __future__ import annotations
@@ -70,5 +70,6 @@ def describe(flag: NoiseFlag) -> str:
         "look for data-loading stalls or a shared host",
         NoiseFlag.HOST_CONTENTION: "other processes competed for the CPUs (steal or runnable threads beyond the "
         "CPUs): run on an idle node",
-        NoiseFlag.GPU_THROTTLED: "the GPU clocks were throttled (power or thermal): check cooling and power limits",
+        NoiseFlag.GPU_THROTTLED: "the GPU clocks were throttled (heat, hardware slowdown or a lowered power limit): "
+        "check cooling, the power supply and the power limit",
     }[flag]

@@ -225,8 +225,14 @@ def test_a_run_of_three_steps_has_no_interval_and_says_so() -> None:
 class _Nvml:
     """A stand-in for pynvml (a throttling GPU is a fault these machines cannot produce)."""
 
-    def __init__(self, reasons: int | Exception, name: str = "nvmlDeviceGetCurrentClocksEventReasons") -> None:
+    def __init__(
+        self,
+        reasons: int | Exception,
+        name: str = "nvmlDeviceGetCurrentClocksEventReasons",
+        limits_mw: tuple[int, int] = (700_000, 700_000),  # enforced, default
+    ) -> None:
         self.reasons = reasons
+        self.limits_mw = limits_mw
         setattr(self, name, self._call)
 
     def _call(self, handle: object) -> int:
@@ -234,12 +240,23 @@ class _Nvml:
             raise self.reasons
         return self.reasons
 
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object) -> int:
+        return self.limits_mw[0]
 
-def test_only_power_and_thermal_throttling_counts() -> None:
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: object) -> int:
+        return self.limits_mw[1]
+
+
+def test_only_thermal_hardware_and_lowered_power_cap_throttling_counts() -> None:
     from ftbench_trainer.measure.system import throttled
 
-    assert throttled(_Nvml(0x4), None)  # SW power cap
     assert throttled(_Nvml(0x40, "nvmlDeviceGetCurrentClocksThrottleReasons"), None)  # HW thermal, older name
+    assert throttled(_Nvml(0x8 | 0x4), None)  # HW slowdown
+    assert throttled(_Nvml(0x20), None) and throttled(_Nvml(0x80), None)  # SW thermal, HW power brake
+    # The SW power cap at the board's default limit is how a GPU trains (seen on an H200 at 700 W)...
+    assert not throttled(_Nvml(0x4), None)
+    # ...and noise where the limit was lowered below it.
+    assert throttled(_Nvml(0x4, limits_mw=(400_000, 700_000)), None)
     assert not throttled(_Nvml(0x1 | 0x2 | 0x10), None)  # idle, application clocks, sync boost
     assert not throttled(_Nvml(RuntimeError("not supported")), None)
     assert not throttled(object(), None)
