@@ -131,3 +131,27 @@ def test_a_lent_single_gpu_machine_runs_the_matrix_with_its_overrides() -> None:
     assert (
         "| 0 | full | 1 | FSDP | Succeeded | 2 | 10.0 | 9.0-11.0 | 12.0 |  | 40.00 | 50.0 | -2.5 | clean |  |" in table
     )
+
+
+def test_the_docs_gpu_table_is_the_lent_h200s_store_tabulated(tmp_path: Path) -> None:
+    """docs/benchmarks.md's GPU matrix is generated from the store the lent H200 brought back
+    (bench/results/gpu-h200-2026-11-26), so it changes only with the data or with run.py's table."""
+    import shutil
+
+    measured = ROOT / "bench" / "results" / "gpu-h200-2026-11-26"
+    home = tmp_path / "home"
+    shutil.copytree(measured, home)
+    docs = tmp_path / "benchmarks.md"
+    shutil.copy(ROOT / "docs" / "benchmarks.md", docs)
+    args = (measured / "arguments.txt").read_text().split()
+    bench = _module()
+    assert (
+        bench.main(
+            [*args, "--tabulate", "--home", str(home), "--out", str(tmp_path / "r.json"), "--write-docs", str(docs)]
+        )
+        == 0
+    )
+    assert docs.read_text() == (ROOT / "docs" / "benchmarks.md").read_text(), (
+        "docs/benchmarks.md's GPU matrix is stale: run bench/gpu/run.py --tabulate --home "
+        f"{measured.relative_to(ROOT)} $(cat {measured.relative_to(ROOT)}/arguments.txt) --write-docs docs/benchmarks.md"
+    )
