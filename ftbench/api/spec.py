@@ -124,7 +124,8 @@ class FineTuneExperimentSpec(ApiModel):
         description="transformers' attn_implementation the model is loaded with: eager (plain PyTorch "
         "attention), sdpa (torch.nn.functional.scaled_dot_product_attention) or flash_attention_2 (the "
         "flash-attn package's CUDA kernels: GPU only, and only where the cluster profile's images carry "
-        "flash-attn). auto: flash_attention_2 on GPUs where the images carry flash-attn, else sdpa. The one "
+        "flash-attn). auto: flash_attention_2 on GPUs where the images carry flash-attn (for ftbench run and "
+        "ftbench sweep: where the interpreter that trains can import flash_attn), else sdpa. The one "
         "in effect, read from the loaded model, is in status.environment.attentionImplementation. With "
         "engine fms-hf-tuning, eager needs a release with --flash_attn_implementation (3.1.0 or later).",
     )

@@ -14,7 +14,7 @@ from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.predict import prediction_plan, run_predictor
-from ftbench.local.runner import LocalRunError, trainer_python
+from ftbench.local.runner import LocalRunError, trainer_profile, trainer_python
 from ftbench.render.plan import PlanError
 
 GIB = 2**30
@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     profile = local_profile(profile_from_arg(args.profile), ftbench_home())
     spec, name, catalog = load_spec(args, catalog_for(profile))
     try:
-        plan = prediction_plan(spec, name, catalog, profile)
         python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
+        plan = prediction_plan(spec, name, catalog, trainer_profile(profile, python))
         prediction = run_predictor(plan, python)
     except (LocalRunError, PlanError) as err:
         raise UsageError(str(err)) from err

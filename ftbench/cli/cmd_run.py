@@ -24,7 +24,7 @@ from ftbench.cli.table import format_table
 from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.results import Metrics, TrainerResult
 from ftbench.local.home import ftbench_home, local_profile, results_db
-from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_python
+from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_profile, trainer_python
 from ftbench.local.store import ResultsStore
 from ftbench.stats import text
 from ftbench.stats.results import metric_interval
@@ -174,16 +174,16 @@ def run(args: argparse.Namespace) -> int:
     profile = local_profile(profile_from_arg(args.profile), home)
     spec, name, catalog = load_spec(args, catalog_for(profile))
     try:
+        python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
         local = prepare(
             spec,
             name,
             catalog,
-            profile,
+            trainer_profile(profile, python),
             home,
             dataset_entries=args.dataset_entries,
             any_fms_release=args.any_fms_release,
         )
-        python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
     except LocalRunError as err:
         raise UsageError(str(err)) from err
     store = ResultsStore(results_db(home))

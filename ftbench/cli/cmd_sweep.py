@@ -22,7 +22,7 @@ from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile, results_db
-from ftbench.local.runner import LocalRunError, execute, prepare, trainer_python
+from ftbench.local.runner import LocalRunError, execute, prepare, trainer_profile, trainer_python
 from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.local.sweeps import LocalSweep, local_sweep
 from ftbench.render.names import sweep_child_name
@@ -70,8 +70,10 @@ def _run_point(
     spec, child = new.point.spec, sweep_child_name(name, new.point.index, new.repeat)
     home = ftbench_home()
     try:
-        local = prepare(spec, child, catalog, profile, home, dataset_entries=args.dataset_entries)
         python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
+        local = prepare(
+            spec, child, catalog, trainer_profile(profile, python), home, dataset_entries=args.dataset_entries
+        )
     except LocalRunError as err:
         raise UsageError(f"point {new.point.index} ({new.point.describe()}): {err}") from err
     slot = SweepSlot(name, new.point.index, new.repeat)

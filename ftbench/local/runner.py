@@ -37,7 +37,7 @@ from ftbench.extras import MissingExtra, require
 from ftbench.host.gpus import local_gpu_count
 from ftbench.host.ports import free_port
 from ftbench.host.procs import stop_process_group
-from ftbench.render.plan import build_plan
+from ftbench.render.plan import PlanError, build_plan
 
 TRAINER_MODULE = "ftbench_trainer.main"
 INTERRUPT_GRACE_SECONDS = 30.0
@@ -105,15 +105,18 @@ def prepare(
     profile = profile.model_copy(update={"master_port": free_port()})
     run_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     run_dir = home / "runs" / run_id
-    plan = build_plan(
-        spec,
-        catalog,
-        profile,
-        ref=ExperimentRef(name=name, namespace="local"),
-        runtime=Runtime.JOB,
-        output_dir=str(run_dir / "output"),
-        dataset_entries=dataset_entries,
-    )
+    try:
+        plan = build_plan(
+            spec,
+            catalog,
+            profile,
+            ref=ExperimentRef(name=name, namespace="local"),
+            runtime=Runtime.JOB,
+            output_dir=str(run_dir / "output"),
+            dataset_entries=dataset_entries,
+        )
+    except PlanError as err:  # what the operator would call Invalid: here, a usage error with the reason
+        raise LocalRunError(str(err)) from err
     output = {
         "termination_message_path": str(run_dir / "termination-log"),
         "events_file": str(run_dir / "events.log"),
@@ -174,6 +177,32 @@ def trainer_python(
             f"no environment for fms-hf-tuning {spec.fms_hf_tuning_version}: {err}\n"
             "pass --python PATH (an interpreter with that release installed) or set engine: trl"
         ) from err
+
+
+def trainer_profile(profile: ClusterProfile, python: TrainerPython) -> ClusterProfile:
+    """The profile as the interpreter that trains here has it. A profile describes a cluster's images,
+    which carry flash-attn (flashAttention true); this machine's trainer may not (a laptop, a lent GPU
+    machine), and attentionImplementation auto then resolves to sdpa, as on images built without it,
+    instead of the run dying on transformers' import of flash_attn."""
+    if not profile.flash_attention or has_module(python, "flash_attn"):
+        return profile
+    return profile.model_copy(update={"flash_attention": False})
+
+
+def has_module(python: TrainerPython, module: str) -> bool:
+    """Whether `module` imports in the trainer's interpreter (found, not imported: nothing runs)."""
+    if python.path == sys.executable and not python.pythonpath:
+        import importlib.util
+
+        return importlib.util.find_spec(module) is not None
+    env = {**os.environ}
+    if python.pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        return subprocess.run([python.path, "-c", probe], env=env, capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def execute(

@@ -191,9 +191,10 @@ def attention(spec: FineTuneExperimentSpec, profile: ClusterProfile, use_cpu: bo
         return flash if not use_cpu and profile.flash_attention else AttentionImplementation.SDPA
     if asked == flash and not profile.flash_attention:
         raise PlanError(
-            "attentionImplementation flash_attention_2 needs the flash-attn package, but the cluster profile says "
-            "the trainer images are built without it (flashAttention false); set attentionImplementation "
-            "to sdpa or auto, or build the images with flash-attn"
+            "attentionImplementation flash_attention_2 needs the flash-attn package, but the trainer has none: the "
+            "cluster profile says the images are built without it (flashAttention false), or, on this machine, the "
+            "interpreter that trains cannot import flash_attn; set attentionImplementation to sdpa or auto, or "
+            "install flash-attn there"
         )
     return asked
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.engines.envs import list_envs, package_path
 from ftbench.engines.releases import load_releases
 from ftbench.local.home import local_profile
-from ftbench.local.runner import LocalRunError, execute, prepare, trainer_python
+from ftbench.local.runner import LocalRunError, TrainerPython, execute, prepare, trainer_profile, trainer_python
 from ftbench.local.store import ResultsStore
 from tests.local.terminal import foreground
 
@@ -51,6 +52,29 @@ def test_multi_node_and_missing_gpus_are_refused(home: Path) -> None:
         prepare(spec(numberNodes=2), "x", catalog, profile, home, gpus_available=0)
     with pytest.raises(LocalRunError, match="this machine has 0 usable GPU"):
         prepare(spec(numberGpus=2, batchSize=2, gpuModel="G"), "x", catalog, profile, home, gpus_available=0)
+
+
+def test_auto_attention_on_a_gpu_is_what_the_local_trainer_can_import(home: Path, tmp_path: Path) -> None:
+    """The profile says the images carry flash-attn; a machine's own trainer may not (a laptop, the lent
+    H200): auto then plans sdpa there rather than a run that dies importing flash_attn, and an explicit
+    flash_attention_2 is refused with the reason before anything starts."""
+    catalog, profile = load_catalog(), local_profile(home=home)
+    gpu = spec(numberGpus=1, gpuModel="NVIDIA-H200", batchSize=2)
+    here = TrainerPython(sys.executable)  # this environment has no flash-attn
+    assert importlib.util.find_spec("flash_attn") is None
+    local = trainer_profile(profile, here)
+    assert profile.flash_attention and not local.flash_attention
+    plan = prepare(gpu, "x", catalog, local, home, gpus_available=1).plan
+    assert plan.training.attn_implementation.value == "sdpa"
+    with pytest.raises(LocalRunError, match="cannot import flash_attn"):
+        prepare(spec(numberGpus=1, gpuModel="G", batchSize=2, attentionImplementation="flash_attention_2"), "x",
+                catalog, local, home, gpus_available=1)  # fmt: skip
+    # An interpreter that has it (here: a flash_attn package on its PYTHONPATH) keeps the profile's.
+    (tmp_path / "flash_attn").mkdir()
+    (tmp_path / "flash_attn" / "__init__.py").write_text("")
+    assert trainer_profile(profile, TrainerPython(sys.executable, str(tmp_path))) is profile
+    plan = prepare(gpu, "x", catalog, profile, home, gpus_available=1).plan
+    assert plan.training.attn_implementation.value == "flash_attention_2"
 
 
 def test_local_ranks_meet_on_a_free_port(home: Path) -> None:
