@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.catalog import Catalog
+from ftbench.catalog import Catalog, DatasetEntry
 
 Check = Callable[[FineTuneExperimentSpec, Catalog], str | None]
+DatasetCheck = Callable[[FineTuneExperimentSpec, DatasetEntry], str | None]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,20 @@ class RuleFamily:
     def rule(self, rule_id: str, field: str, summary: str, cel: str | None = None) -> Callable[[Check], Check]:
         def add(check: Check) -> Check:
             self.rules.append(Rule(rule_id, field, summary, check, cel))
+            return check
+
+        return add
+
+    def dataset_rule(self, rule_id: str, field: str, summary: str) -> Callable[[DatasetCheck], DatasetCheck]:
+        """A rule on the catalog's facts about the spec's dataset, checked with its `DatasetEntry`. It
+        passes when the catalog does not know the dataset: catalog.dataset refuses that once, by name."""
+
+        def add(check: DatasetCheck) -> DatasetCheck:
+            def on_dataset(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+                dataset = c.datasets.get(s.dataset_id)
+                return None if dataset is None else check(s, dataset)
+
+            self.rules.append(Rule(rule_id, field, summary, on_dataset))
             return check
 
         return add

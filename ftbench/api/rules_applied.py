@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from ftbench.api import effective
 from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.catalog import Catalog
+from ftbench.catalog import Catalog, DatasetEntry
 from ftbench.contracts.enums import DistributedBackend, MixedPrecision
 
 _FSDP_FIELDS = {
@@ -96,10 +96,9 @@ def applied_rules() -> Iterator[Rule]:
             "gradientCheckpointing is false; remove it or set gradientCheckpointing true"
         )
 
-    @family.rule("applied.image-field", "datasetImageField", "datasetImageField needs a vision dataset")
-    def image_field(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
-        dataset = c.datasets.get(s.dataset_id)
-        if s.dataset_image_field is None or dataset is None or dataset.kind == "vision":
+    @family.dataset_rule("applied.image-field", "datasetImageField", "datasetImageField needs a vision dataset")
+    def image_field(s: FineTuneExperimentSpec, dataset: DatasetEntry) -> str | None:
+        if s.dataset_image_field is None or dataset.kind == "vision":
             return None
         return (
             f"datasetImageField {s.dataset_image_field} names an image column, but {s.dataset_id} is a text "

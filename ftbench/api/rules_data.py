@@ -15,21 +15,20 @@ from collections.abc import Iterator
 from ftbench.api import effective
 from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.catalog import Catalog
+from ftbench.catalog import Catalog, DatasetEntry
 
 
 def data_rules() -> Iterator[Rule]:
     family = RuleFamily()
 
-    @family.rule(
+    @family.dataset_rule(
         "data.whole-step",
         "batchSize",
         "the dataset holds at least batchSize x gradientAccumulationSteps entries (one whole optimizer step)",
     )
-    def whole_step(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
-        dataset = c.datasets.get(s.dataset_id)
+    def whole_step(s: FineTuneExperimentSpec, dataset: DatasetEntry) -> str | None:
         needed = s.batch_size * s.gradient_accumulation_steps
-        if dataset is None or dataset.entries >= needed:
+        if dataset.entries >= needed:
             return None
         fit = max(1, dataset.entries // s.gradient_accumulation_steps)
         return (
@@ -39,14 +38,13 @@ def data_rules() -> Iterator[Rule]:
             "gradientAccumulationSteps, or use a dataset with more entries"
         )
 
-    @family.rule(
+    @family.dataset_rule(
         "data.response-fits",
         "modelMaxLength",
         "modelMaxLength is longer than the dataset's prompts (some response token survives truncation)",
     )
-    def response_survives(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
-        dataset = c.datasets.get(s.dataset_id)
-        if dataset is None or dataset.prompt_tokens_min is None or s.model_max_length > dataset.prompt_tokens_min:
+    def response_survives(s: FineTuneExperimentSpec, dataset: DatasetEntry) -> str | None:
+        if dataset.prompt_tokens_min is None or s.model_max_length > dataset.prompt_tokens_min:
             return None
         return (
             f"modelMaxLength {s.model_max_length} cuts every entry of {s.dataset_id} before its response (each "

@@ -17,9 +17,14 @@ from ftbench.api.prediction import PredictionReport
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.numbers import Count
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.progress import Progress
 from ftbench.contracts.results import Metrics, Outcome
+
+# The generations both kinds' status record (FineTuneExperiment and FineTuneSweep), stated once.
+ObservedGeneration = Annotated[Count | None, Field(description="metadata.generation the operator last acted on.")]
+AcceptedGeneration = Annotated[Count | None, Field(description="metadata.generation of the accepted spec.")]
 
 
 class Condition(ApiModel):
@@ -109,9 +114,7 @@ class FineTuneExperimentStatus(ApiModel):
     """What the operator observed and the trainer measured: phase, conditions, results. Operator-written."""
 
     phase: Phase | None = Field(None, description="Pending, Running, Succeeded, Invalid or Failed.")
-    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
-        None, description="metadata.generation the operator last acted on."
-    )
+    observed_generation: ObservedGeneration = None
     conditions: list[Condition] = Field(default_factory=list, description="Valid, Ready, Succeeded, ...")
     is_valid: bool | None = Field(
         None,
@@ -128,9 +131,7 @@ class FineTuneExperimentStatus(ApiModel):
         "passed validation; every attempt, retries included, runs it, never a later edit. Only the operator "
         "writes status, so nothing a user writes can change what is measured.",
     )
-    accepted_generation: Annotated[int, Field(ge=0)] | None = Field(
-        None, description="metadata.generation of the accepted spec."
-    )
+    accepted_generation: AcceptedGeneration = None
     batch: BatchStatus | None = Field(
         None,
         description="The accepted spec's batch as HF/TRL count it (per device, accumulation, global), recorded "

@@ -22,7 +22,7 @@ from ftbench.api.api_model import ApiModel
 from ftbench.api.bounds import MAX_REPEATS
 from ftbench.api.run_settings import RunSettings
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.status import Condition
+from ftbench.api.status import AcceptedGeneration, Condition, ObservedGeneration
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.results import Metrics
 
@@ -257,9 +257,7 @@ class FineTuneSweepStatus(ApiModel):
     """What the operator observed: the table of points, the best one, conditions. Operator-written."""
 
     phase: SweepPhase | None = Field(None, description="Pending, Running, Succeeded, Failed or Invalid.")
-    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
-        None, description="metadata.generation the operator last acted on."
-    )
+    observed_generation: ObservedGeneration = None
     conditions: list[Condition] = Field(default_factory=list, description="Valid, Complete.")
     message: BoundedMessage | None = Field(None, description="Summary of the current state.")
     progress: str | None = Field(None, description="finished/total points, e.g. 3/4.")
@@ -276,9 +274,7 @@ class FineTuneSweepStatus(ApiModel):
         description="The spec the operator accepted and runs, recorded on its first pass. Only the operator writes "
         "status, so an edit stored by a server without the CRD's immutability rule changes nothing that is measured.",
     )
-    accepted_generation: Annotated[int, Field(ge=0)] | None = Field(
-        None, description="metadata.generation of the accepted spec."
-    )
+    accepted_generation: AcceptedGeneration = None
 
 
 SWEEP_API_VERSION: Literal["ftbench.io/v1alpha1"] = "ftbench.io/v1alpha1"

@@ -17,8 +17,9 @@ from ftbench.api.resource import KIND
 from ftbench.api.stability import aggregate_trials, trial_outcome
 from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
+from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_one_document
+from ftbench.cli.local_options import add_local_run_options
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.contracts.network import NetworkInEffect
@@ -34,17 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run an experiment on this machine and print what it measured")
     p.add_argument("file", metavar="FILE", help="a FineTuneExperiment YAML file (- for stdin)")
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
-    p.add_argument("--profile", metavar="FILE", help="cluster profile (storage paths, model map)")
-    add_model_map(p)
-    p.add_argument("--python", metavar="PATH", help="interpreter that runs ftbench-trainer (default: per engine)")
+    add_local_run_options(p)
     p.add_argument(
         "--any-fms-release",
         action="store_true",
         help="with --python: run the fms-hf-tuning release installed there even if the spec asks for another "
         "(the results name the release that ran)",
     )
-    p.add_argument("--dataset-entries", type=int, metavar="N", help="generate only N dataset entries (smoke runs)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show the trainer's own output")
     p.add_argument(
         "-q",
         "--quiet",

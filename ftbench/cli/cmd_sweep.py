@@ -17,8 +17,9 @@ from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.sweep import FineTuneSweepSpec, SweepPhase
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
+from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_one_document
+from ftbench.cli.local_options import add_local_run_options
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile, results_db
@@ -35,11 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", help="a FineTuneSweep YAML file (- for stdin)")
     p.add_argument("--resume", action="store_true", help="continue a sweep of this name that the store holds")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("--profile", metavar="FILE", help="cluster profile (storage paths, model map)")
-    add_model_map(p)
-    p.add_argument("--python", metavar="PATH", help="interpreter that runs ftbench-trainer (default: per engine)")
-    p.add_argument("--dataset-entries", type=int, metavar="N", help="generate only N dataset entries (smoke runs)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show the trainer's own output")
+    add_local_run_options(p)
     p.set_defaults(func=run)
 
 

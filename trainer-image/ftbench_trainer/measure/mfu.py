@@ -20,32 +20,30 @@ runs report 0.
 
 from __future__ import annotations
 
-# Dense peak TFLOP/s: (bf16/fp16 tensor core, fp32 via TF32 tensor core).
-_PEAK_TFLOPS: tuple[tuple[str, float, float], ...] = (
-    ("H200", 989.0, 494.0),
-    ("H100 PCIe", 756.0, 378.0),
-    ("H100 NVL", 835.0, 418.0),
-    ("H100", 989.0, 494.0),  # SXM
-    ("H800", 989.0, 494.0),
-    ("GH200", 989.0, 494.0),
-    ("B200", 2250.0, 1100.0),
-    ("A100", 312.0, 156.0),
-    ("A800", 312.0, 156.0),
-    ("L40S", 362.0, 183.0),
-    ("L40", 181.0, 90.5),
-    ("L4", 121.0, 60.0),
-    ("A10G", 70.0, 35.0),
-    ("A10", 125.0, 62.5),
-    ("V100", 125.0, 15.7),
-    ("T4", 65.0, 8.1),
+# Dense peak TFLOP/s: (bf16/fp16 tensor core, fp32 via TF32 tensor core), each pair stated once with
+# the products whose data sheets give it. Names are matched in order: one containing another first.
+_PEAK_TFLOPS: tuple[tuple[tuple[str, ...], float, float], ...] = (
+    (("H200",), 989.0, 494.0),
+    (("H100 PCIe",), 756.0, 378.0),
+    (("H100 NVL",), 835.0, 418.0),
+    (("H100", "H800", "GH200"), 989.0, 494.0),  # H100: SXM
+    (("B200",), 2250.0, 1100.0),
+    (("A100", "A800"), 312.0, 156.0),
+    (("L40S",), 362.0, 183.0),
+    (("L40",), 181.0, 90.5),
+    (("L4",), 121.0, 60.0),
+    (("A10G",), 70.0, 35.0),
+    (("A10",), 125.0, 62.5),
+    (("V100",), 125.0, 15.7),
+    (("T4",), 65.0, 8.1),
 )
 
 
 def peak_flops(gpu_name: str, dtype: str) -> float:
     """Peak dense FLOP/s of one GPU for `dtype` (bfloat16/float16 or float32); 0 if unknown."""
     name = gpu_name.upper().replace("NVIDIA", "").replace("-", " ")
-    for key, half, single in _PEAK_TFLOPS:
-        if key.upper() in name:
+    for keys, half, single in _PEAK_TFLOPS:
+        if any(key.upper() in name for key in keys):
             return (single if dtype == "float32" else half) * 1e12
     return 0.0
 
