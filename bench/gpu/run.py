@@ -76,21 +76,20 @@ def matrix_document(
     spec = doc["spec"]
     n = DRY_RANKS if dry_run else gpus
     spec["matrix"]["numberGpus"] = sorted({1, n})
-    if not dry_run:
-        _override(spec, overrides or {})
-        return doc
+    if dry_run:
+        _dry(spec)
+    spec["repeats"] = (overrides or {}).get("repeats", spec["repeats"])
+    spec["template"] |= {k: v for k, v in (overrides or {}).items() if k != "repeats"}
+    return doc
+
+
+def _dry(spec: dict[str, Any]) -> None:
+    """The matrix's CPU stand-in: the tiny model on CPU ranks, one repeat."""
     spec["template"] = {k: v for k, v in spec["template"].items() if k != "gpuModel"} | DRY_TEMPLATE
     for entry in spec.get("include") or []:  # the OOM point runs as an ordinary point on CPU, still its own
         entry.pop("modelMaxLength", None)
         entry["batchSize"] = 2 * DRY_TEMPLATE["batchSize"]
     spec["repeats"] = 1
-    _override(spec, overrides or {})
-    return doc
-
-
-def _override(spec: dict[str, Any], overrides: dict[str, Any]) -> None:
-    spec["repeats"] = overrides.get("repeats", spec["repeats"])
-    spec["template"] |= {k: v for k, v in overrides.items() if k != "repeats"}
 
 
 def random_weights(doc: dict[str, Any], home: Path, python: str | None) -> None:
@@ -282,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="ftbench-gpu-matrix-"))
     home.mkdir(parents=True, exist_ok=True)
-    names = ("engine", "model", "gpuModel", "attentionImplementation", "maxSteps", "warmupSteps", "repeats")
-    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    fields = ("engine", "model", "gpuModel", "attentionImplementation", "maxSteps", "warmupSteps", "repeats")
+    overrides = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
     doc = matrix_document(args.gpus, args.dry_run, overrides=overrides)
     notes = (weights_note(doc["spec"]["template"]["model"]),) if args.random_weights else ()
     if not args.tabulate:
@@ -291,11 +290,14 @@ def main(argv: list[str] | None = None) -> int:
             random_weights(doc, home, args.python)
         entries = args.dataset_entries or (64 if args.dry_run else None)
         run_sweep(doc, home, entries=entries, python=args.python, stop_after=args.stop_after)
-    sweep = from_store(ResultsStore(home / "results.db"), load_catalog(), sweep=doc["metadata"]["name"]).sweeps[0]
+    store = ResultsStore(home / "results.db")
+    sweep = from_store(store, load_catalog(), sweep=doc["metadata"]["name"]).sweeps[0]
     rows = point_rows(sweep, (doc["spec"].get("include") or [{}])[0])
-    names = {m.environment.gpu_name for m in _results(home) if m.environment and m.environment.gpu_name}
-    device = ", ".join(sorted(names)) or ("CPU ranks (dry run: tiny model, not GPU figures)" if args.dry_run else "CPU")
-    finished = [r.finished_at for r in ResultsStore(home / "results.db").runs() if r.finished_at]
+    runs = store.runs()
+    results = [TrainerResult.model_validate(r) for run in runs for r in run.results]
+    gpus = {m.environment.gpu_name for m in results if m.environment and m.environment.gpu_name}
+    device = ", ".join(sorted(gpus)) or ("CPU ranks (dry run: tiny model, not GPU figures)" if args.dry_run else "CPU")
+    finished = [r.finished_at for r in runs if r.finished_at]
     when = max(finished)[:10] if finished else datetime.now(UTC).strftime("%Y-%m-%d")
     args.out.write_text(json.dumps({"device": device, "date": when, "dryRun": args.dry_run, "points": rows}, indent=2))
     table = markdown(rows, device, when, _shown(argv if argv is not None else sys.argv[1:]), notes)
@@ -314,10 +316,6 @@ def _shown(argv: list[str]) -> str:
             shown.append(arg)
         skip = local and "=" not in arg and arg != "--tabulate"
     return "".join(f" {a}" for a in shown)
-
-
-def _results(home: Path) -> list[TrainerResult]:
-    return [TrainerResult.model_validate(r) for run in ResultsStore(home / "results.db").runs() for r in run.results]
 
 
 if __name__ == "__main__":

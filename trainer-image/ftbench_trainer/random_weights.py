@@ -31,14 +31,15 @@ def build_random_weights(
     GPU where there is one, which initialises 7B parameters in seconds) and the byte-level tokenizer
     into `path`. Idempotent: a folder whose marker records the same architecture and dtype is reused."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from ftbench_trainer.predict.model import architecture_config
 
     params = {"architecture": architecture, "dtype": dtype, "seed": seed}
     marker = path / MARKER
     if marker.is_file() and json.loads(marker.read_text()).get("params") == params:
         return path
-    fields = dict(architecture)
-    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    config = architecture_config(architecture)
     tokenizer = build_tokenizer(model_max_length=int(getattr(config, "max_position_embeddings", 4096)))
     for name in ("bos", "eos", "pad"):
         setattr(config, f"{name}_token_id", getattr(tokenizer, f"{name}_token_id"))

@@ -26,6 +26,14 @@ class PredictionError(RuntimeError):
     """The prediction cannot be made (no config to read, an architecture transformers cannot build)."""
 
 
+def architecture_config(architecture: dict[str, Any]) -> Any:
+    """The transformers config of a catalog entry's `architecture` (model_type plus the config's fields)."""
+    from transformers import AutoConfig
+
+    fields = dict(architecture)
+    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
 def read_config(plan: LaunchPlan) -> tuple[Any, str]:
     """The model's config (no weights) and where it came from: the config.json beside the weights
     when that folder is here (the tiny model is built first when the plan says so), else the
@@ -37,8 +45,7 @@ def read_config(plan: LaunchPlan) -> tuple[Any, str]:
     model = plan.model
     local = model.generated or (Path(model.ref) / "config.json").is_file()
     if not local and model.architecture:
-        fields = dict(model.architecture)
-        return AutoConfig.for_model(fields.pop("model_type"), **fields), "the catalog's (no config.json here)"
+        return architecture_config(model.architecture), "the catalog's (no config.json here)"
     try:
         return AutoConfig.from_pretrained(resolve_model(plan)), f"{model.ref}/config.json"
     except (OSError, ValueError) as exc:
