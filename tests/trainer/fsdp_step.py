@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from transformers import AutoConfig
 
+from ftbench_trainer.predict.model import architecture_config
 from ftbench_trainer.predict.trace import StepShape, add_adapter, build_model, run_steps, shard_like_accelerate
 from ftbench_trainer.predict.tracker import StorageTracker
 
@@ -41,8 +41,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for i, case in enumerate(cases):
-        fields = dict(case["config"])
-        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+        config = architecture_config(case["config"])
         shape = StepShape(**case["shape"])
         torch.manual_seed(0)
         model = add_adapter(build_model(config, shape, device="cpu"), shape)

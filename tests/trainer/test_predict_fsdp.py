@@ -23,7 +23,7 @@ pytest.importorskip("peft")
 
 from ftbench.engines.envs import package_path  # noqa: E402
 from ftbench.host.ports import free_port  # noqa: E402
-from ftbench_trainer.predict.model import traced_fsdp  # noqa: E402
+from ftbench_trainer.predict.model import architecture_config, traced_fsdp  # noqa: E402
 from ftbench_trainer.predict.shard import Sharding  # noqa: E402
 from ftbench_trainer.predict.trace import StepShape, Trace, trace_step  # noqa: E402
 
@@ -79,10 +79,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> list[list[dict]]:
 @pytest.fixture(scope="module")
 def predicted() -> list[Trace]:
     """Each case traced with fake tensors as one rank of a fake two-rank process group."""
-    from transformers import AutoConfig
-
-    fields = dict(CONFIG)
-    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    config = architecture_config(CONFIG)
     traces = []
     for kind, method, ckpt in CASES:
         fsdp = traced_fsdp(Sharding(kind, RANKS))
