@@ -41,6 +41,7 @@ from torch.utils._pytree import tree_flatten
 ALLOCATOR_BLOCK_BYTES = 512
 SETTLE_POLL_SECONDS = 0.005
 SETTLED_AFTER = 5  # polls in a row without a change
+SETTLE_AT_MOST_SECONDS = 2.0  # a thread that never stops freeing must not stall the step
 
 
 def allocator_bytes(nbytes: int) -> int:
@@ -151,8 +152,8 @@ class StorageTracker(TorchDispatchMode):
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return
         dist.barrier()
-        quiet = 0
-        while quiet < SETTLED_AFTER:
+        quiet, deadline = 0, time.monotonic() + SETTLE_AT_MOST_SECONDS
+        while quiet < SETTLED_AFTER and time.monotonic() < deadline:
             before = self.current
             time.sleep(SETTLE_POLL_SECONDS)
             quiet = quiet + 1 if self.current == before else 0
