@@ -6,7 +6,7 @@ every rank builds the same architecture with real weights, shards it as accelera
 step (`run_steps`: forward, backward, clipping, AdamW, zero_grad) for real over gloo under
 `StorageTracker`, and writes each phase's peak to OUT_DIR/case-I-rank-R.json. The test compares
 them with the prediction, which traces the same step with fake tensors on a fake process group.
-Each phase starts settled (`StorageTracker.settle`), as the product's CPU measurement of the
+Each phase starts settled (`StorageTracker(settle=True)`), as the product's CPU measurement of the
 optimizer step does (measure/tensor_peak.py).
 """
 
@@ -26,15 +26,6 @@ from ftbench_trainer.predict.trace import StepShape, add_adapter, build_model, r
 from ftbench_trainer.predict.tracker import StorageTracker
 
 
-class SettledTracker(StorageTracker):
-    """The tracker of a real multi-rank step: the ranks' collectives let go of their buffers before
-    each phase starts counting."""
-
-    def enter_phase(self, phase: str) -> None:
-        self.settle()
-        super().enter_phase(phase)
-
-
 def main() -> None:
     cases = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
@@ -47,7 +38,7 @@ def main() -> None:
         model = add_adapter(build_model(config, shape, device="cpu"), shape)
         model = shard_like_accelerate(model, mesh, reshard_after_forward=case["reshard_after_forward"])
         batch = functools.partial(torch.randint, 0, int(config.vocab_size), (shape.batch, shape.seq))
-        trace = run_steps(model, shape, SettledTracker(), make_batch=batch)
+        trace = run_steps(model, shape, StorageTracker(settle=True), make_batch=batch)
         phases = {name: split.__dict__ for name, split in trace.phases.items()}
         (out / f"case-{i}-rank-{dist.get_rank()}.json").write_text(json.dumps(phases))
     dist.destroy_process_group()

@@ -42,10 +42,10 @@ class TensorPeakProbe:
             return
         from ftbench_trainer.predict.tracker import StorageTracker
 
-        tracker = StorageTracker()
+        tracker = StorageTracker(settle=True)  # the optimizer phase counts once the collectives let go
         tracker.add_all(self._model.parameters())
         tracker.add_all(self._model.buffers())
-        self._hook = self._optimizer.register_step_pre_hook(lambda *_: _optimizer_phase(tracker))
+        self._hook = self._optimizer.register_step_pre_hook(lambda *_: tracker.enter_phase("optimizer"))
         tracker.__enter__()
         self._tracker = tracker
 
@@ -63,9 +63,3 @@ class TensorPeakProbe:
         before_step = max((p.bytes for name, p in tracker.peaks.items() if name != "optimizer"), default=0)
         at_step = tracker.peaks["optimizer"].bytes if "optimizer" in tracker.peaks else 0
         self.peak = max(before_step + tracker.bytes_of(state), at_step)
-
-
-def _optimizer_phase(tracker: Any) -> None:
-    """The optimizer step begins: count it once the ranks' collectives have let go of their buffers."""
-    tracker.settle()
-    tracker.enter_phase("optimizer")

@@ -17,7 +17,8 @@ On more than one real rank, a collective's buffers are freed by the communicatio
 thread after the caller's `wait()` has returned, and that thread needs the GIL, which the training
 thread keeps until its next blocking call. When the optimizer phase starts, the last backward
 reduce-scatters' buffers were still counted in about half of the two-rank runs, a phase 6 % higher
-at random (tests/trainer/test_predict_fsdp.py). `settle` lets them go first, which is the state the
+at random (tests/trainer/test_predict_fsdp.py). `settle` (each phase's start with
+`StorageTracker(settle=True)`) lets them go first, which is the state the
 fake process group of a prediction is in at once.
 
 At each phase's peak the tracker keeps which storages were live; `split_at` later sorts them into
@@ -60,8 +61,10 @@ class PhasePeak:
 class StorageTracker(TorchDispatchMode):
     """Live storage bytes, the peak of each phase, and who held the storage at each peak."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, settle: bool = False) -> None:
+        """`settle`: a real step on several ranks; each phase starts once `settle()` has run."""
         super().__init__()
+        self._settle_phases = settle
         self._serial_of: dict[int, int] = {}  # id(storage) -> serial, while it lives
         self._live: dict[int, int] = {}  # serial -> bytes
         self._next = 0
@@ -138,6 +141,8 @@ class StorageTracker(TorchDispatchMode):
             self._rising = False
 
     def enter_phase(self, phase: str) -> None:
+        if self._settle_phases:
+            self.settle()
         self._snapshot_if_rising()
         self.phase = phase
 
