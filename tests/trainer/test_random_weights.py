@@ -4,6 +4,7 @@ and the predictor load is that architecture, in the dtype asked, with a tokenize
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,11 +51,19 @@ def test_a_built_folder_is_reused_and_other_parameters_rebuild(tmp_path: Path) -
     assert json.loads((path / MARKER).read_text())["params"]["dtype"] == "bfloat16"
 
 
-def test_the_command_line_builds_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["trl", "fms-hf-tuning"])
+def test_the_command_line_builds_it(tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> None:
+    """Under trl's transformers 5 and under the newest fms-hf-tuning environment's transformers 4 (a
+    lent GPU runs the matrix with engine fms-hf-tuning: run.py builds the weights with its --python)."""
+    from ftbench.engines.envs import package_path
+
+    python = str(request.getfixturevalue("fms_python")) if engine == "fms-hf-tuning" else sys.executable
+    env = {**os.environ, "PYTHONPATH": package_path()}
     done = subprocess.run(
-        [sys.executable, "-m", "ftbench_trainer.random_weights", str(tmp_path / "m"), "--architecture",
-         json.dumps(SMALL), "--dtype", "float32"],
-        capture_output=True, text=True, timeout=300,
+        [python, "-m", "ftbench_trainer.random_weights", str(tmp_path / "m"), "--architecture",
+         json.dumps(SMALL), "--dtype", "bfloat16"],
+        capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads((tmp_path / "m" / "config.json").read_text())["hidden_size"] == 64
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["hidden_size"] == 64 and "bfloat16" in (config.get("dtype"), config.get("torch_dtype"))

@@ -31,9 +31,9 @@ def build_random_weights(
     GPU where there is one, which initialises 7B parameters in seconds) and the byte-level tokenizer
     into `path`. Idempotent: a folder whose marker records the same architecture and dtype is reused."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from ftbench_trainer.predict.model import architecture_config
+    from ftbench_trainer.predict.trace import model_from_config
 
     params = {"architecture": architecture, "dtype": dtype, "seed": seed}
     marker = path / MARKER
@@ -47,7 +47,7 @@ def build_random_weights(
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+        model = model_from_config(config, getattr(torch, dtype))
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -97,15 +97,20 @@ class Trace:
 def build_model(config: Any, shape: StepShape, device: str = "meta") -> Any:
     """The bare architecture in the step's dtype: on the meta device (no memory) for the
     prediction, on "cpu" to train it for real. `add_adapter` adds LoRA or prompt tuning."""
+    config._attn_implementation = shape.attention
+    with torch.device(device):
+        return model_from_config(config, getattr(torch, shape.dtype))
+
+
+def model_from_config(config: Any, dtype: torch.dtype) -> Any:
+    """`AutoModelForCausalLM.from_config` in `dtype` under every transformers an engine runs: 5.x
+    (trl) calls the argument dtype, 4.x (fms-hf-tuning's environments) torch_dtype."""
     from transformers import AutoModelForCausalLM
 
-    config._attn_implementation = shape.attention
-    dtype = getattr(torch, shape.dtype)
-    with torch.device(device):
-        try:
-            return AutoModelForCausalLM.from_config(config, dtype=dtype)
-        except TypeError:  # transformers 4.x (fms-hf-tuning's environments) calls it torch_dtype
-            return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    try:
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+    except TypeError:
+        return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
 
 
 def add_adapter(model: Any, shape: StepShape) -> Any:
