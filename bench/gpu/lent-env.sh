@@ -14,6 +14,17 @@ if (( arrow_major < 24 )) && compgen -G "$WHEELS/alt/datasets-*.whl" >/dev/null;
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "${wheels[@]}" || exit 1
 export PYTHONPATH="$site:$PWD:$PWD/trainer-image:$PWD/operator${PYTHONPATH:+:$PYTHONPATH}"
+# engine fms-hf-tuning: a release's own stack (its transformers 4.x, trl, peft, datasets, fms-hf-tuning), carried
+# as wheels in $WHEELS/fms/, goes to a folder of its own that a wrapper interpreter ($FMS_PYTHON) puts first on
+# the path; run.py and `ftbench run` take it as --python, as they take an fms-hf-tuning environment's python.
+if compgen -G "$WHEELS/fms/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site-fms" "$WHEELS"/fms/*.whl || exit 1
+  export FMS_PYTHON=/tmp/ftbench-fms-python
+  printf '#!/bin/sh\nPYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}" exec %s "$@"\n' "$site-fms" "$(command -v python3)" > "$FMS_PYTHON"
+  chmod +x "$FMS_PYTHON"
+fi
+# The GPU's nvidia.com/gpu.product label, as GPU feature discovery writes it (spaces become dashes).
+export GPU_MODEL="${GPU_MODEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-')}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
@@ -22,6 +33,10 @@ import importlib.metadata as md, sys, torch
 print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
 for name in ("transformers", "trl", "peft", "accelerate", "datasets", "pyarrow", "pydantic", "nvidia-ml-py", "tokenizers"):
     print(name, md.version(name))
+PY
+  [[ -n "${FMS_PYTHON:-}" ]] && "$FMS_PYTHON" - <<'PY'
+import importlib.metadata as md
+print("fms-hf-tuning site:", *(f"{n} {md.version(n)}" for n in ("fms-hf-tuning", "transformers", "trl", "peft", "datasets")))
 PY
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"

@@ -3,15 +3,19 @@
 # volume, no fms-hf-tuning environment, no package index. The figures of docs/benchmarks.md's GPU
 # matrix were made with it:
 #   - lent-env.sh installs the packages the machine's image lacks, carried as wheels in .whl/;
-#   - bench/gpu/run.py runs the matrix with engine trl on this GPU, the catalog's llama-7b
+#   - bench/gpu/run.py runs the matrix with engine $ENGINE (default trl; fms-hf-tuning runs in $FMS_PYTHON) on this GPU,
+#     the catalog's llama-7b
 #     architecture with random weights (--random-weights), sdpa attention (the image has no flash-attn),
 #     fewer steps and repeats to fit the lease;
 #   - what comes back lands in $OUT: the environment, the log, the results JSON, the docs page with
 #     the new table, `ftbench results` and the results store.
-# Usage (repo root): OUT=/some/dir bash bench/gpu/on-lent-gpu.sh [extra run.py arguments]
+# Usage (repo root): OUT=/some/dir [ENGINE=fms-hf-tuning] bash bench/gpu/on-lent-gpu.sh [extra run.py arguments]
 set -uo pipefail
 source "$(dirname "$0")/lent-env.sh"
-timeout "${BENCH_TIMEOUT:-480}" python3 bench/gpu/run.py --gpus 1 --engine trl --gpu-model NVIDIA-H200 --attention sdpa --random-weights \
+ENGINE="${ENGINE:-trl}"
+python=()
+[[ "$ENGINE" == fms-hf-tuning ]] && python=(--python "${FMS_PYTHON:?engine fms-hf-tuning needs its wheels in .whl/fms/}")
+timeout "${BENCH_TIMEOUT:-480}" python3 bench/gpu/run.py --gpus 1 --engine "$ENGINE" "${python[@]}" --gpu-model "$GPU_MODEL" --attention sdpa --random-weights \
   --home "$HOME_DIR" --out "$OUT/gpu-results.json" --write-docs docs/benchmarks.md "$@" 2>&1 | tee "$OUT/run.log"
 echo "run.py exit: ${PIPESTATUS[0]}" | tee -a "$OUT/run.log"
 cp docs/benchmarks.md "$OUT/benchmarks.md"

@@ -47,7 +47,7 @@ from ftbench.stats.noise import describe
 from ftbench.stats.results import metric_interval
 
 MATRIX = Path(__file__).with_name("matrix.yaml")
-START, END = "<!-- gpu-matrix:start -->", "<!-- gpu-matrix:end -->"
+SECTION = "gpu-matrix"  # docs/benchmarks.md's table between <!-- SECTION:start --> and <!-- SECTION:end -->
 OOM_NOTE = "the deliberate OOM point"
 # The CPU stand-in of the template in --dry-run: same experiments, backends and repeats machinery.
 DRY_TEMPLATE: dict[str, Any] = {
@@ -70,7 +70,7 @@ def matrix_document(
     gpus: int, dry_run: bool, path: Path = MATRIX, overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The sweep to run: the matrix with N = `gpus`, or its CPU stand-in; `overrides` replace fields
-    of the template (engine, model, gpuModel, attentionImplementation, maxSteps, warmupSteps) or, for
+    of the template (engine, fmsHfTuningVersion, model, gpuModel, attentionImplementation, maxSteps, warmupSteps) or, for
     "repeats", the sweep's."""
     doc = yaml.safe_load(path.read_text())
     spec = doc["spec"]
@@ -234,12 +234,13 @@ def markdown(rows: list[dict[str, Any]], device: str, when: str, command: str = 
     return "\n".join(lines)
 
 
-def write_docs(docs: Path, table: str) -> None:
-    """Replace the section between the markers (appended, with a heading, when there is none)."""
+def write_docs(docs: Path, table: str, section: str = SECTION) -> None:
+    """Replace the section between its markers (appended, with a heading, when there is none)."""
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     text = docs.read_text() if docs.exists() else ""
-    block = f"{START}\n{table}\n{END}"
-    if START in text and END in text:
-        text = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    block = f"{start}\n{table}\n{end}"
+    if start in text and end in text:
+        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
         text = text.rstrip("\n") + f"\n\n## GPU matrix\n\n{block}\n"
     docs.write_text(text)
@@ -253,8 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="interpreter that runs ftbench-trainer (default: per engine)")
     parser.add_argument("--out", type=Path, default=Path("gpu-results.json"), help="the results JSON file")
     parser.add_argument("--write-docs", type=Path, metavar="MD", help="replace the GPU matrix table in this file")
+    parser.add_argument(
+        "--section", default=SECTION, help=f"which table of --write-docs: its markers' name (default {SECTION})"
+    )
     lease = parser.add_argument_group("overrides, to fit a machine or a lease (the table's heading names them)")
     lease.add_argument("--engine", choices=("fms-hf-tuning", "trl"), help="the template's engine")
+    lease.add_argument(
+        "--fms-version", dest="fmsHfTuningVersion", help="the template's fmsHfTuningVersion (engine fms-hf-tuning)"
+    )
     lease.add_argument("--model", help="the template's catalog model")
     lease.add_argument("--gpu-model", dest="gpuModel", help="the template's gpuModel, e.g. NVIDIA-H200")
     lease.add_argument(
@@ -281,7 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="ftbench-gpu-matrix-"))
     home.mkdir(parents=True, exist_ok=True)
-    fields = ("engine", "model", "gpuModel", "attentionImplementation", "maxSteps", "warmupSteps", "repeats")
+    fields = (
+        "engine",
+        "fmsHfTuningVersion",
+        "model",
+        "gpuModel",
+        "attentionImplementation",
+        "maxSteps",
+        "warmupSteps",
+        "repeats",
+    )
     overrides = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
     doc = matrix_document(args.gpus, args.dry_run, overrides=overrides)
     notes = (weights_note(doc["spec"]["template"]["model"]),) if args.random_weights else ()
@@ -303,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(rows, device, when, _shown(argv if argv is not None else sys.argv[1:]), notes)
     print(table)
     if args.write_docs:
-        write_docs(args.write_docs, table)
+        write_docs(args.write_docs, table, args.section)
     return 0
 
 
@@ -311,7 +327,7 @@ def _shown(argv: list[str]) -> str:
     """The command line's arguments that shape the figures (not where the outputs went)."""
     shown, skip = [], False
     for arg in argv:
-        local = arg.split("=")[0] in ("--out", "--write-docs", "--home", "--python", "--tabulate")
+        local = arg.split("=")[0] in ("--out", "--write-docs", "--section", "--home", "--python", "--tabulate")
         if not (skip or local):
             shown.append(arg)
         skip = local and "=" not in arg and arg != "--tabulate"

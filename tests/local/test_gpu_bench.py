@@ -133,12 +133,16 @@ def test_a_lent_single_gpu_machine_runs_the_matrix_with_its_overrides() -> None:
     )
 
 
-def test_the_docs_gpu_table_is_the_lent_h200s_store_tabulated(tmp_path: Path) -> None:
-    """docs/benchmarks.md's GPU matrix is generated from the store the lent H200 brought back
-    (bench/results/gpu-h200-2026-11-26), so it changes only with the data or with run.py's table."""
+@pytest.mark.parametrize(
+    "store", ["gpu-h200-2026-11-26", "gpu-h100-2026-11-26/fms-hf-tuning", "gpu-h100-2026-11-26/trl"]
+)
+def test_the_docs_gpu_tables_are_the_lent_gpus_stores_tabulated(tmp_path: Path, store: str) -> None:
+    """Each GPU table of docs/benchmarks.md is generated from a store a lent GPU brought back
+    (bench/results/<store>, whose arguments.txt names the run's overrides and the table's section), so
+    it changes only with the data or with run.py's table."""
     import shutil
 
-    measured = ROOT / "bench" / "results" / "gpu-h200-2026-11-26"
+    measured = ROOT / "bench" / "results" / store
     home = tmp_path / "home"
     shutil.copytree(measured, home)
     docs = tmp_path / "benchmarks.md"
