@@ -7,7 +7,7 @@
 # The machine's first training process pays for CUDA's start-up: compare steady tokens/s across engines.
 # Each engine's outputs (env, log, results JSON, `ftbench results`, the results store) are packed into
 # $OUT/<engine>.tgz: the device tool brings back at most 8 files.
-# Usage (repo root): OUT=/some/dir [BUDGET=540] [FMS_SECONDS=300] [FMS_VERSION=3.2.2] bash bench/gpu/engines-on-lent-gpu.sh
+# Usage (repo root): OUT=/some/dir [BUDGET=540] [FMS_SECONDS=300] [FMS_VERSION=3.2.2] [REPEATS=2] bash bench/gpu/engines-on-lent-gpu.sh
 set -uo pipefail
 budget="${BUDGET:-540}"
 final="${OUT:?set OUT to a folder for the results}"
@@ -24,8 +24,8 @@ run() {  # $1 engine, $2 seconds for its sweep, then run.py arguments
     bash bench/gpu/on-lent-gpu.sh "${lease[@]}" --stop-after "$seconds" "$@"
   tar -C "/tmp/out-$engine" -czf "$final/$engine.tgz" .
 }
-run fms-hf-tuning "${FMS_SECONDS:-300}" --fms-version "${FMS_VERSION:-3.2.2}" --repeats 2
+run fms-hf-tuning "${FMS_SECONDS:-300}" --fms-version "${FMS_VERSION:-3.2.2}" --repeats "${REPEATS:-2}"
 left=$((budget - SECONDS - 45))
-(( left > 60 )) && run trl "$left" --repeats 2
+(( left > 60 )) && run trl "$left" --repeats "${REPEATS:-2}"
 kill "$smi"
 ls -la "$final"

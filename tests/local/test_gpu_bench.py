@@ -134,7 +134,7 @@ def test_a_lent_single_gpu_machine_runs_the_matrix_with_its_overrides() -> None:
 
 
 @pytest.mark.parametrize(
-    "store", ["gpu-h200-2026-11-26", "gpu-h100-2026-11-26/fms-hf-tuning", "gpu-h100-2026-11-26/trl"]
+    "store", ["gpu-h200-2026-11-26", "gpu-h100-2026-11-26/call2/fms-hf-tuning", "gpu-h100-2026-11-26/call1/trl"]
 )
 def test_the_docs_gpu_tables_are_the_lent_gpus_stores_tabulated(tmp_path: Path, store: str) -> None:
     """Each GPU table of docs/benchmarks.md is generated from a store a lent GPU brought back

@@ -3,8 +3,9 @@ cannot be reached (a lent machine with no hub access and no model volume).
 
 A training step's arithmetic, memory and communication do not depend on the weights' values, so
 tokens/s, MFU and peak memory measured on these weights are the figures of the architecture; loss
-curves are not. The tokenizer is ftbench's byte-level BPE (tiny_model), not the model's own: the
-token datasets (news-tokens-*) are generated for whichever tokenizer the folder holds and truncated
+curves are not. The tokenizer is ftbench's byte-level BPE (tiny_model), not the model's own, filled
+with unused tokens to the architecture's vocabulary size (an engine that fits the embeddings to the
+tokenizer, as fms-hf-tuning does, then keeps the architecture's): the token datasets (news-tokens-*) are generated for whichever tokenizer the folder holds and truncated
 to modelMaxLength, so every batch still holds batchSize x modelMaxLength tokens. A results table
 made on such weights says so (bench/gpu/run.py --random-weights)::
 
@@ -22,6 +23,7 @@ from typing import Any
 from ftbench_trainer.tiny_model import build_tokenizer
 
 MARKER = ".ftbench-random-weights.json"
+LAYOUT = 2  # of the folder: 2 fills the tokenizer to the vocabulary (a folder of layout 1 is rebuilt)
 
 
 def build_random_weights(
@@ -35,12 +37,16 @@ def build_random_weights(
     from ftbench_trainer.predict.model import architecture_config
     from ftbench_trainer.predict.trace import model_from_config
 
-    params = {"architecture": architecture, "dtype": dtype, "seed": seed}
+    params = {"architecture": architecture, "dtype": dtype, "seed": seed, "layout": LAYOUT}
     marker = path / MARKER
     if marker.is_file() and json.loads(marker.read_text()).get("params") == params:
         return path
     config = architecture_config(architecture)
     tokenizer = build_tokenizer(model_max_length=int(getattr(config, "max_position_embeddings", 4096)))
+    # fms-hf-tuning resizes the embeddings to the tokenizer's length (tokenizer_and_embedding_resize): a
+    # tokenizer shorter than the architecture's vocabulary would train another, smaller model. Unused
+    # tokens fill it to the vocabulary's size; they never occur in the data.
+    tokenizer.add_tokens([f"<ftbench_unused_{i}>" for i in range(len(tokenizer), int(config.vocab_size))])
     for name in ("bos", "eos", "pad"):
         setattr(config, f"{name}_token_id", getattr(tokenizer, f"{name}_token_id"))
     torch.manual_seed(seed)
@@ -51,8 +57,18 @@ def build_random_weights(
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    portable_tokenizer_class(path)
     marker.write_text(json.dumps({"params": params, "parameters": model.num_parameters()}, indent=2) + "\n")
     return path
+
+
+def portable_tokenizer_class(path: Path) -> None:
+    """Name the tokenizer's class as transformers 4.x and 5.x both load it: 5.x saves its own name
+    (TokenizersBackend), which 4.x (fms-hf-tuning's stacks) does not know, and reads 4.x's."""
+    config = path / "tokenizer_config.json"
+    data = json.loads(config.read_text())
+    if data.get("tokenizer_class") != "PreTrainedTokenizerFast":
+        config.write_text(json.dumps({**data, "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
