@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One call on a lent single-GPU machine that compares the engines side by side: the matrix with engine
 # fms-hf-tuning (the release whose wheels .whl/fms/ carries, in its own stack), then with engine trl, on the
-# same random llama-7b weights, while nvidia-smi logs the clocks and power every second. fms-hf-tuning goes
-# first and is stopped after FMS_SECONDS: its transformers 4.x writes the weights folder, which trl's 5.x
-# reads (a tokenizer saved by 5.x does not load in 4.x). trl gets the rest of the call's BUDGET seconds.
+# same random llama-7b weights (built once, by the first engine), while nvidia-smi logs the clocks and
+# power every second. fms-hf-tuning goes first and is stopped after FMS_SECONDS; trl gets the rest of the
+# call's BUDGET seconds.
 # The machine's first training process pays for CUDA's start-up: compare steady tokens/s across engines.
 # Each engine's outputs (env, log, results JSON, `ftbench results`, the results store) are packed into
 # $OUT/<engine>.tgz: the device tool brings back at most 8 files.

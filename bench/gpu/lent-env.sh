@@ -17,6 +17,9 @@ export PYTHONPATH="$site:$PWD:$PWD/trainer-image:$PWD/operator${PYTHONPATH:+:$PY
 # engine fms-hf-tuning: a release's own stack (its transformers 4.x, trl, peft, datasets, fms-hf-tuning), carried
 # as wheels in $WHEELS/fms/, goes to a folder of its own that a wrapper interpreter ($FMS_PYTHON) puts first on
 # the path; run.py and `ftbench run` take it as --python, as they take an fms-hf-tuning environment's python.
+# For 3.2.2 (2026-11-26, the machine's image supplying the rest): `pip download --no-deps --only-binary=:all:
+# --python-version 3.12 ... -d .whl/fms fms-hf-tuning==3.2.2 transformers==4.55.4 tokenizers==0.21.4
+# trl==0.19.1 peft==0.19.1 huggingface_hub==0.36.2 datasets==4.8.5 simpleeval==1.0.8 kernels==0.9.0`.
 if compgen -G "$WHEELS/fms/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site-fms" "$WHEELS"/fms/*.whl || exit 1
   export FMS_PYTHON=/tmp/ftbench-fms-python
