@@ -133,6 +133,25 @@ def test_a_lent_single_gpu_machine_runs_the_matrix_with_its_overrides() -> None:
     )
 
 
+def test_engine_fms_hf_tuning_at_a_release_reaches_every_point() -> None:
+    """--engine fms-hf-tuning --fms-version V (the lent H100's run): every point asks for that release,
+    GPTQ-LoRA is valid there, prompt tuning is refused for 3.2.2's known defect, and the heading names
+    the release but not where the table went (--section)."""
+    from ftbench.catalog import load_catalog
+    from ftbench.sweep.points import expand, parse_sweep_document
+
+    bench = _module()
+    doc = bench.matrix_document(1, dry_run=False, overrides={"engine": "fms-hf-tuning", "fmsHfTuningVersion": "3.2.2"})
+    parsed = parse_sweep_document(doc)
+    assert parsed.spec is not None and not parsed.issues
+    points = expand(parsed.spec, load_catalog()).points
+    assert {p.wire["fmsHfTuningVersion"] for p in points} == {"3.2.2"}
+    invalid = {p.wire["experiment"] for p in points if not p.valid}
+    assert invalid == {"finetune_pt_benchmark-v1.0.0"}
+    argv = ["--engine", "fms-hf-tuning", "--fms-version", "3.2.2", "--section", "gpu-matrix-h100", "--python", "/x"]
+    assert bench._shown(argv) == " --engine fms-hf-tuning --fms-version 3.2.2"
+
+
 @pytest.mark.parametrize(
     "store", ["gpu-h200-2026-11-26", "gpu-h100-2026-11-26/call2/fms-hf-tuning", "gpu-h100-2026-11-26/call1/trl"]
 )
