@@ -70,8 +70,8 @@ def matrix_document(
     gpus: int, dry_run: bool, path: Path = MATRIX, overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The sweep to run: the matrix with N = `gpus`, or its CPU stand-in; `overrides` replace fields
-    of the template (engine, fmsHfTuningVersion, model, gpuModel, attentionImplementation, maxSteps, warmupSteps) or, for
-    "repeats", the sweep's."""
+    of the template (engine, fmsHfTuningVersion, model, gpuModel, attentionImplementation, maxSteps,
+    warmupSteps) or, for "repeats", the sweep's."""
     doc = yaml.safe_load(path.read_text())
     spec = doc["spec"]
     n = DRY_RANKS if dry_run else gpus

@@ -5,9 +5,10 @@ A training step's arithmetic, memory and communication do not depend on the weig
 tokens/s, MFU and peak memory measured on these weights are the figures of the architecture; loss
 curves are not. The tokenizer is ftbench's byte-level BPE (tiny_model), not the model's own, filled
 with unused tokens to the architecture's vocabulary size (an engine that fits the embeddings to the
-tokenizer, as fms-hf-tuning does, then keeps the architecture's): the token datasets (news-tokens-*) are generated for whichever tokenizer the folder holds and truncated
-to modelMaxLength, so every batch still holds batchSize x modelMaxLength tokens. A results table
-made on such weights says so (bench/gpu/run.py --random-weights)::
+tokenizer, as fms-hf-tuning does, then keeps the architecture's). The token datasets (news-tokens-*)
+are generated for whichever tokenizer the folder holds and truncated to modelMaxLength, so every
+batch still holds batchSize x modelMaxLength tokens. A results table made on such weights says so
+(bench/gpu/run.py --random-weights)::
 
     python -m ftbench_trainer.random_weights OUT_DIR --architecture '{"model_type": "llama", ...}'
 """
