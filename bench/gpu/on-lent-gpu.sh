@@ -3,10 +3,9 @@
 # volume, no fms-hf-tuning environment, no package index. The figures of docs/benchmarks.md's GPU
 # matrix were made with it:
 #   - lent-env.sh installs the packages the machine's image lacks, carried as wheels in .whl/;
-#   - bench/gpu/run.py runs the matrix with engine $ENGINE (default trl; fms-hf-tuning runs in $FMS_PYTHON) on this GPU,
-#     the catalog's llama-7b
-#     architecture with random weights (--random-weights), sdpa attention (the image has no flash-attn),
-#     fewer steps and repeats to fit the lease;
+#   - bench/gpu/run.py runs the matrix on this GPU with engine $ENGINE (default trl; fms-hf-tuning runs
+#     in $FMS_PYTHON), the catalog's llama-7b architecture with random weights (--random-weights),
+#     sdpa attention (the image has no flash-attn), fewer steps and repeats to fit the lease;
 #   - what comes back lands in $OUT: the environment, the log, the results JSON, the docs page with
 #     the new table, `ftbench results` and the results store.
 # Usage (repo root): OUT=/some/dir [ENGINE=fms-hf-tuning] bash bench/gpu/on-lent-gpu.sh [extra run.py arguments]

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import fms_env_python
+from helpers import NEWEST_FMS, fms_env_python
 
 # Nothing may be downloaded at test time, and small CPU runs are far less noisy on one thread.
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -34,7 +34,4 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def fms_python() -> Path:
     """The newest offered release's environment (the single-release trainer tests run there)."""
-    from ftbench.engines.releases import load_releases, version_tuple
-
-    newest = max((r.version for r in load_releases().installable), key=version_tuple)
-    return fms_env_python(newest)
+    return fms_env_python(NEWEST_FMS)

@@ -22,6 +22,7 @@ from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.results import EXIT_OK, TrainerResult
 from ftbench.engines.envs import package_path
+from ftbench.engines.releases import load_releases, version_tuple
 from ftbench.host.ports import free_port
 from ftbench.render.plan import build_plan
 
@@ -34,6 +35,10 @@ OFFLINE_ENV = {
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+
+# The newest offered fms-hf-tuning release: the single-release trainer tests run it (the release matrix,
+# test_fms_releases.py, runs every other).
+NEWEST_FMS = max((r.version for r in load_releases().installable), key=version_tuple)
 
 
 def make_plan(

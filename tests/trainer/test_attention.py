@@ -7,14 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import make_plan, read_result, run_trainer, tail, write_plan
+from helpers import NEWEST_FMS, make_plan, read_result, run_trainer, tail, write_plan
 
 from ftbench.contracts.results import EXIT_OK, Outcome
-from ftbench.engines.releases import load_releases, version_tuple
 
 pytestmark = [pytest.mark.training, pytest.mark.slow]
 PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
-NEWEST_FMS = max((r.version for r in load_releases().installable), key=version_tuple)
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])

@@ -11,15 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import dataset_file, independent_lengths, make_plan, train, two_processes_one_node
+from helpers import NEWEST_FMS, dataset_file, independent_lengths, make_plan, train, two_processes_one_node
 
 from ftbench.contracts.enums import Experiment
 from ftbench.contracts.results import Outcome
-from ftbench.engines.releases import load_releases, version_tuple
 
 pytestmark = [pytest.mark.training, pytest.mark.fms, pytest.mark.slow]
-
-NEWEST = max((r.version for r in load_releases().installable), key=version_tuple)
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +31,14 @@ def test_fms_trains_and_reports(
 ) -> None:
     model_dir, data_dir = fms_dirs
     plan = make_plan(tmp_path, model_dir, data_dir, engine="fms-hf-tuning", experiment=experiment, maxSteps=2,
-                     fmsHfTuningVersion=NEWEST)  # fmt: skip
+                     fmsHfTuningVersion=NEWEST_FMS)  # fmt: skip
     result, _ = train(fms_python, plan, tmp_path)
     assert result.outcome == Outcome.SUCCEEDED, result.error
     m, env = result.metrics, result.environment
     assert m is not None and env is not None
-    assert env.engine == "fms-hf-tuning" and env.engine_version == NEWEST and env.transformers_version.startswith("4.")
+    assert (
+        env.engine == "fms-hf-tuning" and env.engine_version == NEWEST_FMS and env.transformers_version.startswith("4.")
+    )
     assert m.train_steps == 2 and m.train_samples == 8 and m.stopped_by == "maxSteps"
     assert 0 < m.train_non_padding_tokens <= m.train_tokens
     # The memory prediction, traced in the release's own environment (its transformers' loss path and
@@ -56,7 +55,7 @@ def test_fms_token_counts_equal_an_independent_count(
 ) -> None:
     model_dir, data_dir = fms_dirs
     plan = make_plan(
-        tmp_path, model_dir, data_dir, engine="fms-hf-tuning", batchSize=16, maxSteps=1, fmsHfTuningVersion=NEWEST
+        tmp_path, model_dir, data_dir, engine="fms-hf-tuning", batchSize=16, maxSteps=1, fmsHfTuningVersion=NEWEST_FMS
     )
     m = train(fms_python, plan, tmp_path)[0].metrics
     assert m is not None
@@ -78,7 +77,7 @@ def test_fms_two_processes_on_cpu(tmp_path: Path, fms_python: Path, fms_dirs: tu
     model_dir, data_dir = fms_dirs
     plan = two_processes_one_node(
         tmp_path, model_dir, data_dir, engine="fms-hf-tuning", distributedBackend="DDP", maxSteps=-1,
-        fmsHfTuningVersion=NEWEST,
+        fmsHfTuningVersion=NEWEST_FMS,
     )  # fmt: skip
     result, _ = train(fms_python, plan, tmp_path)
     m, env = result.metrics, result.environment

@@ -15,14 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import make_plan, read_result, run_trainer, tail, write_plan
+from helpers import NEWEST_FMS, make_plan, read_result, run_trainer, tail, write_plan
 
 from ftbench.contracts import env as E
 from ftbench.contracts import trainer_status as T
 from ftbench.contracts.enums import Engine
 from ftbench.contracts.progress import MEMORY_CPU_RSS, ProgressUpdate
 from ftbench.contracts.results import EXIT_OK, Outcome
-from ftbench.engines.releases import load_releases, version_tuple
 from ftbench_trainer.kubeflow_status import KubeflowStatusReporter
 from tests.kubeflow_endpoint import NAME, NAMESPACE, TOKEN, request_errors, stand_in_endpoint
 
@@ -107,9 +106,6 @@ def test_a_refused_token_or_an_unreachable_endpoint_is_counted_never_raised(tmp_
     gone.close()
     report = gone.report()
     assert report.sent == 0 and report.failures == 1 and report.last_error
-
-
-NEWEST_FMS = max((r.version for r in load_releases().installable), key=version_tuple)
 
 
 @pytest.mark.training

@@ -89,16 +89,14 @@ def test_fms_hf_tuning_trains_the_architecture_as_built(tmp_path: Path, fms_pyth
     the 512 tokens of an unfilled tokenizer: less memory than predicted (+14 % "error" for LoRA). On the
     folder as built now, the real step's peak is the predicted one (rows truncated to modelMaxLength, so
     no padding mask: see test_fms_engine for that limit)."""
-    from helpers import make_plan, train
+    from helpers import NEWEST_FMS, make_plan, train
 
     from ftbench.contracts.enums import Experiment
     from ftbench.contracts.results import Outcome
-    from ftbench.engines.releases import load_releases, version_tuple
 
-    newest = max((r.version for r in load_releases().installable), key=version_tuple)
     model_dir = build_random_weights(tmp_path / "m", SMALL, dtype="float32", device="cpu")
     plan = make_plan(tmp_path, model_dir, tmp_path / "data", engine="fms-hf-tuning", experiment=Experiment.LORA,
-                     fmsHfTuningVersion=newest, modelMaxLength=64, maxSteps=2, targetModules=["q_proj", "v_proj"])  # fmt: skip
+                     fmsHfTuningVersion=NEWEST_FMS, modelMaxLength=64, maxSteps=2, targetModules=["q_proj", "v_proj"])  # fmt: skip
     # The folder is the model: the plan's tiny-model entry must not build the tiny model over it.
     plan = plan.model_copy(update={"model": plan.model.model_copy(update={"generated": False})})
     result, _ = train(fms_python, plan, tmp_path)
