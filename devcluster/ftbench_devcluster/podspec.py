@@ -14,9 +14,9 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-Obj = dict[str, Any]
+from ftbench.contracts.kube import Obj
 
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 _LABEL_OR_ANNOTATION = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ftbench.contracts.kube import Obj
 from ftbench.kubeapi.errors import KubeError
-from ftbench.kubeapi.wire import JSON, Obj, json_answer
+from ftbench.kubeapi.wire import JSON, json_answer
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from typing import Any
 
+from ftbench.contracts.kube import Obj
 from ftbench.kubeapi.errors import KubeError
-
-Obj = dict[str, Any]
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -20,13 +20,11 @@ may create such a Role only because it holds the same permission itself (RBAC es
 
 from __future__ import annotations
 
-from typing import Any
-
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.resource import GROUP, PLURAL
+from ftbench.contracts.kube import Obj
 from ftbench.render.names import trainer_account_name
 
-Obj = dict[str, Any]
 RBAC_API_VERSION = "rbac.authorization.k8s.io/v1"
 ACCESS_KINDS = ("ServiceAccount", "Role", "RoleBinding")
 # What the progress reporter does (ftbench_trainer.progress_reporter): a merge patch of status.progress.

@@ -22,6 +22,7 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Runtime
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import (
     APP_NAME,
     ATTEMPT_LABEL,
@@ -34,14 +35,12 @@ from ftbench.contracts.labels import (
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.render.access import pod_account, trainer_access
 from ftbench.render.names import ChildNames, child_names
-from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, choose_runtime_for
+from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, preferred_runtime
 from ftbench.render.pods import PodInputs, uses_roce
 from ftbench.render.registry import RUNTIMES, Carry
 from ftbench.render.runtimes import (
     WorkloadMeta,
 )
-
-Obj = dict[str, Any]
 
 
 class RenderError(PlanError):
@@ -75,8 +74,8 @@ def labels(experiment: str, attempt: int) -> dict[str, str]:
 
 
 def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
-    """`choose_runtime_for`, refused where that runtime cannot carry the spec (`registry`)."""
-    choice = choose_runtime_for(spec, catalog, profile)
+    """`preferred_runtime`, refused where that runtime cannot carry the spec (`registry`)."""
+    choice = preferred_runtime(spec, catalog, profile)
     refusal = RUNTIMES[choice.runtime].refusal(_carry(spec, catalog, profile, choice))
     if refusal is not None:
         raise RenderError(refusal)

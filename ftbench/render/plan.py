@@ -61,8 +61,9 @@ class RuntimeChoice:
     reason: str
 
 
-def choose_runtime_for(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
-    """spec.run.runtime, else the profile's pin, else auto-detection.
+def preferred_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
+    """spec.run.runtime, else the profile's pin, else auto-detection: the runtime preferred before
+    `render.manifests.choose_runtime` checks that it can carry the spec.
 
     auto: Job for one node; for several, Kubeflow Trainer v2 (TrainJob) where its CRDs and the
     profile's ClusterTrainingRuntime exist, since Kueue queues TrainJobs but is dropping
@@ -89,10 +90,6 @@ def choose_runtime_for(spec: FineTuneExperimentSpec, catalog: Catalog, profile: 
         what = "sequential trials" if spec.number_nodes == 1 else "several nodes, no Kubeflow training operator"
         return RuntimeChoice(Runtime.INDEXED_JOB, f"auto: {what}")
     return RuntimeChoice(Runtime.JOB, "auto: the cluster has no Indexed Jobs")
-
-
-def resolve_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> Runtime:
-    return choose_runtime_for(spec, catalog, profile).runtime
 
 
 def model_ref(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> ModelRef:

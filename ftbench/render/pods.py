@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any
 
 from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile, Volume
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts import env as E
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 
 TRAINER_COMMAND = ("ftbench-trainer", "--plan", posixpath.join(PLAN_MOUNT_DIR, PLAN_FILENAME))
 TOPOLOGY_MOUNT_DIR = "/var/run/nvidia-topologyd"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 NCCL_DEBUG_ENV = {E.NCCL_DEBUG: "INFO", E.NCCL_DEBUG_SUBSYS: "INIT,BOOTSTRAP,ENV"}
-
-Obj = dict[str, Any]
 
 
 def uses_roce(spec: FineTuneExperimentSpec) -> bool:

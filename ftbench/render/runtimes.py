@@ -9,15 +9,13 @@ fresh pod, and a failed trial must not stop the next one (see `ftbench.contracts
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ftbench.contracts import env as E
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.results import EXIT_GPU_OOM
 from ftbench.render.names import ChildNames
 from ftbench.render.pods import PodInputs, RuntimeSlot, completion_index_env, pod_template
-
-Obj = dict[str, Any]
 
 TRAINER_CONTAINER = "trainer"
 # The training operator requires this container name, and reads MASTER_PORT from this port name.

@@ -27,9 +27,8 @@ imagePullPolicy, terminationMessagePolicy (the result still goes to the default
 
 from __future__ import annotations
 
-from typing import Any
-
 from ftbench.contracts import env as E
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.render.names import ChildNames
 from ftbench.render.pods import (
@@ -44,8 +43,6 @@ from ftbench.render.pods import (
 )
 from ftbench.render.pods import volumes as pod_volumes
 from ftbench.render.runtimes import WorkloadMeta, trial_env
-
-Obj = dict[str, Any]
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINER_API_VERSION = f"{TRAINER_GROUP}/v1alpha1"

@@ -33,21 +33,21 @@ from ftbench.sweep.schedule import OOM_REASON, RunState
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-Obj = Mapping[str, Any]
+ObjView = Mapping[str, Any]  # an object as read from the cluster: the report never changes one
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 TIMEOUT = (5.0, 60.0)  # connect, read: a namespace may hold thousands of experiments
 
 
-def _metrics(status: Obj) -> Metrics | None:
+def _metrics(status: ObjView) -> Metrics | None:
     results = status.get("results")
     return Metrics.model_validate(results) if results else None
 
 
-def _gpu_oom(status: Obj) -> bool:
+def _gpu_oom(status: ObjView) -> bool:
     return status.get("phase") == Phase.INVALID and str(status.get("invalidReason") or "").startswith(OOM_REASON)
 
 
-def run_state(obj: Obj, point: int, repeat: int) -> RunState:
+def run_state(obj: ObjView, point: int, repeat: int) -> RunState:
     """A child FineTuneExperiment as the planner reads it: phase, the OOM reason, `status.results`."""
     status = obj.get("status") or {}
     phase = str(status.get("phase") or "")
@@ -68,7 +68,7 @@ def run_state(obj: Obj, point: int, repeat: int) -> RunState:
     )
 
 
-def _slot(obj: Obj) -> tuple[str, int, int] | None:
+def _slot(obj: ObjView) -> tuple[str, int, int] | None:
     """(sweep label, point, repeat) of a sweep's child; None for an experiment of its own."""
     labels = obj.get("metadata", {}).get("labels") or {}
     try:
@@ -77,7 +77,9 @@ def _slot(obj: Obj) -> tuple[str, int, int] | None:
         return None
 
 
-def from_objects(sweeps: Sequence[Obj], experiments: Sequence[Obj], catalog: Catalog, source: str) -> ReportData:
+def from_objects(
+    sweeps: Sequence[ObjView], experiments: Sequence[ObjView], catalog: Catalog, source: str
+) -> ReportData:
     """The report data of one namespace's FineTuneSweeps and FineTuneExperiments (as listed)."""
     children: dict[str, list[RunState]] = {}
     plain: list[RunMeasurement] = []
@@ -127,7 +129,7 @@ def connect() -> tuple[ApiClient, str]:
     return client.ApiClient(configuration), namespace
 
 
-def list_items(api: ApiClient, namespace: str, plural: str) -> list[Obj]:
+def list_items(api: ApiClient, namespace: str, plural: str) -> list[ObjView]:
     answer = call(api, "GET", f"/apis/{API_VERSION}/namespaces/{namespace}/{plural}", timeout=TIMEOUT)
     return list((answer or {}).get("items", []))
 
@@ -148,7 +150,7 @@ def from_cluster(catalog: Catalog, namespace: str | None = None, api: ApiClient 
     return from_objects(sweeps, experiments, catalog, f"namespace {namespace} of {api.configuration.host}")
 
 
-def experiment_record(obj: Obj) -> RunRecord:
+def experiment_record(obj: ObjView) -> RunRecord:
     """A FineTuneExperiment as a results row, the shape `ftbench results --export` writes for local
     runs: its uid as the run id, its phase as the status, the accepted spec (the submitted one,
     with defaults, before the operator accepted it) and what `status.results` measured."""

@@ -45,7 +45,7 @@ from ftbench.render.registry import PYTORCH_JOB, TRAIN_JOB, WORKLOAD_KINDS
 from ftbench.render.trainjob import TRAINER_API_VERSION
 from ftbench_operator.context import OperatorContext, api_errors
 from ftbench_operator.diffbase import BoundedDiffBaseStorage
-from ftbench_operator.handlers.handle_follow import Syncer, pod_index_key
+from ftbench_operator.handlers.handle_follow import pod_index_key, sync_locked
 from ftbench_operator.handlers.handle_retry import retry
 from ftbench_operator.handlers.handle_spec_change import spec_changed
 from ftbench_operator.handlers.handle_start import start_by_name, start_or_resume
@@ -55,6 +55,7 @@ from ftbench_operator.metrics import OperatorMetrics
 from ftbench_operator.profile_source import ProfileSource
 from ftbench_operator.settings import OperatorSettings
 from ftbench_operator.summaries import summarize_pod
+from ftbench_operator.syncer import Syncer
 
 FTE = (GROUP, VERSION, PLURAL)
 SWEEP = (GROUP, VERSION, SWEEP_PLURAL)
@@ -126,7 +127,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     metrics.start(opts.metrics_port)
     ctx = OperatorContext(settings=opts, kube=kube, profiles=profiles, metrics=metrics)
     memo["ctx"] = ctx
-    memo["syncer"] = syncer = Syncer(ctx)
+    memo["syncer"] = syncer = Syncer(ctx, sync_locked, "follow")
     ctx.request_sync_later = syncer.request_later
     memo["sweeps"] = Syncer(ctx, reconcile_sweep, "sweep")
     memo["starts"] = Syncer(ctx, start_by_name, "create")

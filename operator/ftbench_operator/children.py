@@ -20,6 +20,7 @@ import kopf
 
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import TRIAL_LABEL
 from ftbench.contracts.labels import attempt_selector as attempt_selector  # the handlers' `children.attempt_selector`
 from ftbench.kubeapi import KubeError
@@ -27,7 +28,6 @@ from ftbench.render.manifests import Rendered, render_experiment
 from ftbench.render.registry import WORKLOAD_KINDS, workload_kind
 from ftbench_operator.kube import Kube, collection_path
 
-Obj = dict[str, Any]
 # Kinds an attempt may own, deleted on retry (pods go with their workload).
 CHILD_KINDS = (*((w.api_version, w.kind) for w in WORKLOAD_KINDS), ("v1", "Service"), ("v1", "ConfigMap"))
 # Before 1.24 the token controller adds a token Secret to a new ServiceAccount, and until it has,

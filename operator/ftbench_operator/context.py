@@ -16,6 +16,7 @@ from typing import Any
 
 import kopf
 
+from ftbench.contracts.kube import ObjectKey
 from ftbench.kubeapi import KubeError
 from ftbench_operator.body import ExperimentView
 from ftbench_operator.kube import Kube
@@ -24,7 +25,6 @@ from ftbench_operator.profile_source import ProfileSource
 from ftbench_operator.settings import OperatorSettings
 
 log = logging.getLogger("ftbench_operator")
-Key = tuple[str, str]
 
 
 @dataclass
@@ -33,14 +33,14 @@ class OperatorContext:
     kube: Kube
     profiles: ProfileSource
     metrics: OperatorMetrics
-    locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
+    locks: dict[ObjectKey, asyncio.Lock] = field(default_factory=dict)
     # Set by the first pod event; the follow path reads pods from it (no API list per event).
     pods: kopf.Index[Any, Any] | None = None
     # Set by the Syncer: look at an experiment again later (deadlines that no child event announces).
     request_sync_later: Callable[[str, str, float], None] | None = None
     # resourceVersion of the last status written per sweep: the watch event of that write brings
     # nothing new, so it needs no reconcile pass (half the passes of a busy sweep).
-    own_writes: dict[Key, str] = field(default_factory=dict)
+    own_writes: dict[ObjectKey, str] = field(default_factory=dict)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())

@@ -20,6 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ftbench.api.resource import GROUP, PLURAL, SWEEP_KIND, SWEEP_PLURAL, VERSION
+from ftbench.contracts.kube import Obj
 from ftbench.kubeapi import ABSENT, CONFLICT, FORBIDDEN, KubeError
 from ftbench.kubeapi import client as kubeapi
 from ftbench.kubeapi.wire import JSON, MERGE_PATCH
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EXPERIMENT_API_VERSION", "PLURALS", "Kube", "KubeError", "collection_path", "connect"]
 
-Obj = dict[str, Any]
 Objs = list[Obj]  # an alias: inside Kube, `list` names its method
 NOT_VISIBLE = (FORBIDDEN, ABSENT)  # not served, or the operator may not look: the same to a reader
 

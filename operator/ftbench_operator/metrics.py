@@ -28,6 +28,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from ftbench.api.status import Phase
 from ftbench.api.sweep import PointPhase
+from ftbench.contracts.kube import ObjectKey
 
 RESULT_LABELS = ("namespace", "name", "model", "experiment", "gpus")
 # status.results field -> metric name (units in the names, as the results schema has them).
@@ -41,7 +42,6 @@ HEADLINE_RESULTS = {
     "mfuPercent": "ftbench_result_mfu_percent",
 }
 NETWORK_LABELS = (*RESULT_LABELS, "backend", "transport", "link_layer")
-Key = tuple[str, str]
 SWEEP_LABELS = ("namespace", "sweep")
 # status.counts field -> the point phase it counts (the label value of ftbench_sweep_points).
 SWEEP_COUNTS = {
@@ -90,10 +90,10 @@ class OperatorMetrics:
             [*SWEEP_LABELS, "metric"],
             registry=registry,
         )
-        self._phases: dict[Key, str] = {}
-        self._sweep_best: dict[Key, str] = {}  # the metric label each sweep's best gauge carries
-        self._result_labels: dict[Key, tuple[str, ...]] = {}
-        self._network_labels: dict[Key, tuple[str, ...]] = {}
+        self._phases: dict[ObjectKey, str] = {}
+        self._sweep_best: dict[ObjectKey, str] = {}  # the metric label each sweep's best gauge carries
+        self._result_labels: dict[ObjectKey, tuple[str, ...]] = {}
+        self._network_labels: dict[ObjectKey, tuple[str, ...]] = {}
 
     def start(self, port: int) -> None:
         if port:
@@ -135,7 +135,7 @@ class OperatorMetrics:
             if isinstance(value, int | float):
                 gauge.labels(*labels).set(value)
 
-    def _observe_network(self, key: Key, labels: tuple[str, ...], network: Any) -> None:
+    def _observe_network(self, key: ObjectKey, labels: tuple[str, ...], network: Any) -> None:
         """The preflight's peak busbw under its backend and transport; none (yet, or after a retry): no series."""
         network = network if isinstance(network, Mapping) else {}
         peak = network.get("peakBusBandwidthGbps")
@@ -154,13 +154,13 @@ class OperatorMetrics:
         self._drop_network((namespace, name))
         self._publish_phases()
 
-    def _drop_network(self, key: Key) -> None:
+    def _drop_network(self, key: ObjectKey) -> None:
         labels = self._network_labels.pop(key, None)
         if labels is not None:
             with suppress(KeyError):
                 self.network_peak.remove(*labels)
 
-    def _drop_results(self, key: Key) -> None:
+    def _drop_results(self, key: ObjectKey) -> None:
         labels = self._result_labels.pop(key, None)
         if labels is None:
             return
@@ -197,7 +197,7 @@ class OperatorMetrics:
                 self.sweep_points.remove(namespace, name, phase.value)
         self._drop_sweep_best((namespace, name))
 
-    def _drop_sweep_best(self, key: Key) -> None:
+    def _drop_sweep_best(self, key: ObjectKey) -> None:
         metric = self._sweep_best.pop(key, None)
         if metric is not None:
             with suppress(KeyError):

@@ -155,7 +155,7 @@ def diff(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> Statu
     return {k: v for k, v in desired.items() if current.get(k) != v and not (v is None and k not in current)}
 
 
-class Builder:
+class StatusBuilder:
     """Builds desired status fields for one experiment at one moment (generation and clock fixed)."""
 
     def __init__(self, current: Mapping[str, Any] | None, generation: int | None, now: datetime) -> None:

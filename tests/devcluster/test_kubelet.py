@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
+from ftbench.contracts.kube import Obj
 from ftbench_devcluster.kubelet import kill_all_pods
 
 pytestmark = pytest.mark.k8s
 
-Obj = dict[str, Any]
 NODE = f"kubelet-test-{uuid.uuid4().hex[:6]}"
 SERVE_LABEL = ("ftbench.dev/local-kubelet", NODE)
 

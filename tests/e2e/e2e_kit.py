@@ -30,6 +30,7 @@ import yaml
 from trainer_rbac import grant_progress
 
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from ftbench.contracts.kube import Obj
 from ftbench_devcluster.devup import default_operator_command
 from ftbench_devcluster.kubelet import kill_all_pods
 
@@ -48,7 +49,6 @@ PROFILE: dict[str, Any] = {
 TERMINAL = ("Succeeded", "Failed", "Invalid")
 
 T = TypeVar("T")
-Obj = dict[str, Any]
 
 
 def poll(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:

@@ -12,7 +12,9 @@ import copy
 from typing import Any
 
 import pytest
-from e2e_kit import PYTORCHJOB_CRD_FILE, Cluster, Obj, poll, tiny_lora_spec
+from e2e_kit import PYTORCHJOB_CRD_FILE, Cluster, poll, tiny_lora_spec
+
+from ftbench.contracts.kube import Obj
 
 pytestmark = [pytest.mark.k8s, pytest.mark.training]
 

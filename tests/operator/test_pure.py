@@ -192,7 +192,7 @@ def test_repeats_end_with_the_mean_and_an_interval_across_them():
     assert (obs.phase, obs.reason, obs.message) == (Phase.SUCCEEDED, "RepeatsCompleted", "3 repeats finished")
     assert obs.result is not None and obs.result.metrics is not None
     assert obs.result.metrics.train_tokens_per_second == pytest.approx(1100.0)
-    done = st.Builder({}, 1, NOW).observed(obs, trials=3, repeated=True)
+    done = st.StatusBuilder({}, 1, NOW).observed(obs, trials=3, repeated=True)
     assert "stability" not in done and done["results"]["trainTokensPerSecond"] == 1100.0
     repeats = done["repeats"]
     assert (repeats["planned"], repeats["finished"]) == (3, 3)
@@ -215,7 +215,7 @@ def test_a_repeat_out_of_memory_makes_the_experiment_invalid():
     running = classify_trials([], _repeat_pods(success_result(0)), trials=2, workload_missing=False,
                               one_job_per_trial=False, now=NOW, repeated=True)  # fmt: skip
     assert running.phase != Phase.SUCCEEDED and len(running.trial_results) == 1
-    status = st.Builder({}, 1, NOW).observed(running, trials=2, repeated=True)
+    status = st.StatusBuilder({}, 1, NOW).observed(running, trials=2, repeated=True)
     assert status["repeats"]["finished"] == 1 and "results" not in status
 
 
@@ -252,19 +252,19 @@ def test_condition_transition_time_only_moves_on_transitions():
 
 
 def test_builders_produce_schema_valid_status_and_minimal_patches():
-    builder = st.Builder({}, 1, NOW)
+    builder = st.StatusBuilder({}, 1, NOW)
     spec = {"model": "m", "modelMaxLength": 1024, "numberGpus": 0, "batchSize": 1}
     started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"}, spec, 1)
     FineTuneExperimentStatus.model_validate(st.strip_empty(started))
     assert st.diff(st.strip_empty(started), started) == {}
-    done = st.Builder(started, 1, NOW).observed(run([terminated(success_result())]), trials=1)
+    done = st.StatusBuilder(started, 1, NOW).observed(run([terminated(success_result())]), trials=1)
     patch = st.diff(started, done)
     assert patch["phase"] == "Succeeded" and patch["results"]["trainTokensPerSecond"] == 1234.5
     full = FineTuneExperimentStatus.model_validate({**st.strip_empty(started), **st.strip_empty(patch)})
     assert full.is_valid is True
-    retry = st.Builder(full.model_dump(mode="json", by_alias=True, exclude_none=True), 1, NOW).retrying(1, 1)
+    retry = st.StatusBuilder(full.model_dump(mode="json", by_alias=True, exclude_none=True), 1, NOW).retrying(1, 1)
     assert retry["results"] is None and retry["attempt"] == 1
-    invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
+    invalid = st.StatusBuilder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
     clean = st.condition(done, st.MEASUREMENT_CLEAN)
     assert clean is not None and (clean["status"], clean["reason"]) == ("True", "Clean")
@@ -273,7 +273,9 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
 def test_a_flagged_measurement_says_why_in_a_condition():
     result = success_result()
     metrics = result.metrics.model_copy(update={"noise_flags": [NoiseFlag.SHORT_WINDOW, NoiseFlag.HOST_CONTENTION]})
-    done = st.Builder({}, 1, NOW).observed(run([terminated(result.model_copy(update={"metrics": metrics}))]), trials=1)
+    done = st.StatusBuilder({}, 1, NOW).observed(
+        run([terminated(result.model_copy(update={"metrics": metrics}))]), trials=1
+    )
     flagged = st.condition(done, st.MEASUREMENT_CLEAN)
     assert flagged is not None and (flagged["status"], flagged["reason"]) == ("False", "NoiseFlagged")
     assert (
@@ -299,11 +301,13 @@ def test_trainer_status_updates_to_kubeflow_are_a_condition(report, expected):
     condition (a warning when they failed: training went on); elsewhere there is no such condition."""
     result = success_result()
     env = result.environment.model_copy(update={"kubeflow_trainer_status": report})
-    done = st.Builder({}, 1, NOW).observed(run([terminated(result.model_copy(update={"environment": env}))]), trials=1)
+    done = st.StatusBuilder({}, 1, NOW).observed(
+        run([terminated(result.model_copy(update={"environment": env}))]), trials=1
+    )
     cond = st.condition(done, st.TRAINER_STATUS_REPORTED)
     assert cond is not None and (cond["status"], cond["reason"]) == expected[:2] and expected[2] in cond["message"]
     assert done["environment"]["kubeflowTrainerStatus"]["sent"] == report.sent
-    plain = st.Builder({}, 1, NOW).observed(run([terminated(success_result())]), trials=1)
+    plain = st.StatusBuilder({}, 1, NOW).observed(run([terminated(success_result())]), trials=1)
     assert st.condition(plain, st.TRAINER_STATUS_REPORTED) is None
 
 
@@ -316,13 +320,13 @@ def test_a_network_check_succeeds_with_its_figures_and_no_results():
         outcome=Outcome.SUCCEEDED, is_valid=True, reason=REASON_NETWORK_CHECKED,
         environment=RunEnvironment(engine="trl", world_size=2, network=network),
     )  # fmt: skip
-    done = st.Builder({}, 1, NOW).observed(run([terminated(checked)]), trials=1)
+    done = st.StatusBuilder({}, 1, NOW).observed(run([terminated(checked)]), trials=1)
     assert done["phase"] == "Succeeded" and done["isValid"] is True and done.get("results") is None
     assert done["environment"]["network"]["peakBusBandwidthGbps"] == 1.5
     assert st.condition(done, st.NETWORK_AS_EXPECTED) is not None
     assert st.condition(done, st.MEASUREMENT_CLEAN) is None  # nothing was measured to be clean or noisy
     empty = checked.model_copy(update={"environment": RunEnvironment(engine="trl")})
-    assert st.Builder({}, 1, NOW).observed(run([terminated(empty)]), trials=1)["phase"] == "Failed"
+    assert st.StatusBuilder({}, 1, NOW).observed(run([terminated(empty)]), trials=1)["phase"] == "Failed"
 
 
 def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
@@ -333,7 +337,7 @@ def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
 
     spec = FineTuneExperimentSpec.model_validate({"model": "llama3.1-70b", "modelMaxLength": 4096, "numberGpus": 16,
         "numberNodes": 2, "batchSize": 16, "gpuModel": "NVIDIA-A100-SXM4-80GB", "enableRoce": True})  # fmt: skip
-    builder = st.Builder({}, 1, NOW)
+    builder = st.StatusBuilder({}, 1, NOW)
     problem = builder.roce(spec, ClusterProfile())
     started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"}, spec, 1)
     assert started["batch"] == {"perDeviceBatchSize": 1, "devices": 16, "gradientAccumulationSteps": 4,
@@ -342,10 +346,10 @@ def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
     assert roce is not None and (roce["status"], roce["reason"]) == ("False", "NoRoceNetwork")
     assert problem is not None and "sets no roce.network" in roce["message"]
     FineTuneExperimentStatus.model_validate(st.strip_empty(started))
-    configured = st.Builder({}, 1, NOW)
+    configured = st.StatusBuilder({}, 1, NOW)
     assert configured.roce(spec, load_profile("examples/profiles/roce-cluster.yaml")) is None
     assert st.condition({"conditions": configured.conditions}, st.ROCE_CONFIGURED)["status"] == "True"
-    single = st.Builder({}, 1, NOW)
+    single = st.StatusBuilder({}, 1, NOW)
     assert single.roce(spec.model_copy(update={"number_nodes": 1, "number_gpus": 8}), ClusterProfile()) is None
     assert single.conditions == []
 
@@ -353,10 +357,10 @@ def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
 def test_status_messages_are_bounded():
     """Issue 12: a 60 KB list of problems must not become a 187 KB status."""
     huge = "spec.targetModules[0]: bad; " * 3000
-    invalid = st.Builder({}, 1, NOW).invalid_spec("InvalidSpec", huge)
+    invalid = st.StatusBuilder({}, 1, NOW).invalid_spec("InvalidSpec", huge)
     assert len(json.dumps(invalid)) < 5 * MESSAGE_MAX
     assert invalid["message"].endswith("`ftbench validate`)") and len(invalid["message"]) == MESSAGE_MAX
-    failed = st.Builder({}, 1, NOW).observed(Observation(Phase.FAILED, "PodFailed", huge), trials=1)
+    failed = st.StatusBuilder({}, 1, NOW).observed(Observation(Phase.FAILED, "PodFailed", huge), trials=1)
     assert len(json.dumps(failed)) < 5 * MESSAGE_MAX
     assert bounded("short") == "short"
 
@@ -511,15 +515,15 @@ def test_a_finished_run_records_its_measured_peak_beside_the_prediction():
     metrics = measured.metrics.model_copy(update={"gpu_max_memory_allocated_bytes": 10_000_000_000})
     measured = measured.model_copy(update={"metrics": metrics})
     current = {"prediction": _predicted(10_500_000_000)}
-    done = st.Builder(current, 1, NOW).observed(run([terminated(measured)]), trials=1)
+    done = st.StatusBuilder(current, 1, NOW).observed(run([terminated(measured)]), trials=1)
     prediction = done["prediction"]
     assert prediction["measuredPeakBytes"] == 10_000_000_000 and prediction["errorPercent"] == 5.0
     assert prediction["measuredOom"] is False
     FineTuneExperimentStatus.model_validate(st.strip_empty({**current, **done}))
-    oom = st.Builder(current, 1, NOW).observed(run([terminated(oom_result(), exit_code=EXIT_GPU_OOM)]), trials=1)
+    oom = st.StatusBuilder(current, 1, NOW).observed(run([terminated(oom_result(), exit_code=EXIT_GPU_OOM)]), trials=1)
     assert oom["prediction"]["measuredOom"] is True and "measuredPeakBytes" not in oom["prediction"]
     # CPU ranks: the trainer's tracker counted the same quantity (cpuTensorPeakBytes).
     on_cpu = success_result()
     on_cpu = on_cpu.model_copy(update={"metrics": on_cpu.metrics.model_copy(update={"cpu_tensor_peak_bytes": 400})})
-    cpu = st.Builder({"prediction": _predicted(500, "cpu")}, 1, NOW).observed(run([terminated(on_cpu)]), trials=1)
+    cpu = st.StatusBuilder({"prediction": _predicted(500, "cpu")}, 1, NOW).observed(run([terminated(on_cpu)]), trials=1)
     assert cpu["prediction"]["measuredPeakBytes"] == 400 and cpu["prediction"]["errorPercent"] == 25.0

@@ -71,14 +71,14 @@ def test_suspended_trainjob_is_pending_and_queued() -> None:
     admitted = summarize_workload(trainjob(conditions=[{"type": "Suspended", "status": "False"}]))
     assert classify_run([admitted], [], workload_missing=False, now=NOW).reason == "NoPods"  # admitted, no pod yet
 
-    builder = st.Builder({}, 1, NOW)
+    builder = st.StatusBuilder({}, 1, NOW)
     first = builder.observed(obs, trials=1)
     assert first["phase"] == "Pending"
     (cond,) = [c for c in first["conditions"] if c["type"] == st.QUEUED]
     assert cond["status"] == "True" and cond["reason"] == QUEUED_REASON
     FineTuneExperimentStatus.model_validate(first)
     running = PodSummary("x-a0-node-0-0-abcde", "Running", "t", container=ContainerState("running"))
-    later = st.Builder(first, 1, NOW).observed(
+    later = st.StatusBuilder(first, 1, NOW).observed(
         classify_run([admitted], [running], workload_missing=False, now=NOW), trials=1
     )
     (cond,) = [c for c in later["conditions"] if c["type"] == st.QUEUED]

@@ -13,7 +13,7 @@ from ftbench.api.validation import validate_spec_dict
 from ftbench.catalog import load_catalog
 from ftbench.contracts.plan import ExperimentRef
 from ftbench.render.manifests import render_experiment
-from ftbench.render.plan import build_plan, resolve_runtime
+from ftbench.render.plan import build_plan, preferred_runtime
 
 BASE: dict[str, Any] = {"experiment": "finetune_lora_benchmark-v1.0.0", "engine": "trl", "model": "llama3.1-8b",
                         "modelMaxLength": 1024, "numberGpus": 2, "batchSize": 4,
@@ -66,7 +66,7 @@ def _plan(**extra: Any):  # type: ignore[no-untyped-def]
     spec = FineTuneExperimentSpec.model_validate({**BASE, **extra})
     catalog, profile = load_catalog(), ClusterProfile()
     return build_plan(
-        spec, catalog, profile, ref=ExperimentRef(name="x"), runtime=resolve_runtime(spec, catalog, profile)
+        spec, catalog, profile, ref=ExperimentRef(name="x"), runtime=preferred_runtime(spec, catalog, profile).runtime
     )
 
 

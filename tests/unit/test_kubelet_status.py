@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ftbench.contracts.kube import Obj
 from ftbench.host.procs import pid_alive
 from ftbench.kubeapi import KubeError
 from ftbench_devcluster.kubelet import Rest, kill_all_pods, scheduling
@@ -24,7 +25,6 @@ from ftbench_devcluster.kubelet import pod_status as S
 from ftbench_devcluster.kubelet.node import lease_spec, node_conditions, node_labels, node_status
 from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun, pid_runs
 
-Obj = dict[str, Any]
 T0, T1 = "2024-01-01T00:00:00Z", "2024-01-01T00:01:00Z"
 
 

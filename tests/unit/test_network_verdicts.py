@@ -92,7 +92,7 @@ def _result(network: NetworkInEffect, outcome: Outcome = Outcome.SUCCEEDED) -> T
 def test_status_carries_the_network_and_its_condition() -> None:
     result = _result(from_log("roce-not-found.log"))
     obs = Observation(Phase.FAILED, "TrainingError", "x", result)  # any finished run with an environment
-    patch = st.Builder({}, 1, NOW).observed(obs, trials=1, network=ROCE)
+    patch = st.StatusBuilder({}, 1, NOW).observed(obs, trials=1, network=ROCE)
     status = FineTuneExperimentStatus.model_validate(patch)  # the CRD's shape
     assert status.environment is not None and status.environment.network is not None
     assert status.environment.network.transport == "socket" and status.environment.network.peak_bus_bandwidth_gbps == 40
@@ -111,6 +111,6 @@ def test_require_roce_is_invalid_before_training() -> None:
     no_result = pod_failure(pod)
     assert no_result is not None and (no_result.phase, no_result.reason) == (Phase.INVALID, "RoceNotInEffect")
     assert EXIT_NETWORK_UNFIT == 43 and OUTCOMES[Outcome.NETWORK_UNFIT].is_valid is False
-    patch = st.Builder({}, 1, NOW).observed(obs, trials=1, network=ROCE)
+    patch = st.StatusBuilder({}, 1, NOW).observed(obs, trials=1, network=ROCE)
     assert patch["phase"] == "Invalid" and patch["isValid"] is False
     assert patch["environment"]["network"]["fallback"] == "NET/IB : No device found."

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ftbench.contracts.kube import Obj
 from ftbench.kubeapi import ABSENT, CONFLICT, KubeError
 from ftbench.kubeapi import client as kubeapi
-from ftbench.kubeapi.wire import JSON, MERGE_PATCH, Obj
+from ftbench.kubeapi.wire import JSON, MERGE_PATCH
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

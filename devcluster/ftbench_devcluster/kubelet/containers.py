@@ -16,17 +16,15 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import ftbench
 import ftbench_devcluster
+from ftbench.contracts.kube import Obj
 from ftbench_devcluster import podspec
 from ftbench_devcluster.kubelet import images
 from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun
 from ftbench_devcluster.podrun import SPEC_FILE, now
-
-Obj = dict[str, Any]
 
 
 def isolation_prefix() -> list[str] | None:

@@ -19,12 +19,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from ftbench.contracts.kube import Obj
 from ftbench.images import store
 from ftbench_devcluster.podspec import PodConfigError
 
-Obj = dict[str, Any]
 # What a runtime puts on PATH when the image sets none (containerd's and CRI-O's default).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -15,15 +15,14 @@ import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import LOCAL_KUBELET_LABEL
 from ftbench_devcluster.kubelet.client import Rest
 from ftbench_devcluster.kubelet.pod_status import HOST_IP
 from ftbench_devcluster.kubelet.scheduling import GPU_RESOURCE
 from ftbench_devcluster.podrun import now
 
-Obj = dict[str, Any]
 log = logging.getLogger("ftbench.kubelet")
 
 HEARTBEAT_SECONDS = 10.0

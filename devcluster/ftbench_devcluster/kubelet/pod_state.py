@@ -15,13 +15,12 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from ftbench.contracts.kube import Obj
 from ftbench.host.procs import pid_alive, signal_group
 from ftbench_devcluster import hosts as H
 from ftbench_devcluster.podrun import EXIT_FILE
 
-Obj = dict[str, Any]
 MAX_MESSAGE_BYTES = 4096  # what a kubelet keeps of a termination message
 FALLBACK_LOG_LINES, FALLBACK_LOG_BYTES = 80, 2048  # FallbackToLogsOnError: the log tail
 

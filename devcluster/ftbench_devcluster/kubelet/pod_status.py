@@ -8,11 +8,10 @@ kubelet (``runner``) reads the files and patches what these return.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from ftbench.contracts.kube import Obj
 from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun
 
-Obj = dict[str, Any]
 HOST_IP = "127.0.0.1"
 TERMINAL = ("Succeeded", "Failed")
 KUBELET_RESTARTED = "KubeletRestarted"

@@ -20,8 +20,8 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any
 
+from ftbench.contracts.kube import Obj
 from ftbench.host.gpus import machine_gpu_count
 from ftbench.host.procs import signal_group
 from ftbench_devcluster import hosts as H
@@ -33,7 +33,6 @@ from ftbench_devcluster.kubelet.node import Node
 from ftbench_devcluster.kubelet.pod_state import ContainerRun, PodRun
 from ftbench_devcluster.podrun import now
 
-Obj = dict[str, Any]
 log = logging.getLogger("ftbench.kubelet")
 
 KILL_GRACE_CAP = 10.0  # seconds; longer grace periods are not worth waiting for on a dev machine

@@ -8,9 +8,9 @@ its labels and its free ``nvidia.com/gpu`` count; a pod that does not fit gets t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-Obj = dict[str, Any]
+from ftbench.contracts.kube import Obj
+
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_SCHEDULER = "default-scheduler"
 

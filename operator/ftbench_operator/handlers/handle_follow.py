@@ -1,16 +1,15 @@
 """Follow a running attempt: children -> `classify` -> status. Runs from child events.
 
-Pod, Job, PyTorchJob and TrainJob events only *request* a sync of their experiment; requests for an
-experiment that is already syncing are coalesced into one more pass, so a burst of pod updates
-costs one or two API round trips. A failed pass (API error) is retried with exponential backoff:
-kopf does not retry event handlers, and a lost sync would leave a finished run Running.
+Pod, Job, PyTorchJob and TrainJob events only *request* a sync of their experiment, through a
+`syncer.Syncer`: requests for an experiment that is already syncing are coalesced into one more
+pass, and a failed pass is retried with backoff (kopf does not retry event handlers, and a lost
+sync would leave a finished run Running). `sync_locked` is one pass.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,8 +20,8 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.catalog import load_catalog
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import label_value
-from ftbench.kubeapi import KubeError
 from ftbench.render.pods import uses_roce
 from ftbench.render.registry import workload_kind
 from ftbench_operator import children, status
@@ -35,10 +34,7 @@ from ftbench_operator.summaries import PodSummary, summarize_pod, summarize_work
 from ftbench_operator.writer import Announce, write_status
 
 log = logging.getLogger(__name__)
-MAX_BACKOFF_SECONDS = 60.0
 NO_PODS_RECHECK_SECONDS = 10.0
-Key = tuple[str, str]
-Obj = dict[str, Any]
 
 
 def pod_index_key(namespace: str, experiment_label: str, attempt: str) -> tuple[str, str, str]:
@@ -60,76 +56,10 @@ def repeated_of(spec: Mapping[str, Any]) -> bool:
         return False
 
 
-SyncFn = Callable[[OperatorContext, str, str], Awaitable[None]]
-
-
 async def sync_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
     """`sync_once` under the experiment's lock: change handlers write the same status."""
     async with ctx.lock(namespace, name):
         await sync_once(ctx, namespace, name)
-
-
-class Syncer:
-    """Coalescing, retrying sync requests, one task per object at most.
-
-    `sync` is what one pass does (default: follow an experiment; the sweep controller passes its
-    reconcile), `handler` names it in the metrics."""
-
-    def __init__(self, ctx: OperatorContext, sync: SyncFn = sync_locked, handler: str = "follow") -> None:
-        self.ctx = ctx
-        self.sync = sync
-        self.handler = handler
-        self.tasks: dict[Key, asyncio.Task[None]] = {}
-        self.dirty: set[Key] = set()
-        self.timers: dict[Key, asyncio.TimerHandle] = {}
-
-    def request_later(self, namespace: str, name: str, delay: float) -> None:
-        """One more sync after `delay` seconds (the pending deadline: no child event may come)."""
-        key = (namespace, name)
-        if key not in self.timers:
-            loop = asyncio.get_running_loop()
-            self.timers[key] = loop.call_later(delay, self._wake, key)
-
-    def _wake(self, key: Key) -> None:
-        self.timers.pop(key, None)
-        self.request(*key)
-
-    def request(self, namespace: str, name: str) -> None:
-        key = (namespace, name)
-        if key in self.tasks:
-            self.dirty.add(key)
-            return
-        self.tasks[key] = asyncio.create_task(self._run(key), name=f"{self.handler} {namespace}/{name}")
-
-    async def _run(self, key: Key) -> None:
-        delay = self.ctx.settings.api_retry_delay_seconds
-        try:
-            while True:
-                self.dirty.discard(key)
-                try:
-                    with self.ctx.metrics.timed(self.handler):
-                        await self.sync(self.ctx, *key)
-                except KubeError as err:
-                    log.warning("sync %s/%s failed (%s); retrying in %.0fs", *key, err, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, MAX_BACKOFF_SECONDS)
-                    self.dirty.add(key)
-                except Exception:
-                    log.exception("sync %s/%s failed; retrying in %.0fs", *key, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, MAX_BACKOFF_SECONDS)
-                    self.dirty.add(key)
-                if key not in self.dirty:
-                    return
-        finally:
-            self.tasks.pop(key, None)
-
-    async def stop(self) -> None:
-        for timer in self.timers.values():
-            timer.cancel()
-        for task in list(self.tasks.values()):
-            task.cancel()
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
 
 def observe(
@@ -244,7 +174,7 @@ async def _record(
     ctx: OperatorContext, experiment: ExperimentView, obs: Observation, trials: int = 1, repeated: bool = False
 ) -> None:
     """Write the status for `obs` and, on a phase change, its Event."""
-    builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
+    builder = status.StatusBuilder(experiment.status, experiment.generation, status.utcnow())
     failed = obs.phase in (Phase.FAILED, Phase.INVALID)
     announce = Announce(obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed, when="phase")
     network = network_expectation(experiment.accepted_spec()[0], ctx.profiles.current())

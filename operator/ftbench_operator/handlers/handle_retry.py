@@ -47,7 +47,7 @@ async def retry(ctx: OperatorContext, body: Mapping[str, Any], patch: kopf.Patch
             return
         attempt = fresh.attempt + 1
         _, accepted_generation = fresh.accepted_spec()
-        builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
+        builder = status.StatusBuilder(fresh.status, fresh.generation, status.utcnow())
         retrying = Announce("Retrying", f"attempt {attempt} replaces attempt {attempt - 1}", when="never")
         await write_status(ctx, fresh, builder.retrying(attempt, accepted_generation), retrying)
         await children.delete_owned(ctx.kube, fresh.body, children.attempt_selector(fresh.name, other_than=attempt))

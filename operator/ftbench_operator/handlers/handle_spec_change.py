@@ -17,7 +17,7 @@ async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
         if fresh is None:
             return
         _, accepted_generation = fresh.accepted_spec()
-        builder = status.Builder(fresh.status, fresh.generation, status.utcnow())
+        builder = status.StatusBuilder(fresh.status, fresh.generation, status.utcnow())
         desired = builder.spec_change_ignored(accepted_generation)
         ignored = status.condition(desired, status.SPEC_CHANGE_IGNORED) or {}
         announce = Announce("SpecChangeIgnored", str(ignored.get("message", "")), warning=True)

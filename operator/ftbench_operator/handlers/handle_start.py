@@ -62,7 +62,7 @@ async def start_by_name(ctx: OperatorContext, namespace: str, name: str) -> None
 async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attempt: int) -> None:
     """Validate, render and create attempt `attempt`; record the accepted spec in status on start."""
     spec_dict, accepted_generation = experiment.accepted_spec()
-    builder = status.Builder(experiment.status, experiment.generation, status.utcnow())
+    builder = status.StatusBuilder(experiment.status, experiment.generation, status.utcnow())
     profile = ctx.profiles.current()
     report = validate_spec_dict(spec_dict, catalog_for(profile), profile=profile)
     if not report.ok or report.spec is None:
@@ -123,7 +123,7 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
 
 async def _predict(
     ctx: OperatorContext,
-    builder: status.Builder,
+    builder: status.StatusBuilder,
     spec: FineTuneExperimentSpec,
     rendered: Rendered,
     profile: ClusterProfile,
@@ -146,7 +146,7 @@ async def _predict(
 async def _not_created(
     ctx: OperatorContext,
     experiment: ExperimentView,
-    builder: status.Builder,
+    builder: status.StatusBuilder,
     rendered: Rendered,
     err: KubeError | children.ChildConflict,
 ) -> None:
@@ -168,7 +168,7 @@ async def _not_created(
 
 
 async def _wait_for_predecessor(
-    ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, message: str
+    ctx: OperatorContext, experiment: ExperimentView, builder: status.StatusBuilder, message: str
 ) -> None:
     """Pending with the reason while an earlier experiment of this name is garbage-collected
     (deleted and re-created at once); written and announced once, not on every retry."""
@@ -177,7 +177,7 @@ async def _wait_for_predecessor(
 
 
 async def _failed(
-    ctx: OperatorContext, experiment: ExperimentView, builder: status.Builder, reason: str, message: str
+    ctx: OperatorContext, experiment: ExperimentView, builder: status.StatusBuilder, reason: str, message: str
 ) -> None:
     desired = {**builder.observed(Observation(Phase.FAILED, reason, message), trials=1), **builder.accepted}
     await _write(ctx, experiment, builder, desired, reason, message)
@@ -186,7 +186,7 @@ async def _failed(
 async def _invalid(
     ctx: OperatorContext,
     experiment: ExperimentView,
-    builder: status.Builder,
+    builder: status.StatusBuilder,
     reason: str,
     message: str,
     extra: status.Status | None = None,
@@ -198,7 +198,7 @@ async def _invalid(
 async def _write(
     ctx: OperatorContext,
     experiment: ExperimentView,
-    builder: status.Builder,
+    builder: status.StatusBuilder,
     desired: status.Status,
     reason: str,
     message: str,

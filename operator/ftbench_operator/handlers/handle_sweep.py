@@ -35,6 +35,7 @@ from ftbench.api.resource import API_VERSION, KIND, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec, FineTuneSweepStatus, SweepPhase
 from ftbench.api.validation import Issue
+from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import MANAGED_BY, SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL, label_value
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
@@ -48,7 +49,6 @@ from ftbench_operator.context import OperatorContext, event
 from ftbench_operator.kube import EXPERIMENT_API_VERSION
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 SUCCEEDED_CONDITION = "Succeeded"
 CHILD_CONFLICT = "ChildConflict"
 FIRST_GENERATION = 1
