@@ -16,6 +16,7 @@ from pydantic import Field
 from ftbench.api.api_model import ApiModel
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules_bounds import quantity_bytes
+from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.prediction import MemoryPrediction
 
 BORDERLINE_FRACTION: Final = 0.10
@@ -110,5 +111,6 @@ def status_predicted_percent(status: Mapping[str, Any]) -> float | None:
 def status_refused_for_predicted_oom(status: Mapping[str, Any]) -> bool:
     """The experiment ended Invalid because its prediction did not fit (oomPrecheck refuse)."""
     return status.get("phase") == "Invalid" and any(
-        c.get("type") == "Valid" and c.get("reason") == PREDICTED_OOM_REASON for c in status.get("conditions") or []
+        c.get("type") == ConditionType.VALID and c.get("reason") == PREDICTED_OOM_REASON
+        for c in status.get("conditions") or []
     )

@@ -16,6 +16,7 @@ from ftbench.api.bounds import MAX_REPEATS
 from ftbench.api.prediction import PredictionReport
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
+from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.numbers import Count
 from ftbench.contracts.outcomes import Phase
@@ -30,7 +31,9 @@ AcceptedGeneration = Annotated[Count | None, Field(description="metadata.generat
 class Condition(ApiModel):
     """metav1.Condition."""
 
-    type: Annotated[str, Field(max_length=316)] = Field(description="Condition type, e.g. Ready, Valid.")
+    type: Annotated[str, Field(max_length=316)] = Field(
+        description="Condition type: " + ", ".join(t.value for t in ConditionType) + " (ftbench.contracts.conditions)."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: BoundedReason = Field(description="CamelCase reason.")
     message: BoundedMessage = Field("", description="Human readable details.")

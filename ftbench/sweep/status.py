@@ -10,10 +10,10 @@ from typing import Literal
 from ftbench.api.status import Condition
 from ftbench.api.sweep import FineTuneSweepSpec, FineTuneSweepStatus, SweepPhase
 from ftbench.api.validation import Issue
+from ftbench.contracts.conditions import ConditionType
 from ftbench.sweep.schedule import SweepPlan
 
 STATUS_MESSAGE_LIMIT = 4096
-SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
 
 
 def _condition(
@@ -40,7 +40,7 @@ def invalid_status(
     return FineTuneSweepStatus(
         phase=SweepPhase.INVALID,
         observed_generation=generation,
-        conditions=[_condition(previous, "Valid", False, "InvalidSweep", message, generation, now)],
+        conditions=[_condition(previous, ConditionType.VALID, False, "InvalidSweep", message, generation, now)],
         message=message,
     )
 
@@ -64,8 +64,10 @@ def sweep_status(
         plan.phase, "PointsRemaining"
     )
     conditions = [
-        _condition(previous, "Valid", True, "PointsExpanded", f"{plan.counts.total} points", generation, now),
-        _condition(previous, "Complete", done, complete_reason, plan.message, generation, now),
+        _condition(
+            previous, ConditionType.VALID, True, "PointsExpanded", f"{plan.counts.total} points", generation, now
+        ),
+        _condition(previous, ConditionType.COMPLETE, done, complete_reason, plan.message, generation, now),
     ]
     if accepted is not None and accepted[1] != generation:
         message = (
@@ -73,7 +75,9 @@ def sweep_status(
             f"with generation {accepted[1]}'s spec (status.acceptedSpec), the record of what it measures: create a "
             "new sweep (with reuse: true to keep what was measured) to measure the changed one"
         )
-        conditions.append(_condition(previous, SPEC_CHANGE_IGNORED, True, "SpecImmutable", message, generation, now))
+        conditions.append(
+            _condition(previous, ConditionType.SPEC_CHANGE_IGNORED, True, "SpecImmutable", message, generation, now)
+        )
     return FineTuneSweepStatus(
         phase=plan.phase,
         observed_generation=generation,

@@ -25,6 +25,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.stability import aggregate_trials
 from ftbench.api.status import BatchStatus, Condition, FineTuneExperimentStatus, Phase, TrialOutcome
 from ftbench.contracts.bounded import bounded
+from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.results import Metrics
 from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench.render.plan import roce_unconfigured
@@ -41,38 +42,17 @@ from ftbench_operator.reasons import (
     QUEUED_REASON,
 )
 
-VALID = "Valid"
-QUEUED = "Queued"
-RUNNING = "Running"
-SUCCEEDED = "Succeeded"
-SPEC_CHANGE_IGNORED = "SpecChangeIgnored"
-# Set on multi-node enableRoce runs only: False when the profile gives the pods no RDMA network, so
-# nobody reads a result as a RoCE measurement when NCCL could not use RoCE.
-ROCE_CONFIGURED = "RoceConfigured"
-# Set with the results: False (reason NoiseFlagged) when status.results.noiseFlags is not empty, its
-# message saying what each flag means and what to do, so a flagged number is not read as clean.
-MEASUREMENT_CLEAN = "MeasurementClean"
-# Set with the environment of a run in a Kubeflow TrainJob whose Trainer offered its status
-# endpoint: False (TrainerStatusUnreported) when rank 0's trainerStatus updates failed, so a Kubeflow
-# user who sees no progress on the TrainJob learns why here; training itself was not affected.
-TRAINER_STATUS_REPORTED = "TrainerStatusReported"
-# Set when the trainer ran the network preflight: False when enableRoce found no RoCE (reason SocketTransport
-# or RoceNotInEffect) or the peak busbw is far below the profile's expectedBusBandwidthGbps (LowBusBandwidth).
-NETWORK_AS_EXPECTED = "NetworkAsExpected"
-# Set before anything is created when spec.run.oomPrecheck is not off: the memory prediction against the GPU
-# model's memory (PredictedToFit, PredictedBorderline, PredictedOOM), or Unknown with why there is none.
-MEMORY_FITS = "MemoryFits"
 CONDITION_ORDER = (
-    VALID,
-    QUEUED,
-    RUNNING,
-    SUCCEEDED,
-    MEASUREMENT_CLEAN,
-    ROCE_CONFIGURED,
-    TRAINER_STATUS_REPORTED,
-    NETWORK_AS_EXPECTED,
-    MEMORY_FITS,
-    SPEC_CHANGE_IGNORED,
+    ConditionType.VALID,
+    ConditionType.QUEUED,
+    ConditionType.RUNNING,
+    ConditionType.SUCCEEDED,
+    ConditionType.MEASUREMENT_CLEAN,
+    ConditionType.ROCE_CONFIGURED,
+    ConditionType.TRAINER_STATUS_REPORTED,
+    ConditionType.NETWORK_AS_EXPECTED,
+    ConditionType.MEMORY_FITS,
+    ConditionType.SPEC_CHANGE_IGNORED,
 )
 
 Status = dict[str, Any]
@@ -178,8 +158,8 @@ class StatusBuilder:
     def invalid_spec(self, reason: str, message: str) -> Status:
         """Nothing was created: the spec breaks a rule (reason InvalidSpec) or cannot run here (NotRunnable)."""
         message = bounded(message)
-        self.cond(VALID, "False", reason, message)
-        self.cond(SUCCEEDED, "False", reason, message)
+        self.cond(ConditionType.VALID, "False", reason, message)
+        self.cond(ConditionType.SUCCEEDED, "False", reason, message)
         return patch(
             phase=Phase.INVALID,
             is_valid=False,
@@ -200,9 +180,9 @@ class StatusBuilder:
         """Children created for `attempt` from `spec` (recorded as the accepted spec with its batch;
         `runtime`: which runtime and why); the run waits for its pods."""
         parsed = spec if isinstance(spec, FineTuneExperimentSpec) else FineTuneExperimentSpec.model_validate(spec)
-        self.cond(VALID, "True", "SpecValid", "the spec passed every rule")
-        self.cond(RUNNING, "False", PENDING, "waiting for pods to start")
-        self.cond(SUCCEEDED, "Unknown", PENDING, f"attempt {attempt} created")
+        self.cond(ConditionType.VALID, "True", "SpecValid", "the spec passed every rule")
+        self.cond(ConditionType.RUNNING, "False", PENDING, "waiting for pods to start")
+        self.cond(ConditionType.SUCCEEDED, "Unknown", PENDING, f"attempt {attempt} created")
         return patch(
             phase=Phase.PENDING,
             attempt=attempt,
@@ -219,16 +199,21 @@ class StatusBuilder:
     def predicted(self, report: PredictionReport | None, unavailable: str | None = None) -> Status:
         """Condition MemoryFits and status.prediction; `unavailable`: why there is no prediction."""
         if report is None:
-            self.cond(MEMORY_FITS, "Unknown", PREDICTOR_UNAVAILABLE, unavailable or "no prediction")
+            self.cond(ConditionType.MEMORY_FITS, "Unknown", PREDICTOR_UNAVAILABLE, unavailable or "no prediction")
             return {}
         fit = report.fit
         if fit is None:
-            self.cond(MEMORY_FITS, "Unknown", NO_GPU_MEMORY, "no GPU memory to compare with: CPU ranks, or a "
+            self.cond(ConditionType.MEMORY_FITS, "Unknown", NO_GPU_MEMORY, "no GPU memory to compare with: CPU ranks, or a "
                       "gpuModel the cluster profile's gpuMemory does not list")  # fmt: skip
         elif not fit.fits:
-            self.cond(MEMORY_FITS, "False", PREDICTED_OOM, fit.sentence())
+            self.cond(ConditionType.MEMORY_FITS, "False", PREDICTED_OOM, fit.sentence())
         else:
-            self.cond(MEMORY_FITS, "True", PREDICTED_BORDERLINE if fit.borderline else PREDICTED_TO_FIT, fit.sentence())
+            self.cond(
+                ConditionType.MEMORY_FITS,
+                "True",
+                PREDICTED_BORDERLINE if fit.borderline else PREDICTED_TO_FIT,
+                fit.sentence(),
+            )
         return patch(prediction=report)
 
     def roce(self, spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
@@ -237,9 +222,14 @@ class StatusBuilder:
             return None
         problem = roce_unconfigured(spec, profile)
         if problem:
-            self.cond(ROCE_CONFIGURED, "False", "NoRoceNetwork", problem)
+            self.cond(ConditionType.ROCE_CONFIGURED, "False", "NoRoceNetwork", problem)
         else:
-            self.cond(ROCE_CONFIGURED, "True", "RoceNetwork", f"the pods attach to network {profile.roce.network}")
+            self.cond(
+                ConditionType.ROCE_CONFIGURED,
+                "True",
+                "RoceNetwork",
+                f"the pods attach to network {profile.roce.network}",
+            )
         return problem
 
     def retrying(self, attempt: int, accepted_generation: int | None) -> Status:
@@ -249,10 +239,10 @@ class StatusBuilder:
         and an edit's SpecChangeIgnored condition say which generation attempt `attempt` runs.
         """
         runs = f"attempt {attempt} runs the accepted spec of generation {accepted_generation} (status.acceptedSpec)"
-        self.cond(RUNNING, "False", PENDING, f"retry: {runs}")
-        self.cond(SUCCEEDED, "Unknown", "Retrying", f"retry requested: {runs}")
+        self.cond(ConditionType.RUNNING, "False", PENDING, f"retry: {runs}")
+        self.cond(ConditionType.SUCCEEDED, "Unknown", "Retrying", f"retry requested: {runs}")
         if accepted_generation is not None and self.generation != accepted_generation:
-            self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
+            self.cond(ConditionType.SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
         cleared = ("job", "runtime", "results", "environment", "stability", "repeats", "progress", "start_time",
                    "completion_time")  # fmt: skip
         return patch(
@@ -267,7 +257,7 @@ class StatusBuilder:
 
     def spec_change_ignored(self, accepted_generation: int | None) -> Status:
         runs = f"the operator keeps running generation {accepted_generation}'s spec (status.acceptedSpec)"
-        self.cond(SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
+        self.cond(ConditionType.SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
         return patch(observed_generation=self.generation, conditions=self.conditions)
 
     def observed(
@@ -279,12 +269,14 @@ class StatusBuilder:
             fields["start_time"] = obs.start_time
         self.queued(obs)
         if obs.phase == Phase.RUNNING:
-            self.cond(RUNNING, "True", obs.reason, obs.message)
+            self.cond(ConditionType.RUNNING, "True", obs.reason, obs.message)
         elif obs.phase == Phase.PENDING:
-            self.cond(RUNNING, "False", obs.reason, obs.message)
+            self.cond(ConditionType.RUNNING, "False", obs.reason, obs.message)
         else:
-            self.cond(RUNNING, "False", obs.reason, obs.message)
-            self.cond(SUCCEEDED, "True" if obs.phase == Phase.SUCCEEDED else "False", obs.reason, obs.message)
+            self.cond(ConditionType.RUNNING, "False", obs.reason, obs.message)
+            self.cond(
+                ConditionType.SUCCEEDED, "True" if obs.phase == Phase.SUCCEEDED else "False", obs.reason, obs.message
+            )
             if not self.current.get("completionTime"):
                 fields["completion_time"] = timestamp(self.now)
         if obs.phase == Phase.SUCCEEDED:
@@ -302,7 +294,7 @@ class StatusBuilder:
                 self.trainer_status(obs.result.environment.kubeflow_trainer_status)
                 if obs.result.environment.network is not None:
                     verdict = network_verdict(obs.result.environment.network, network or NetworkExpectation())
-                    self.cond(NETWORK_AS_EXPECTED, verdict.status, verdict.reason, verdict.message)
+                    self.cond(ConditionType.NETWORK_AS_EXPECTED, verdict.status, verdict.reason, verdict.message)
         if trials > 1:
             fields["repeats"] = repeats_status(trials, obs.trial_results)
             if not repeated:
@@ -324,9 +316,11 @@ class StatusBuilder:
     def measurement(self, metrics: Metrics) -> None:
         """MeasurementClean from the noise flags (ftbench.stats.noise has the rules)."""
         if metrics.noise_flags:
-            self.cond(MEASUREMENT_CLEAN, "False", "NoiseFlagged", text.noise(metrics))
+            self.cond(ConditionType.MEASUREMENT_CLEAN, "False", "NoiseFlagged", text.noise(metrics))
         else:
-            self.cond(MEASUREMENT_CLEAN, "True", "Clean", "no noise flag: " + text.steady_throughput(metrics))
+            self.cond(
+                ConditionType.MEASUREMENT_CLEAN, "True", "Clean", "no noise flag: " + text.steady_throughput(metrics)
+            )
 
     def trainer_status(self, report: TrainerStatusReport | None) -> None:
         """TrainerStatusReported from how rank 0's updates to Kubeflow Trainer went (none: not in a
@@ -335,7 +329,7 @@ class StatusBuilder:
             return
         if report.failures:
             self.cond(
-                TRAINER_STATUS_REPORTED,
+                ConditionType.TRAINER_STATUS_REPORTED,
                 "False",
                 "TrainerStatusUnreported",
                 f"{report.failures} of {report.sent + report.failures} trainerStatus updates to {report.url} failed "
@@ -343,15 +337,18 @@ class StatusBuilder:
             )
         else:
             self.cond(
-                TRAINER_STATUS_REPORTED, "True", "Reported", f"{report.sent} trainerStatus updates sent to {report.url}"
+                ConditionType.TRAINER_STATUS_REPORTED,
+                "True",
+                "Reported",
+                f"{report.sent} trainerStatus updates sent to {report.url}",
             )
 
     def queued(self, obs: Observation) -> None:
         """Queued: True while the workload is suspended (Kueue has not admitted it), then False."""
         if obs.reason == QUEUED_REASON:
-            self.cond(QUEUED, "True", QUEUED_REASON, obs.message)
-        elif (old := condition({"conditions": self.conditions}, QUEUED)) and old.get("status") == "True":
-            self.cond(QUEUED, "False", "Admitted", "the workload was admitted and unsuspended")
+            self.cond(ConditionType.QUEUED, "True", QUEUED_REASON, obs.message)
+        elif (old := condition({"conditions": self.conditions}, ConditionType.QUEUED)) and old.get("status") == "True":
+            self.cond(ConditionType.QUEUED, "False", "Admitted", "the workload was admitted and unsuspended")
 
 
 def _edit_not_run(generation: int | None, runs: str) -> str:

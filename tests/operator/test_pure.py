@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.contracts.bounded import MESSAGE_MAX, bounded
+from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.network import NetworkInEffect, NetworkTransport
 from ftbench.contracts.results import EXIT_GPU_OOM, REASON_NETWORK_CHECKED, NoiseFlag, Outcome, TrainerResult
@@ -266,7 +267,7 @@ def test_builders_produce_schema_valid_status_and_minimal_patches():
     assert retry["results"] is None and retry["attempt"] == 1
     invalid = st.StatusBuilder({}, 1, NOW).invalid_spec("InvalidSpec", "spec.batchSize: bad [is_valid.1]")
     assert invalid["isValid"] is False and st.condition(invalid, "Valid")["status"] == "False"
-    clean = st.condition(done, st.MEASUREMENT_CLEAN)
+    clean = st.condition(done, ConditionType.MEASUREMENT_CLEAN)
     assert clean is not None and (clean["status"], clean["reason"]) == ("True", "Clean")
 
 
@@ -276,7 +277,7 @@ def test_a_flagged_measurement_says_why_in_a_condition():
     done = st.StatusBuilder({}, 1, NOW).observed(
         run([terminated(result.model_copy(update={"metrics": metrics}))]), trials=1
     )
-    flagged = st.condition(done, st.MEASUREMENT_CLEAN)
+    flagged = st.condition(done, ConditionType.MEASUREMENT_CLEAN)
     assert flagged is not None and (flagged["status"], flagged["reason"]) == ("False", "NoiseFlagged")
     assert (
         flagged["message"].startswith("shortWindow: fewer than 20 measured steps")
@@ -304,11 +305,11 @@ def test_trainer_status_updates_to_kubeflow_are_a_condition(report, expected):
     done = st.StatusBuilder({}, 1, NOW).observed(
         run([terminated(result.model_copy(update={"environment": env}))]), trials=1
     )
-    cond = st.condition(done, st.TRAINER_STATUS_REPORTED)
+    cond = st.condition(done, ConditionType.TRAINER_STATUS_REPORTED)
     assert cond is not None and (cond["status"], cond["reason"]) == expected[:2] and expected[2] in cond["message"]
     assert done["environment"]["kubeflowTrainerStatus"]["sent"] == report.sent
     plain = st.StatusBuilder({}, 1, NOW).observed(run([terminated(success_result())]), trials=1)
-    assert st.condition(plain, st.TRAINER_STATUS_REPORTED) is None
+    assert st.condition(plain, ConditionType.TRAINER_STATUS_REPORTED) is None
 
 
 def test_a_network_check_succeeds_with_its_figures_and_no_results():
@@ -323,8 +324,8 @@ def test_a_network_check_succeeds_with_its_figures_and_no_results():
     done = st.StatusBuilder({}, 1, NOW).observed(run([terminated(checked)]), trials=1)
     assert done["phase"] == "Succeeded" and done["isValid"] is True and done.get("results") is None
     assert done["environment"]["network"]["peakBusBandwidthGbps"] == 1.5
-    assert st.condition(done, st.NETWORK_AS_EXPECTED) is not None
-    assert st.condition(done, st.MEASUREMENT_CLEAN) is None  # nothing was measured to be clean or noisy
+    assert st.condition(done, ConditionType.NETWORK_AS_EXPECTED) is not None
+    assert st.condition(done, ConditionType.MEASUREMENT_CLEAN) is None  # nothing was measured to be clean or noisy
     empty = checked.model_copy(update={"environment": RunEnvironment(engine="trl")})
     assert st.StatusBuilder({}, 1, NOW).observed(run([terminated(empty)]), trials=1)["phase"] == "Failed"
 
@@ -342,13 +343,13 @@ def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
     started = builder.started(0, {"apiVersion": "batch/v1", "kind": "Job", "name": "x-a0"}, spec, 1)
     assert started["batch"] == {"perDeviceBatchSize": 1, "devices": 16, "gradientAccumulationSteps": 4,
                                 "globalBatchSize": 64}  # fmt: skip
-    roce = st.condition(started, st.ROCE_CONFIGURED)
+    roce = st.condition(started, ConditionType.ROCE_CONFIGURED)
     assert roce is not None and (roce["status"], roce["reason"]) == ("False", "NoRoceNetwork")
     assert problem is not None and "sets no roce.network" in roce["message"]
     FineTuneExperimentStatus.model_validate(st.strip_empty(started))
     configured = st.StatusBuilder({}, 1, NOW)
     assert configured.roce(spec, load_profile("examples/profiles/roce-cluster.yaml")) is None
-    assert st.condition({"conditions": configured.conditions}, st.ROCE_CONFIGURED)["status"] == "True"
+    assert st.condition({"conditions": configured.conditions}, ConditionType.ROCE_CONFIGURED)["status"] == "True"
     single = st.StatusBuilder({}, 1, NOW)
     assert single.roce(spec.model_copy(update={"number_nodes": 1, "number_gpus": 8}), ClusterProfile()) is None
     assert single.conditions == []
@@ -527,3 +528,8 @@ def test_a_finished_run_records_its_measured_peak_beside_the_prediction():
     on_cpu = on_cpu.model_copy(update={"metrics": on_cpu.metrics.model_copy(update={"cpu_tensor_peak_bytes": 400})})
     cpu = st.StatusBuilder({"prediction": _predicted(500, "cpu")}, 1, NOW).observed(run([terminated(on_cpu)]), trials=1)
     assert cpu["prediction"]["measuredPeakBytes"] == 400 and cpu["prediction"]["errorPercent"] == 25.0
+
+
+def test_every_experiment_condition_type_has_its_place_in_the_order() -> None:
+    """Conditions are listed in CONDITION_ORDER; a new type in the contract must get a place there."""
+    assert set(st.CONDITION_ORDER) == set(ConditionType) - {ConditionType.COMPLETE}  # Complete: sweeps only

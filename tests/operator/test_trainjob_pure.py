@@ -11,6 +11,7 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import FineTuneExperimentStatus, Phase
 from ftbench.catalog import load_catalog
+from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.enums import Runtime
 from ftbench.render.manifests import render_experiment
 from ftbench_operator import children
@@ -74,14 +75,14 @@ def test_suspended_trainjob_is_pending_and_queued() -> None:
     builder = st.StatusBuilder({}, 1, NOW)
     first = builder.observed(obs, trials=1)
     assert first["phase"] == "Pending"
-    (cond,) = [c for c in first["conditions"] if c["type"] == st.QUEUED]
+    (cond,) = [c for c in first["conditions"] if c["type"] == ConditionType.QUEUED]
     assert cond["status"] == "True" and cond["reason"] == QUEUED_REASON
     FineTuneExperimentStatus.model_validate(first)
     running = PodSummary("x-a0-node-0-0-abcde", "Running", "t", container=ContainerState("running"))
     later = st.StatusBuilder(first, 1, NOW).observed(
         classify_run([admitted], [running], workload_missing=False, now=NOW), trials=1
     )
-    (cond,) = [c for c in later["conditions"] if c["type"] == st.QUEUED]
+    (cond,) = [c for c in later["conditions"] if c["type"] == ConditionType.QUEUED]
     assert (later["phase"], cond["status"], cond["reason"]) == ("Running", "False", "Admitted")
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from ftbench.api.network import NetworkExpectation, network_verdict
 from ftbench.api.status import FineTuneExperimentStatus, Phase
+from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.network import BandwidthSample, Collective, NetworkInEffect
 from ftbench.contracts.outcomes import OUTCOMES
@@ -96,7 +97,7 @@ def test_status_carries_the_network_and_its_condition() -> None:
     status = FineTuneExperimentStatus.model_validate(patch)  # the CRD's shape
     assert status.environment is not None and status.environment.network is not None
     assert status.environment.network.transport == "socket" and status.environment.network.peak_bus_bandwidth_gbps == 40
-    cond = next(c for c in status.conditions if c.type == st.NETWORK_AS_EXPECTED)
+    cond = next(c for c in status.conditions if c.type == ConditionType.NETWORK_AS_EXPECTED)
     assert (cond.status, cond.reason) == ("False", "SocketTransport")
 
 

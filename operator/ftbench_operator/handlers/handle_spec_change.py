@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ftbench.contracts.conditions import ConditionType
 from ftbench_operator import status
 from ftbench_operator.context import OperatorContext
 from ftbench_operator.writer import Announce, write_status
@@ -19,6 +20,6 @@ async def spec_changed(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
         _, accepted_generation = fresh.accepted_spec()
         builder = status.StatusBuilder(fresh.status, fresh.generation, status.utcnow())
         desired = builder.spec_change_ignored(accepted_generation)
-        ignored = status.condition(desired, status.SPEC_CHANGE_IGNORED) or {}
-        announce = Announce("SpecChangeIgnored", str(ignored.get("message", "")), warning=True)
+        ignored = status.condition(desired, ConditionType.SPEC_CHANGE_IGNORED) or {}
+        announce = Announce(ConditionType.SPEC_CHANGE_IGNORED, str(ignored.get("message", "")), warning=True)
         await write_status(ctx, fresh, desired, announce)
