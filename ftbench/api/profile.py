@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 from ftbench.api.api_model import ApiModel
 from ftbench.api.bounds import DNS_LABEL, QUANTITY, PriorityClassName
 from ftbench.catalog import Catalog, load_catalog
-from ftbench.contracts.enums import Runtime
+from ftbench.contracts.enums import Engine, Runtime
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
 # A Kubernetes object name (RFC 1123 subdomain), e.g. a ClusterTrainingRuntime.
@@ -51,8 +51,8 @@ class Images(ApiModel):
     pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of the training pods.")
     pull_secrets: list[str] = Field(default_factory=list, description="imagePullSecrets names.")
 
-    def image_for(self, engine: str, fms_version: str) -> str:
-        tag = self.trl_tag if engine == "trl" else self.fms_hf_tuning_tag.format(version=fms_version)
+    def image_for(self, engine: Engine, fms_version: str) -> str:
+        tag = self.trl_tag if engine == Engine.TRL else self.fms_hf_tuning_tag.format(version=fms_version)
         return f"{self.repository}:{tag}"
 
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ftbench.contracts.enums import AttentionImplementation, DistributedBackend, Engine, Experiment, TorchDtype
 from ftbench.contracts.wire import WireModel
@@ -85,10 +85,25 @@ class Rendezvous(WireModel):
 
 
 class PeftSettings(WireModel):
+    """The PEFT method and, for LoRA, its shape: the plan carries api.effective's values, so the trainer
+    and the predictor have no defaults of their own that could disagree with them."""
+
     method: Literal["none", "lora", "pt"]
     r: int | None = None
     lora_alpha: int | None = None
     target_modules: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _lora_has_its_shape(self) -> PeftSettings:
+        if self.method == "lora" and (self.r is None or self.lora_alpha is None):
+            raise ValueError("a LoRA plan sets r and loraAlpha (render.plan fills in the spec's defaults)")
+        return self
+
+    def lora_shape(self) -> tuple[int, int]:
+        """(r, lora_alpha) of a LoRA plan."""
+        if self.r is None or self.lora_alpha is None:
+            raise ValueError(f"peft method {self.method} has no LoRA shape")
+        return self.r, self.lora_alpha
 
 
 class FsdpSettings(WireModel):

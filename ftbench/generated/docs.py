@@ -20,6 +20,7 @@ from ftbench.api.crd import model_schema
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.status import Stability
 from ftbench.catalog import Catalog, load_catalog
+from ftbench.contracts.enums import Engine
 from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics
 from ftbench.generated.crd_docs import crd_reference, sweep_reference
@@ -196,7 +197,7 @@ def fms_releases_reference() -> str:
     rows, images = [], []
     anywhere = set().union(*(known_flags(r.version) for r in releases.installable))
     for r in releases.releases:
-        image = Images().image_for("fms-hf-tuning", r.version)
+        image = Images().image_for(Engine.FMS_HF_TUNING, r.version)
         if not r.installable:
             rows.append((r.version, r.api, *("-" for _ in stack_names), "-", f"not installable: {r.reason}"))
             continue

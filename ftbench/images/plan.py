@@ -21,6 +21,7 @@ import yaml
 
 from ftbench.api.profile import Images
 from ftbench.contracts import images as C
+from ftbench.contracts.enums import Engine
 from ftbench.engines.releases import load_releases, version_tuple
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +52,7 @@ def operator_image() -> str:
     return f"{values['image']['repository']}:{values['image']['tag'] or chart['appVersion']}"
 
 
-def trainer_image(engine: str, fms_version: str = "") -> str:
+def trainer_image(engine: Engine, fms_version: str = "") -> str:
     """What the default cluster profile turns an experiment of ``engine`` (and release) into."""
     return Images().image_for(engine, fms_version or load_releases().default)
 
@@ -132,7 +133,7 @@ def builds(base_keys: dict[str, str], *, releases: Iterable[str] | None = None) 
     wanted: list[ImageBuild] = [
         ImageBuild(operator_image(), "Dockerfile.operator", {C.ARG_PYTHON_IMAGE: PYTHON_BASE}),
         ImageBuild(
-            trainer_image("trl"),
+            trainer_image(Engine.TRL),
             "Dockerfile.trainer",
             {C.ARG_BASE_IMAGE: torch_base(), C.ARG_ENGINE: "trl", **CPU_BUILD_ARGS},
         ),
@@ -140,6 +141,6 @@ def builds(base_keys: dict[str, str], *, releases: Iterable[str] | None = None) 
     for version in ci_releases() if releases is None else releases:
         args = {C.ARG_BASE_IMAGE: torch_base(), C.ARG_ENGINE: "fms-hf-tuning", C.ARG_FMS_VERSION: version}
         wanted.append(
-            ImageBuild(trainer_image("fms-hf-tuning", version), "Dockerfile.trainer", {**args, **CPU_BUILD_ARGS})
+            ImageBuild(trainer_image(Engine.FMS_HF_TUNING, version), "Dockerfile.trainer", {**args, **CPU_BUILD_ARGS})
         )
     return [ImageBuild(b.ref, b.dockerfile, b.args, content_key(b.dockerfile, b.args, base_keys)) for b in wanted]

@@ -156,7 +156,7 @@ def render_experiment(
         spec=spec,
         plan=plan,
         profile=profile,
-        image=profile.images.image_for(spec.engine.value, spec.fms_hf_tuning_version),
+        image=profile.images.image_for(spec.engine, spec.fms_hf_tuning_version),
         plan_config_map=names.plan_config_map,
         labels=common,
         service_account=pod_account(profile, name, roce=roce),

@@ -9,6 +9,7 @@ import yaml
 from e2e_kit import Cluster, tiny_lora_spec
 
 from ftbench.api.profile import ClusterProfile
+from ftbench.contracts.enums import Engine
 
 pytestmark = [pytest.mark.k8s, pytest.mark.training]
 
@@ -27,7 +28,7 @@ def test_lora_experiment_succeeds_with_progress_and_results(cluster: Cluster, ns
     assert run.final["progress"]["step"] == 80
     assert [j.metadata.name for j in cluster.batch.list_namespaced_job(ns).items] == ["lora-a0"]
     if cluster.images:  # the pod ran in the trainer image the profile names, as the profile's user
-        assert run.final["environment"]["image"] == ClusterProfile().images.image_for("trl", "")
+        assert run.final["environment"]["image"] == ClusterProfile().images.image_for(Engine.TRL, "")
         [spec] = cluster.container_specs(ns)
         assert spec["rootfs"] and spec["user"]["uid"] == ClusterProfile().security.run_as_user, spec
 

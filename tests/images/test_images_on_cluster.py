@@ -15,6 +15,7 @@ import pytest
 from e2e_kit import Cluster, poll, tiny_lora_spec
 
 from ftbench.api.crd import crd
+from ftbench.contracts.enums import Engine
 from ftbench.contracts.images import OPERATOR_UID
 from ftbench.images import plan
 from ftbench_devcluster.crds import install_crd
@@ -131,7 +132,7 @@ def test_trl_image_trains_an_experiment_to_succeeded(cluster: Cluster, operator:
     [log] = cluster.kubelet_dir.glob(f"pods/{namespace}_trl-a0-*/containers/trainer/termination-log")
     assert '"outcome":"Succeeded"' in log.read_text()
     assert not Path("/dev/termination-log").exists(), "image mode made a mount point in the host's /dev"
-    assert env["image"] == plan.trainer_image("trl") and env["engine"] == "trl", env
+    assert env["image"] == plan.trainer_image(Engine.TRL) and env["engine"] == "trl", env
 
 
 @pytest.mark.parametrize("version", plan.ci_releases())
@@ -142,5 +143,5 @@ def test_fms_image_trains_an_experiment_to_succeeded(
     name = "fms-" + version.replace(".", "-")
     final = succeeded(cluster, namespace, name, tiny_lora_spec(engine="fms-hf-tuning", fmsHfTuningVersion=version))
     env = final["environment"]
-    assert env["image"] == plan.trainer_image("fms-hf-tuning", version), env
+    assert env["image"] == plan.trainer_image(Engine.FMS_HF_TUNING, version), env
     assert (env["engine"], env["engineVersion"]) == ("fms-hf-tuning", version), env

@@ -88,7 +88,7 @@ def test_a_childs_network_preflight_reaches_its_point():
 def test_reuse_matches_effective_spec_and_image_not_own_children():
     pts = points()
     assert pts[0].spec is not None
-    image = PROFILE.images.image_for(pts[0].spec.engine.value, pts[0].spec.fms_hf_tuning_version)
+    image = PROFILE.images.image_for(pts[0].spec.engine, pts[0].spec.fms_hf_tuning_version)
     accepted = FineTuneExperimentSpec.model_validate(dict(pts[0].wire)).to_wire()
     finished = {"phase": "Succeeded", "acceptedSpec": accepted, "environment": {"image": image}, "results": RESULTS}
     other = child("earlier", 0, finished, owner="another-sweep")

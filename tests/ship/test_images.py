@@ -146,10 +146,10 @@ def test_images_docs_list_every_tag_the_profile_uses() -> None:
     from ftbench.engines.releases import load_releases
 
     images = Images()
-    assert images.image_for(Engine.TRL.value, "") in (REPO / "docs" / "images.md").read_text()
+    assert images.image_for(Engine.TRL, "") in (REPO / "docs" / "images.md").read_text()
     reference = (REPO / "docs" / "reference" / "fms-releases.md").read_text()
     for release in load_releases().releases:
-        tag = images.image_for(Engine.FMS_HF_TUNING.value, release.version)
+        tag = images.image_for(Engine.FMS_HF_TUNING, release.version)
         assert (tag in reference) == release.installable, release.version
 
 

@@ -142,3 +142,23 @@ def test_two_nodes_indexed_job_rendezvous(tmp_path: Path, tiny_model_dir: Path, 
         assert r.environment.world_size == 2 and r.environment.number_nodes == 2
         assert r.metrics.train_steps == 2 and r.metrics.train_samples == 8  # 2 steps x 2 ranks x 2
     assert results[0].metrics == results[1].metrics  # every node reports the same all-reduced numbers
+
+
+def test_lora_shape_comes_from_the_plan_alone(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:
+    """trl's LoraConfig and the predictor's step take r and loraAlpha from the plan, with no fallback of
+    their own (they had 8 and 32, against the API's defaults of 4 and 16); a LoRA plan must carry both."""
+    from pydantic import ValidationError
+
+    from ftbench.api import effective
+    from ftbench.contracts.plan import PeftSettings
+    from ftbench_trainer.engines.trl import peft_config
+    from ftbench_trainer.predict.plan_step import step_shape
+
+    plan = make_plan(tmp_path, tiny_model_dir, data_dir, experiment=Experiment.LORA, r=16, loraAlpha=64)
+    config = peft_config(plan, str(tiny_model_dir))
+    assert (config.r, config.lora_alpha) == (16, 64)
+    assert (step_shape(plan).lora_r, step_shape(plan).lora_alpha) == (16, 64)
+    defaults = make_plan(tmp_path, tiny_model_dir, data_dir, experiment=Experiment.LORA).training.peft
+    assert defaults.lora_shape() == (effective.DEFAULT_LORA_R, effective.DEFAULT_LORA_ALPHA)
+    with pytest.raises(ValidationError, match="a LoRA plan sets r and loraAlpha"):
+        PeftSettings(method="lora")

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from ftbench.contracts import env
+from ftbench.contracts.enums import Engine
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 from ftbench.contracts.results import EXIT_INVALID_PLAN, EXIT_OK, TrainerResult
 from ftbench_trainer.report import print_result, write_result_file, write_termination_message
@@ -45,7 +46,7 @@ def prepare_environment(plan: LaunchPlan) -> None:
 
 
 def run(plan: LaunchPlan, plan_path: str, trial: int | None) -> TrainerResult:
-    if plan.engine.value == "fms-hf-tuning":  # before any process starts: the wrong release measures nothing
+    if plan.engine == Engine.FMS_HF_TUNING:  # before any process starts: the wrong release measures nothing
         from ftbench_trainer.engines.fms import check_release
 
         check_release(plan)

@@ -112,7 +112,7 @@ def _metrics(current: Mapping[str, Any]) -> Metrics | None:
 
 def point_image(profile: ClusterProfile, spec: FineTuneExperimentSpec) -> str:
     """The trainer image a point would run here (what a reused result must have run too)."""
-    return profile.images.image_for(spec.engine.value, spec.fms_hf_tuning_version)
+    return profile.images.image_for(spec.engine, spec.fms_hf_tuning_version)
 
 
 def reuse_candidates(

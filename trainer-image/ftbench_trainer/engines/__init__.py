@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 
 from ftbench.contracts import env
+from ftbench.contracts.enums import Engine
 from ftbench_trainer.engines.run import EngineRun
 
 
 def engine_command(run: EngineRun) -> str:
     """The bare command a user would run to train the same way (fms-hf-tuning only; '' for trl)."""
-    if run.plan.engine.value == "trl":
+    if run.plan.engine == Engine.TRL:
         return ""
     from ftbench_trainer.engines.fms import command_for
 
@@ -24,7 +25,7 @@ def engine_command(run: EngineRun) -> str:
 
 def run_engine(run: EngineRun) -> str:
     """Train; returns the engine's version string."""
-    if run.plan.engine.value == "trl":
+    if run.plan.engine == Engine.TRL:
         from ftbench_trainer.engines.trl import run_trl
 
         return run_trl(run)

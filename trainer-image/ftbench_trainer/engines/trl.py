@@ -34,9 +34,10 @@ def peft_config(plan: LaunchPlan, model_path: str) -> Any:
 
     p = plan.training.peft
     if p.method == "lora":
+        r, alpha = p.lora_shape()
         return LoraConfig(
-            r=p.r or 8,
-            lora_alpha=p.lora_alpha or 32,
+            r=r,
+            lora_alpha=alpha,
             target_modules=list(p.target_modules) if p.target_modules else None,
             lora_dropout=LORA_DROPOUT,
             bias="none",

@@ -56,6 +56,8 @@ def step_shape(plan: LaunchPlan) -> StepShape:
     autocast = "bfloat16" if t.bf16 else "float16" if t.fp16 else MIXED.get(plan.mixed_precision)
     peft = t.peft
     method = plan.method
+    # A LoRA plan always carries its shape; StepShape's own defaults only stand in for other methods.
+    lora_r, lora_alpha = peft.lora_shape() if peft.method == "lora" else (StepShape.lora_r, StepShape.lora_alpha)
     return StepShape(
         method=method,
         # GPTQ-LoRA's quantized base layers compute in float16; the trace sees them as float16 linears.
@@ -68,8 +70,8 @@ def step_shape(plan: LaunchPlan) -> StepShape:
         seq=t.model_max_length,
         device="cpu" if plan.use_cpu else "cuda",
         gradient_accumulation=t.gradient_accumulation_steps,
-        lora_r=peft.r or 8,
-        lora_alpha=peft.lora_alpha or 32,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
         lora_dropout=LORA_DROPOUT,
         lora_targets=peft.target_modules,
         pt_virtual_tokens=PT_NUM_VIRTUAL_TOKENS,
