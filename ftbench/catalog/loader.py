@@ -65,6 +65,23 @@ class DatasetEntry(WireModel):
     description: str = ""
 
 
+class ExperimentFixed(WireModel):
+    """What an experiment fixes in the training itself (seed 001's GPTQ-LoRA: float16, fms-acceleration's
+    kernels), typed when the catalog loads so the plan copies values instead of parsing strings. The
+    fields are fms-hf-tuning's flags of the same names, as the catalog spells them."""
+
+    fp16: bool = False
+    fast_kernels: tuple[bool, bool, bool] | None = Field(
+        None, description="fms-acceleration's --fast_kernels default; spec.fastKernels overrides it."
+    )
+    fused_lora: tuple[str, ...] | None = Field(None, description="--fused_lora: the base layer kind, then 'true'.")
+    auto_gptq: tuple[str, ...] | None = Field(None, description="--auto_gptq: the GPTQ kernel.")
+
+    def flags(self) -> dict[str, object]:
+        """What this experiment sets, by the fms-hf-tuning flag each one is (the docs' table)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
 class ExperimentEntry(WireModel):
     name: Experiment
     method: Literal["full", "lora", "gptq-lora", "pt"]
@@ -87,7 +104,7 @@ class ExperimentEntry(WireModel):
     allowed: tuple[str, ...] | None = Field(
         None, description="Optional spec fields the user may set; None means all of them."
     )
-    fixed: dict[str, Any] = Field(default_factory=dict)
+    fixed: ExperimentFixed = Field(default_factory=ExperimentFixed)
 
 
 class Catalog(BaseModel):

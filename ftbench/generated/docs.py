@@ -13,6 +13,8 @@ tests/ship/test_docs.py fails when the committed copies are stale.
 
 from __future__ import annotations
 
+import json
+
 import yaml
 from pydantic import BaseModel
 
@@ -45,7 +47,7 @@ def experiments_reference(catalog: Catalog | None = None) -> str:
     ]
     for entry in catalog.experiments.values():
         allowed = "all" if entry.allowed is None else ", ".join(code(a) for a in entry.allowed) or "none"
-        fixed = ", ".join(f"{code(k)}: {code(v)}" for k, v in entry.fixed.items()) or "none"
+        fixed = ", ".join(f"{code(k)}: {code(json.dumps(v))}" for k, v in entry.fixed.flags().items()) or "none"
         rows = [
             ("Method", code(entry.method)),
             ("PEFT method", code(entry.peft_method)),

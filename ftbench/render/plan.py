@@ -318,7 +318,7 @@ def build_plan(
         deepspeed=deepspeed_settings(spec),
         optim=spec.optim,
         bf16=spec.bf16,
-        fp16=str(fixed.get("fp16", "false")).lower() == "true",
+        fp16=fixed.fp16,
         peft=PeftSettings(
             method=exp.peft_method,
             r=effective.lora_r(spec) if lora else None,
@@ -330,10 +330,10 @@ def build_plan(
         fast_kernels=(
             tuple(spec.fast_kernels)  # type: ignore[arg-type]  # three flags: the spec's schema and the plan's check it
             if spec.fast_kernels is not None
-            else (tuple(str(v).lower() == "true" for v in fixed["fast_kernels"]) if "fast_kernels" in fixed else None)
+            else fixed.fast_kernels
         ),
-        fused_lora=tuple(str(v) for v in fixed["fused_lora"]) if "fused_lora" in fixed else None,
-        auto_gptq=tuple(str(v) for v in fixed["auto_gptq"]) if "auto_gptq" in fixed else None,
+        fused_lora=fixed.fused_lora,
+        auto_gptq=fixed.auto_gptq,
         remove_unused_columns=spec.remove_unused_columns,
         dataset_kwargs_skip_prepare_dataset=spec.dataset_kwargs_skip_prepare_dataset,
     )

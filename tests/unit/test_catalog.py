@@ -8,9 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from ftbench.catalog import load_catalog
-from ftbench.catalog.loader import load_model_map
+from ftbench.catalog.loader import ExperimentFixed, load_model_map
+from ftbench.contracts.enums import Experiment
 
 CATALOG = load_catalog()
 SHARED = Path(os.environ.get("FTBENCH_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
@@ -80,3 +82,18 @@ def test_model_map_overrides_and_extends(tmp_path: Path) -> None:
     assert catalog.models["new-model"].weights.gptq == "/w"
     with pytest.raises(ValueError, match="unknown weights type"):
         CATALOG.with_model_map({"x": {"Quantised": "a/b"}})
+
+
+def test_an_experiments_fixed_arguments_are_typed_when_the_catalog_loads() -> None:
+    """GPTQ-LoRA's fixed fms-hf-tuning arguments reach the plan as booleans and strings, parsed once; a
+    misspelt flag in a catalog (one a user extends) is refused where it used to be silently ignored."""
+    fixed = CATALOG.experiments[Experiment.GPTQ_LORA].fixed
+    assert fixed.fp16 is True and fixed.fast_kernels == (True, True, True)
+    assert fixed.fused_lora == ("auto_gptq", "true") and fixed.auto_gptq == ("triton_v2",)
+    assert ExperimentFixed.model_validate({"fast_kernels": ["true", "true", "false"]}).fast_kernels == (
+        True,
+        True,
+        False,
+    )
+    with pytest.raises(ValidationError, match="fast_kernel"):
+        ExperimentFixed.model_validate({"fast_kernel": [True, True, True]})
