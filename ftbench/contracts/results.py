@@ -235,8 +235,19 @@ class Metrics(WireModel):
     )
     mfu_percent: NonNegative = Field(
         0.0,
-        description="Model FLOPs utilization: achieved FLOP/s / (GPUs x peak dense FLOP/s); "
-        "0 without a known GPU peak. Formula in docs/measurements.md.",
+        description="Model FLOPs utilization: 100 x trainModelFlops / trainRuntimeSeconds / (numberGpus x "
+        "gpuPeakFlops); 0 where gpuPeakFlops is 0. Formula in docs/measurements.md.",
+    )
+    gpu_peak_flops: NonNegative = Field(
+        0.0,
+        description="The peak dense FLOP/s of one GPU that mfuPercent divides by: the vendor data sheet's "
+        "tensor-core figure for the GPU's name and torchDtype (docs/measurements.md). 0 on CPU and for a GPU "
+        "ftbench has no figure for: mfuPercent is then 0, and trainModelFlops lets you divide by your own.",
+    )
+    train_model_flops: NonNegative = Field(
+        0.0,
+        description="Model FLOPs of all ranks' measured steps (PaLM's accounting, from padded tokens; "
+        "recomputation not counted): the numerator of mfuPercent.",
     )
     model_parameters: Count = Field(0, description="Parameters of the model.")
     trainable_parameters: Count = Field(0, description="Parameters being trained.")

@@ -31,7 +31,15 @@ from ftbench.generated.markdown import HEADER, cell, code, schema_sections, tabl
 REFERENCE_DIR = "reference"
 
 # Unit suffixes of metric names (results.py names every metric with its unit at the end).
-_UNITS = (("Percent", "%"), ("Seconds", "s"), ("Watts", "W"), ("Bytes", "bytes"), ("PerSecond", "1/s"))
+_UNITS = (
+    ("Percent", "%"),
+    ("Seconds", "s"),
+    ("Watts", "W"),
+    ("Bytes", "bytes"),
+    ("PerSecond", "1/s"),
+    ("PeakFlops", "FLOP/s"),
+    ("ModelFlops", "FLOP"),
+)
 
 
 def experiments_reference(catalog: Catalog | None = None) -> str:

@@ -130,8 +130,10 @@ def test_mfu_counts_frozen_weights_and_attention() -> None:
     flops = (4 * 1000 + 2 * 10) * 360 + 12 * 2 * 8 * (3200 + 5000)
     assert flops == 3_021_600
     assert m.mfu_percent == pytest.approx(100.0 * flops / 5.0 / (2 * 989e12))
-    unknown = [RankReport(window=r.window, gpu_name="Some GPU") for r in _two_ranks()]
-    assert combine(unknown, RUN).mfu_percent == 0.0
+    # The result carries both sides of the division, so MFU can be checked, or made for another peak.
+    assert (m.train_model_flops, m.gpu_peak_flops) == (flops, 989e12)
+    unknown = combine([RankReport(window=r.window, gpu_name="Some GPU") for r in _two_ranks()], RUN)
+    assert (unknown.mfu_percent, unknown.gpu_peak_flops, unknown.train_model_flops) == (0.0, 0.0, flops)
     fp32 = combine(_two_ranks(), RunFacts(number_gpus=2, torch_dtype="float32", dataset_tokens_per_sample=0.0,
                                           model=RUN.model))  # fmt: skip
     assert fp32.mfu_percent == pytest.approx(100.0 * flops / 5.0 / (2 * 494e12))

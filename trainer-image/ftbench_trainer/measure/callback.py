@@ -206,6 +206,13 @@ class MeasureCallback(TrainerCallback):
         self.shard_probe.detach()
         reports = distributed.gather(self._rank_report())
         self.metrics = combine(reports, self._run_facts()).model_copy(update={"loss_curve": list(self.losses)})
+        if reports[0].gpu_name and not self.metrics.gpu_peak_flops:
+            log.warning(
+                "no peak FLOP/s known for GPU %r: mfuPercent is 0; trainModelFlops (%.4g) is in the result to "
+                "divide by its peak (docs/measurements.md)",
+                reports[0].gpu_name,
+                self.metrics.train_model_flops,
+            )
 
     # ------------------------------------------------------------------ results
 

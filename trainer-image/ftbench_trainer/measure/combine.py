@@ -155,6 +155,8 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         noise_flags=flags,
         measurement_quality=MeasurementQuality.FLAGGED if flags else MeasurementQuality.CLEAN,
         mfu_percent=mfu_percent(flops, runtime, run.number_gpus, peak),
+        gpu_peak_flops=peak,
+        train_model_flops=flops,
         model_parameters=run.model.parameters,
         trainable_parameters=run.model.trainable,
         model_parameter_bytes=run.model.parameter_bytes,
