@@ -26,8 +26,8 @@ owner references and the garbage collector, so a delete never hangs when the ope
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import kopf
@@ -69,8 +69,16 @@ def _ctx(memo: kopf.Memo) -> OperatorContext:
     return memo["ctx"]
 
 
-def _api_errors(memo: kopf.Memo) -> AbstractContextManager[None]:
-    return api_errors(_ctx(memo).settings.api_retry_delay_seconds)
+@contextmanager
+def _handling(memo: kopf.Memo, handler: str, pods: kopf.Index[Any, Any] | None = None) -> Iterator[OperatorContext]:
+    """What every change handler of an experiment runs inside, written once: the pod index it was
+    given (kopf passes indices to handlers only), its time in the operator's metrics, and an API error
+    turned into kopf's temporary error, so the handler is retried."""
+    ctx = _ctx(memo)
+    if pods is not None:
+        ctx.pods = pods
+    with ctx.metrics.timed(handler), api_errors(ctx.settings.api_retry_delay_seconds):
+        yield ctx
 
 
 def _syncer(memo: kopf.Memo) -> Syncer:
@@ -181,32 +189,30 @@ def ftbench_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any)
 
 @kopf.on.create(*FTE, backoff=HANDLER_BACKOFF)
 async def create(body: kopf.Body, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any) -> None:
-    _ctx(memo).pods = ftbench_pods
-    with _ctx(memo).metrics.timed("create"), _api_errors(memo):
-        await start_or_resume(_ctx(memo), body)
+    with _handling(memo, "create", ftbench_pods) as ctx:
+        await start_or_resume(ctx, body)
 
 
 @kopf.on.resume(*FTE, backoff=HANDLER_BACKOFF)
 async def resume(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, ftbench_pods: kopf.Index[Any, Any], **_: Any
 ) -> None:
-    _ctx(memo).pods = ftbench_pods
-    with _ctx(memo).metrics.timed("resume"), _api_errors(memo):
+    with _handling(memo, "resume", ftbench_pods) as ctx:
         if RETRY_ANNOTATION in body.metadata.annotations:
-            await retry(_ctx(memo), body, patch)
-        await start_or_resume(_ctx(memo), body)
+            await retry(ctx, body, patch)
+        await start_or_resume(ctx, body)
 
 
 @kopf.on.update(*FTE, field="spec", backoff=HANDLER_BACKOFF)
 async def update_spec(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    with _ctx(memo).metrics.timed("spec_change"), _api_errors(memo):
-        await spec_changed(_ctx(memo), body)
+    with _handling(memo, "spec_change") as ctx:
+        await spec_changed(ctx, body)
 
 
 @kopf.on.update(*FTE, annotations={RETRY_ANNOTATION: kopf.PRESENT}, backoff=HANDLER_BACKOFF)
 async def retry_requested(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    with _ctx(memo).metrics.timed("retry"), _api_errors(memo):
-        await retry(_ctx(memo), body, patch)
+    with _handling(memo, "retry") as ctx:
+        await retry(ctx, body, patch)
 
 
 @kopf.on.event(*FTE)
