@@ -269,43 +269,28 @@ def _notes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfi
     return tuple(notes)
 
 
-def build_plan(
-    spec: FineTuneExperimentSpec,
-    catalog: Catalog,
-    profile: ClusterProfile,
-    *,
-    ref: ExperimentRef,
-    runtime: Runtime,
-    master_host: str = "127.0.0.1",
-    output_dir: str = "/tmp/ftbench-output",
-    dataset_entries: int | None = None,
-    report_progress_to_kubernetes: bool = False,
-) -> LaunchPlan:
-    exp = effective.experiment_of(spec, catalog)
-    dataset = catalog.datasets.get(spec.dataset_id)
-    if dataset is None:
-        raise PlanError(f"datasetId {spec.dataset_id!r} is not in the catalog")
-    use_cpu = effective.uses_cpu(spec)
-    topology = Topology(
+def topology(spec: FineTuneExperimentSpec) -> Topology:
+    """Nodes, devices, processes and how the batch spreads over them."""
+    return Topology(
         number_nodes=spec.number_nodes,
-        number_gpus=0 if use_cpu else spec.number_gpus,
+        number_gpus=0 if effective.uses_cpu(spec) else spec.number_gpus,
         gpus_per_node=effective.gpus_per_node(spec),
         processes_per_node=effective.processes_per_node(spec),
         world_size=effective.world_size(spec),
         batch_size=spec.batch_size,
         per_device_batch_size=effective.per_device_batch_size(spec),
     )
-    source: RendezvousSource = RUNTIMES[runtime].rendezvous if runtime in RUNTIMES else "local"
-    if spec.number_nodes == 1:
-        source, master_host = "local", "127.0.0.1"
-    backend = effective.distributed_backend(spec)
-    dtype = effective.torch_dtype(spec, catalog)
+
+
+def training_settings(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> TrainingSettings:
+    """What the engine trains with: the spec with every default resolved, and the experiment's fixed values."""
+    exp = effective.experiment_of(spec, catalog)
     lora = exp.lora
     fixed = exp.fixed
-    training = TrainingSettings(
-        torch_dtype=dtype,
+    return TrainingSettings(
+        torch_dtype=effective.torch_dtype(spec, catalog),
         model_max_length=spec.model_max_length,
-        attn_implementation=attention(spec, profile, use_cpu),
+        attn_implementation=attention(spec, profile, effective.uses_cpu(spec)),
         dataset_text_field=effective.dataset_text_field(spec),
         dataset_image_field=spec.dataset_image_field,
         num_train_epochs=spec.num_train_epochs,
@@ -337,7 +322,48 @@ def build_plan(
         remove_unused_columns=spec.remove_unused_columns,
         dataset_kwargs_skip_prepare_dataset=spec.dataset_kwargs_skip_prepare_dataset,
     )
-    data_dir = profile.storage.data_dir
+
+
+def fsdp_settings(spec: FineTuneExperimentSpec, catalog: Catalog) -> FsdpSettings | None:
+    """The FSDP the trainer must find on the wrapped model; None when the backend is not FSDP."""
+    if effective.distributed_backend(spec) != DistributedBackend.FSDP:
+        return None
+    prefetch = effective.fsdp_backward_prefetch(spec)
+    return FsdpSettings(
+        version=effective.fsdp_version(spec),
+        sharding_strategy=spec.fsdp_sharding_strategy.value,
+        state_dict_type=spec.fsdp_state_dict_type.value,
+        use_orig_params=spec.fsdp_use_orig_params,
+        layer_classes=effective.fsdp_layer_classes(spec, catalog),
+        offload_params=spec.fsdp_offload_params,
+        forward_prefetch=spec.fsdp_forward_prefetch,
+        backward_prefetch=prefetch.value if prefetch else None,
+    )
+
+
+def build_plan(
+    spec: FineTuneExperimentSpec,
+    catalog: Catalog,
+    profile: ClusterProfile,
+    *,
+    ref: ExperimentRef,
+    runtime: Runtime,
+    master_host: str = "127.0.0.1",
+    output_dir: str = "/tmp/ftbench-output",
+    dataset_entries: int | None = None,
+    report_progress_to_kubernetes: bool = False,
+) -> LaunchPlan:
+    """Everything the trainer needs, resolved from the spec, the catalog and the profile: the trainer
+    reads this plan and nothing else, so what ran is what the plan (in status, in the run folder) says."""
+    exp = effective.experiment_of(spec, catalog)
+    if spec.dataset_id not in catalog.datasets:
+        raise PlanError(f"datasetId {spec.dataset_id!r} is not in the catalog")
+    use_cpu = effective.uses_cpu(spec)
+    layout = topology(spec)
+    source: RendezvousSource = RUNTIMES[runtime].rendezvous if runtime in RUNTIMES else "local"
+    if spec.number_nodes == 1:
+        source, master_host = "local", "127.0.0.1"
+    backend = effective.distributed_backend(spec)
     return LaunchPlan(
         experiment_ref=ref,
         experiment=spec.experiment,
@@ -345,33 +371,17 @@ def build_plan(
         engine=spec.engine,
         engine_version=spec.fms_hf_tuning_version if spec.engine == Engine.FMS_HF_TUNING else "",
         model=model_ref(spec, catalog, profile),
-        dataset=DatasetRef(
-            id=spec.dataset_id,
-            entries=dataset_entries,
-        ),
-        data_dir=data_dir,
+        dataset=DatasetRef(id=spec.dataset_id, entries=dataset_entries),
+        data_dir=profile.storage.data_dir,
         hf_home=profile.storage.hf_home,
-        topology=topology,
+        topology=layout,
         launcher="accelerate" if backend is not None else "direct",
         distributed_backend=backend,
-        fsdp=(
-            FsdpSettings(
-                version=effective.fsdp_version(spec),
-                sharding_strategy=spec.fsdp_sharding_strategy.value,
-                state_dict_type=spec.fsdp_state_dict_type.value,
-                use_orig_params=spec.fsdp_use_orig_params,
-                layer_classes=effective.fsdp_layer_classes(spec, catalog),
-                offload_params=spec.fsdp_offload_params,
-                forward_prefetch=spec.fsdp_forward_prefetch,
-                backward_prefetch=prefetch.value if (prefetch := effective.fsdp_backward_prefetch(spec)) else None,
-            )
-            if backend == DistributedBackend.FSDP
-            else None
-        ),
+        fsdp=fsdp_settings(spec, catalog),
         mixed_precision=spec.accelerate_config_mixed_precision.value,
-        accelerate_config=accelerate_config(spec, catalog, topology, profile.master_port, use_cpu),
+        accelerate_config=accelerate_config(spec, catalog, layout, profile.master_port, use_cpu),
         rendezvous=Rendezvous(source=source, master_host=master_host, port=profile.master_port),
-        training=training,
+        training=training_settings(spec, catalog, profile),
         stop=StopSettings(
             stop_after_seconds=spec.stop_after_seconds,
             auto_stop_method=spec.auto_stop_method.value if spec.auto_stop_method else None,
