@@ -269,6 +269,64 @@ def _notes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfi
     return tuple(notes)
 
 
+def build_plan(
+    spec: FineTuneExperimentSpec,
+    catalog: Catalog,
+    profile: ClusterProfile,
+    *,
+    ref: ExperimentRef,
+    runtime: Runtime,
+    master_host: str = "127.0.0.1",
+    output_dir: str = "/tmp/ftbench-output",
+    dataset_entries: int | None = None,
+    report_progress_to_kubernetes: bool = False,
+) -> LaunchPlan:
+    """Everything the trainer needs, resolved from the spec, the catalog and the profile: the trainer
+    reads this plan and nothing else, so what ran is what the plan (in status, in the run folder) says."""
+    exp = effective.experiment_of(spec, catalog)
+    if spec.dataset_id not in catalog.datasets:
+        raise PlanError(f"datasetId {spec.dataset_id!r} is not in the catalog")
+    use_cpu = effective.uses_cpu(spec)
+    layout = topology(spec)
+    source: RendezvousSource = RUNTIMES[runtime].rendezvous if runtime in RUNTIMES else "local"
+    if spec.number_nodes == 1:
+        source, master_host = "local", "127.0.0.1"
+    backend = effective.distributed_backend(spec)
+    return LaunchPlan(
+        experiment_ref=ref,
+        experiment=spec.experiment,
+        method=exp.method,
+        engine=spec.engine,
+        engine_version=spec.fms_hf_tuning_version if spec.engine == Engine.FMS_HF_TUNING else "",
+        model=model_ref(spec, catalog, profile),
+        dataset=DatasetRef(id=spec.dataset_id, entries=dataset_entries),
+        data_dir=profile.storage.data_dir,
+        hf_home=profile.storage.hf_home,
+        topology=layout,
+        launcher="accelerate" if backend is not None else "direct",
+        distributed_backend=backend,
+        fsdp=fsdp_settings(spec, catalog),
+        mixed_precision=spec.accelerate_config_mixed_precision.value,
+        accelerate_config=accelerate_config(spec, catalog, layout, profile.master_port, use_cpu),
+        rendezvous=Rendezvous(source=source, master_host=master_host, port=profile.master_port),
+        training=training_settings(spec, catalog, profile),
+        stop=StopSettings(
+            stop_after_seconds=spec.stop_after_seconds,
+            auto_stop_method=spec.auto_stop_method.value if spec.auto_stop_method else None,
+            warmup_steps=spec.warmup_steps,
+        ),
+        trials=effective.trials(spec, catalog),
+        use_cpu=use_cpu,
+        network_preflight=network_preflight(spec),
+        output=OutputSettings(
+            dir=output_dir,
+            result_file=posixpath.join(output_dir, "result.json"),
+            report_progress_to_kubernetes=report_progress_to_kubernetes,
+        ),
+        notes=_notes(spec, catalog, profile),
+    )
+
+
 def topology(spec: FineTuneExperimentSpec) -> Topology:
     """Nodes, devices, processes and how the batch spreads over them."""
     return Topology(
@@ -338,62 +396,4 @@ def fsdp_settings(spec: FineTuneExperimentSpec, catalog: Catalog) -> FsdpSetting
         offload_params=spec.fsdp_offload_params,
         forward_prefetch=spec.fsdp_forward_prefetch,
         backward_prefetch=prefetch.value if prefetch else None,
-    )
-
-
-def build_plan(
-    spec: FineTuneExperimentSpec,
-    catalog: Catalog,
-    profile: ClusterProfile,
-    *,
-    ref: ExperimentRef,
-    runtime: Runtime,
-    master_host: str = "127.0.0.1",
-    output_dir: str = "/tmp/ftbench-output",
-    dataset_entries: int | None = None,
-    report_progress_to_kubernetes: bool = False,
-) -> LaunchPlan:
-    """Everything the trainer needs, resolved from the spec, the catalog and the profile: the trainer
-    reads this plan and nothing else, so what ran is what the plan (in status, in the run folder) says."""
-    exp = effective.experiment_of(spec, catalog)
-    if spec.dataset_id not in catalog.datasets:
-        raise PlanError(f"datasetId {spec.dataset_id!r} is not in the catalog")
-    use_cpu = effective.uses_cpu(spec)
-    layout = topology(spec)
-    source: RendezvousSource = RUNTIMES[runtime].rendezvous if runtime in RUNTIMES else "local"
-    if spec.number_nodes == 1:
-        source, master_host = "local", "127.0.0.1"
-    backend = effective.distributed_backend(spec)
-    return LaunchPlan(
-        experiment_ref=ref,
-        experiment=spec.experiment,
-        method=exp.method,
-        engine=spec.engine,
-        engine_version=spec.fms_hf_tuning_version if spec.engine == Engine.FMS_HF_TUNING else "",
-        model=model_ref(spec, catalog, profile),
-        dataset=DatasetRef(id=spec.dataset_id, entries=dataset_entries),
-        data_dir=profile.storage.data_dir,
-        hf_home=profile.storage.hf_home,
-        topology=layout,
-        launcher="accelerate" if backend is not None else "direct",
-        distributed_backend=backend,
-        fsdp=fsdp_settings(spec, catalog),
-        mixed_precision=spec.accelerate_config_mixed_precision.value,
-        accelerate_config=accelerate_config(spec, catalog, layout, profile.master_port, use_cpu),
-        rendezvous=Rendezvous(source=source, master_host=master_host, port=profile.master_port),
-        training=training_settings(spec, catalog, profile),
-        stop=StopSettings(
-            stop_after_seconds=spec.stop_after_seconds,
-            auto_stop_method=spec.auto_stop_method.value if spec.auto_stop_method else None,
-            warmup_steps=spec.warmup_steps,
-        ),
-        trials=effective.trials(spec, catalog),
-        use_cpu=use_cpu,
-        network_preflight=network_preflight(spec),
-        output=OutputSettings(
-            dir=output_dir,
-            result_file=posixpath.join(output_dir, "result.json"),
-            report_progress_to_kubernetes=report_progress_to_kubernetes,
-        ),
-        notes=_notes(spec, catalog, profile),
     )
