@@ -206,7 +206,8 @@ class MeasureCallback(TrainerCallback):
         self.shard_probe.detach()
         reports = distributed.gather(self._rank_report())
         self.metrics = combine(reports, self._run_facts()).model_copy(update={"loss_curve": list(self.losses)})
-        if reports[0].gpu_name and not self.metrics.gpu_peak_flops:
+        # Every rank has the same metrics; rank 0 alone says so.
+        if distributed.rank() == 0 and reports[0].gpu_name and not self.metrics.gpu_peak_flops:
             log.warning(
                 "no peak FLOP/s known for GPU %r: mfuPercent is 0; trainModelFlops (%.4g) is in the result to "
                 "divide by its peak (docs/measurements.md)",
