@@ -21,6 +21,13 @@ from pydantic import Field
 from ftbench.contracts.wire import WireModel
 
 PREDICTION_PREFIX: Final = "FTBENCH_PREDICTION"
+# Whether the predictor models Mamba-2 layers as mamba_ssm's fused kernels run them (what transformers runs on a
+# GPU when mamba_ssm and causal_conv1d are installed) or as transformers' own torch path (without them, on GPUs
+# too): "auto" (default) follows whether the predictor's environment, the run's image, has both packages;
+# "true" or "false" says so (bench/fleet.py: ado's images had them).
+MAMBA_KERNELS_ENV: Final = "FTBENCH_PREDICT_MAMBA_KERNELS"
+# A plan of a batch (`python -m ftbench_trainer.predict --batch`) that could not be predicted: {"error": why}.
+PREDICTION_ERROR_PREFIX: Final = "FTBENCH_PREDICTION_ERROR"
 # Where the peak was reached in the traced step.
 Phase = Literal["forward", "backward", "optimizer"]
 Bytes = Annotated[int, Field(ge=0)]
@@ -47,6 +54,11 @@ class MemoryPrediction(WireModel):
     )
     split: MemorySplit
     phase: Phase = Field(description="Where in the step the peak falls.")
+    activations_peak_bytes: Bytes = Field(
+        0,
+        description="The most forward or backward hold beyond parameters, gradients and optimizer state "
+        "(activations, the loss path, temporaries): what the caching allocator's reserve grows with.",
+    )
     runtime_overhead_bytes: Bytes = Field(
         0,
         description="Not traced: CUDA context, NCCL buffers, allocator reserve; the cluster profile's constant for "
@@ -54,6 +66,7 @@ class MemoryPrediction(WireModel):
     )
     device: Literal["cuda", "cpu"] = Field(description="The device the prediction is for (its optimizer defaults).")
     world_size: Annotated[int, Field(ge=1)] = Field(description="Ranks of the run.")
+    nodes: Annotated[int, Field(ge=1)] = Field(1, description="Nodes the ranks are spread over.")
     sharding: str = Field(description="How state is split across ranks: none, ddp, or the FSDP strategy.")
     traced_parameters: Annotated[int, Field(ge=0)] = Field(description="Parameters of the traced model (exact).")
     trainable_parameters: Annotated[int, Field(ge=0)] = Field(description="Parameters that train (LoRA, prompt).")
@@ -75,6 +88,14 @@ def parse_prediction_line(line: str) -> MemoryPrediction | None:
     if head != PREDICTION_PREFIX or not body:
         return None
     return MemoryPrediction.model_validate(json.loads(body))
+
+
+def parse_batch_line(line: str) -> MemoryPrediction | str | None:
+    """One line of a batch's output: its prediction, the reason it has none, or None (not a batch line)."""
+    head, _, body = line.strip().partition(" ")
+    if head == PREDICTION_ERROR_PREFIX and body:
+        return str(json.loads(body).get("error", "the prediction failed"))
+    return parse_prediction_line(line)
 
 
 # The predictor service (`python -m ftbench_trainer.predict.serve`, the chart's `predictor`): the operator

@@ -17,7 +17,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
-from ftbench.contracts.prediction import MemoryPrediction, parse_prediction_line
+from ftbench.contracts.prediction import MemoryPrediction, parse_batch_line, parse_prediction_line
 from ftbench.local.runner import LocalRunError, TrainerPython
 from ftbench.render.plan import build_plan
 
@@ -28,11 +28,35 @@ def prediction_plan(spec: FineTuneExperimentSpec, name: str, catalog: Catalog, p
     return build_plan(spec, catalog, profile, ref=ExperimentRef(name=name, namespace="local"), runtime=Runtime.JOB)
 
 
-def run_predictor(plan: LaunchPlan, python: TrainerPython, *, timeout: float = 600.0) -> MemoryPrediction:
-    """The predictor's one FTBENCH_PREDICTION line, read from its stdout."""
+def _env(python: TrainerPython) -> dict[str, str]:
     env = {**os.environ}
     if python.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_batch(
+    plans: list[LaunchPlan], python: TrainerPython, *, timeout: float = 3600.0
+) -> list[MemoryPrediction | str]:
+    """Predict many plans in one predictor process (shared traces are made once): for each plan, in order,
+    its prediction or the one-line reason it has none."""
+    with tempfile.TemporaryDirectory(prefix="ftbench-predict-") as tmp:
+        batch = Path(tmp) / "plans.jsonl"
+        batch.write_text("".join(plan.to_json().replace("\n", " ") + "\n" for plan in plans))
+        proc = subprocess.run(
+            [python.path, "-m", PREDICTOR_MODULE, "--batch", str(batch)],
+            capture_output=True, text=True, env=_env(python), timeout=timeout, check=False,
+        )  # fmt: skip
+    answers = [a for a in map(parse_batch_line, proc.stdout.splitlines()) if a is not None]
+    if len(answers) != len(plans):
+        lines = (proc.stderr or "").strip().splitlines()
+        raise LocalRunError(f"the memory predictor answered {len(answers)} of {len(plans)} plans: {lines[-1:] or ''}")
+    return answers
+
+
+def run_predictor(plan: LaunchPlan, python: TrainerPython, *, timeout: float = 600.0) -> MemoryPrediction:
+    """The predictor's one FTBENCH_PREDICTION line, read from its stdout."""
+    env = _env(python)
     with tempfile.TemporaryDirectory(prefix="ftbench-predict-") as tmp:
         plan_path = Path(tmp) / "plan.json"
         plan_path.write_text(plan.to_json())
@@ -48,5 +72,6 @@ def run_predictor(plan: LaunchPlan, python: TrainerPython, *, timeout: float = 6
         prediction = parse_prediction_line(line)
         if prediction is not None:
             return prediction
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-    raise LocalRunError(f"the memory predictor exited {proc.returncode} without a prediction:\n{tail}")
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    last = lines[-1].removeprefix("ftbench: ") if lines else f"it exited {proc.returncode} and said nothing"
+    raise LocalRunError(f"no memory prediction for this spec: {last}")

@@ -134,8 +134,9 @@ def test_gptq_lora_and_prompt_tuning_are_predicted_in_their_engines_environment(
     out = predict(capsys, "predict", str(gptq), "--model-map", str(model_map))
     p = out["prediction"]
     assert any("GPTQ base weights counted as 4-bit" in n for n in p["notes"])
-    # 4-bit weights, sharded over 2 ranks: far below the 6.7 GB a float16 half would hold.
-    assert p["split"]["parametersBytes"] < 2.5 * GIB and out["fit"]["fits"] is True
+    # 4-bit weights, sharded over 2 ranks, plus FSDP1's root unit (float16 embeddings and LM head, 0.5 GB)
+    # kept gathered: far below the 6.7 GB a float16 half would hold.
+    assert p["split"]["parametersBytes"] < 3 * GIB and out["fit"]["fits"] is True
     pt = spec_file(tmp_path, "pt", experiment="finetune_pt_benchmark-v1.0.0")
     out = predict(capsys, "predict", str(pt), "--model-map", str(model_map))
     assert out["prediction"]["trainableParameters"] == 8 * 4096  # 8 virtual tokens of the hidden size

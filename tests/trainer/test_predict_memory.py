@@ -15,6 +15,7 @@ from helpers import REPO_ROOT, accuracy_row, fresh_doc_section
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from ftbench_trainer.predict.model import sizes_of  # noqa: E402
 from ftbench_trainer.predict.shard import Sharding, shard  # noqa: E402
 from ftbench_trainer.predict.trace import StepShape, add_adapter, build_model, run_steps, trace_step  # noqa: E402
 from ftbench_trainer.predict.tracker import StorageTracker, allocator_bytes  # noqa: E402
@@ -112,19 +113,50 @@ def test_sharding_divides_what_full_shard_shards_and_adds_the_gathered_layers():
         method="full", dtype="float32", autocast=None, attention="sdpa", checkpointing=True, batch=2, seq=64
     )
     trace = trace_step(config, shape)
-    layer = trace.largest_layer_bytes
-    sharded = shard(trace.phases, Sharding("FULL_SHARD", 4), layer_bytes=layer)
+    sizes = sizes_of(trace)
+    layer = sizes.layer
+    sharded = shard(trace.phases, Sharding("FULL_SHARD", 4), sizes)
     whole = trace.phases["backward"]
     assert sharded["backward"].parameters == -(-whole.parameters // 4) + 2 * layer
     assert sharded["backward"].gradients == -(-whole.gradients // 4) + layer
     assert sharded["backward"].other == whole.other
-    grads_only = shard(trace.phases, Sharding("SHARD_GRAD_OP", 4), layer_bytes=layer)
+    grads_only = shard(trace.phases, Sharding("SHARD_GRAD_OP", 4), sizes)
     assert grads_only["optimizer"].parameters == trace.phases["optimizer"].parameters
-    ddp = shard(trace.phases, Sharding("ddp", 4), layer_bytes=layer)
+    ddp = shard(trace.phases, Sharding("ddp", 4), sizes)
     assert ddp["forward"].gradients == trace.phases["forward"].gradients + max(
         s.gradients for s in trace.phases.values()
     )
+    # FSDP1 keeps the root unit (embeddings, norm, LM head) gathered through forward and backward, and its
+    # unsharded gradient through backward; with float32 master weights what trains is twice the bytes.
+    fsdp1 = shard(trace.phases, Sharding("FULL_SHARD", 4, fsdp1=True, master_factor=2.0), sizes)
+    assert sizes.root > 0 and sizes.root_trainable == sizes.root
+    assert fsdp1["backward"].parameters == -(-(whole.parameters + sizes.trainable) // 4) + 2 * layer + sizes.root
+    assert fsdp1["backward"].gradients == -(-2 * whole.gradients // 4) + layer + sizes.root
+    # Offload: parameters, gradients and optimizer state on the host; what is gathered stays on the device.
+    offload = shard(trace.phases, Sharding("FULL_SHARD", 4, offload_parameters=True, offload_optimizer=True), sizes)
+    assert offload["optimizer"].total == 0
+    assert offload["backward"].parameters == 2 * layer and offload["backward"].gradients == layer
+    assert offload["backward"].optimizer == 0
 
 
 def test_allocator_rounding():
     assert [allocator_bytes(n) for n in (0, 1, 512, 513)] == [0, 512, 512, 1024]
+
+
+def test_fast_moe_places_the_experts_per_expert_parallel_rank_outside_fsdp():
+    """fastMoe k: each rank holds 1/k of the experts in the load dtype (no float32 master copy), the rest is
+    FSDP1's as usual, and a layer is gathered without its experts (they compute where they are)."""
+    from ftbench_trainer.predict.shard import Sizes, shard_phase
+    from ftbench_trainer.predict.tracker import Split
+
+    gib = 2**30
+    sizes = Sizes(parameters=10 * gib, trainable=10 * gib, layer=gib, root=0, root_trainable=0,
+                  experts=8 * gib, experts_trainable=8 * gib, layer_experts=gib // 2)  # fmt: skip
+    forward = Split(parameters=10 * gib, gradients=0, optimizer=20 * gib, other=0)
+    plain = shard_phase(forward, "forward", Sharding("FULL_SHARD", 8, fsdp1=True, master_factor=2.0), sizes,
+                        gradient_bytes=0)  # fmt: skip
+    ep = shard_phase(forward, "forward", Sharding("FULL_SHARD", 8, fsdp1=True, master_factor=2.0, expert_parallel=4),
+                     sizes, gradient_bytes=0)  # fmt: skip
+    assert plain.parameters == (10 + 10) * gib // 8 + gib  # float32 shards plus the gathered layer
+    assert ep.parameters == (2 + 2) * gib // 8 + 8 * gib // 4 + gib // 2  # experts 1/4 each, layer without them
+    assert plain.optimizer == 2 * 20 * gib // 8 and ep.optimizer == 2 * 4 * gib // 8 + 16 * gib // 4

@@ -1,22 +1,51 @@
-"""`python -m ftbench_trainer.predict --plan plan.json`: print one FTBENCH_PREDICTION line."""
+"""`python -m ftbench_trainer.predict --plan plan.json`: print one FTBENCH_PREDICTION line.
+
+`--batch plans.jsonl` predicts one launch plan per line in one process (the traces they share are
+made once) and prints one line per plan, in order: FTBENCH_PREDICTION, or FTBENCH_PREDICTION_ERROR
+with the reason. A plan that cannot be predicted is one line saying why, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 
 from ftbench.contracts.plan import LaunchPlan
+from ftbench.contracts.prediction import PREDICTION_ERROR_PREFIX
 from ftbench_trainer.predict.model import PredictionError, predict
+
+# A prediction reads config.json files and the catalog's architectures only: nothing may reach the hub.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def reason(exc: Exception) -> str:
+    if isinstance(exc, PredictionError):
+        return str(exc)
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"the prediction failed: {type(exc).__name__}: {first}".rstrip(": ")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ftbench_trainer.predict", description=__doc__.split("\n")[0])
-    parser.add_argument("--plan", required=True, help="launch plan JSON")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--plan", help="launch plan JSON")
+    which.add_argument("--batch", help="launch plans, one JSON per line")
     args = parser.parse_args(argv)
+    os.environ.update(OFFLINE)
+    if args.batch:
+        with open(args.batch) as lines:
+            for line in lines:
+                try:
+                    print(predict(LaunchPlan.from_json(line)).line(), flush=True)
+                except Exception as exc:  # one plan's failure is its line, the batch goes on
+                    print(f"{PREDICTION_ERROR_PREFIX} {json.dumps({'error': reason(exc)})}", flush=True)
+        return 0
     try:
         prediction = predict(LaunchPlan.read(args.plan))
-    except PredictionError as exc:
-        print(f"ftbench: {exc}", file=sys.stderr)
+    except Exception as exc:  # one line saying why, never a traceback
+        print(f"ftbench: {reason(exc)}", file=sys.stderr)
         return 2
     print(prediction.line(), flush=True)
     return 0

@@ -10,9 +10,10 @@ from typing import Any
 
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+from ftbench_trainer.predict.depth import trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
-from ftbench_trainer.predict.shard import Sharding, shard
-from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace, trace_step
+from ftbench_trainer.predict.shard import Sharding, Sizes, shard
+from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.tracker import Split
 
 # FSDP strategies traced with FSDP2 on a fake process group, and those that reshard after forward.
@@ -28,10 +29,18 @@ class PredictionError(RuntimeError):
 
 def architecture_config(architecture: dict[str, Any]) -> Any:
     """The transformers config of a catalog entry's `architecture` (model_type plus the config's fields)."""
+    import transformers
     from transformers import AutoConfig
 
     fields = dict(architecture)
-    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    kind = fields.pop("model_type")
+    try:
+        return AutoConfig.for_model(kind, **fields)
+    except (ValueError, KeyError) as exc:
+        raise PredictionError(
+            f"transformers {transformers.__version__} (this engine's stack) has no {kind} architecture, so the "
+            f"engine cannot load this model either: {str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def read_config(plan: LaunchPlan) -> tuple[Any, str]:
@@ -63,6 +72,13 @@ class StepPeak:
     phase: str
     split: Split
     trace: Trace
+    activations: int = 0  # the most forward or backward hold beyond state: what the allocator's cache grows by
+
+    @classmethod
+    def of(cls, phases: dict[str, Split], trace: Trace) -> StepPeak:
+        phase = max(phases, key=lambda p: phases[p].total)
+        activations = max((phases[p].other for p in ("forward", "backward") if p in phases), default=0)
+        return cls(phase, phases[phase], trace, activations)
 
     @property
     def bytes(self) -> int:
@@ -71,8 +87,9 @@ class StepPeak:
 
 def traced_fsdp(s: Sharding, *, gptq: bool = False) -> FsdpShape | None:
     """The FSDP2 run to trace for `s`, or None where the arithmetic of `shard` applies instead: one
-    rank, no FSDP, offload (the fake device cannot tell host from device memory), GPTQ's 4-bit weights."""
-    if s.ranks < 2 or s.kind not in FSDP_TRACED or s.offload_parameters or s.offload_optimizer or gptq:
+    rank, no FSDP, FSDP1 (fms-hf-tuning's: flat parameters, the root kept gathered, its own master
+    weights), offload (the fake device cannot tell host from device memory), GPTQ's 4-bit weights."""
+    if s.ranks < 2 or s.kind not in FSDP_TRACED or s.fsdp1 or s.offload_parameters or gptq:
         return None
     return FsdpShape(ranks=s.ranks, reshard_after_forward=s.kind in RESHARD_AFTER_FORWARD)
 
@@ -80,19 +97,48 @@ def traced_fsdp(s: Sharding, *, gptq: bool = False) -> FsdpShape | None:
 def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = False) -> StepPeak:
     """Trace `shape` (as one rank of its FSDP2 run, where `traced_fsdp` says so), else rescale the
     single-rank trace for `s`; take the highest phase (GPTQ: quantize the whole model's weights
-    first, then shard what is left)."""
+    first, then shard what is left). The trace is made at reduced depth and scaled (predict.depth)."""
     fsdp = traced_fsdp(s, gptq=gptq)
-    trace = trace_step(config, shape, fsdp)
+    try:
+        trace = trace_scaled(config, shape, fsdp)
+    except Exception as exc:  # the architecture cannot be traced: one line, never a traceback
+        raise PredictionError(untraceable(config, exc)) from exc
     if fsdp is not None:
-        phase = max(trace.phases, key=lambda p: trace.phases[p].total)
-        return StepPeak(phase, trace.phases[phase], trace)
-    traced, layer_bytes = trace.phases, trace.largest_layer_bytes
+        return StepPeak.of(trace.phases, trace)
+    traced, sizes = trace.phases, sizes_of(trace)
     if gptq:
         traced = {k: _gptq(v, trace) for k, v in traced.items()}
-        layer_bytes = int(layer_bytes * GPTQ_BYTES_PER_WEIGHT / 2)
-    phases = shard(traced, s, layer_bytes=layer_bytes)
-    phase = max(phases, key=lambda p: phases[p].total)
-    return StepPeak(phase, phases[phase], trace)
+        quantized = int(trace.quantizable_weights * GPTQ_BYTES_PER_WEIGHT)
+        sizes = dataclasses.replace(
+            sizes,
+            parameters=sizes.parameters - trace.quantizable_weights * 2 + quantized,
+            layer=int(sizes.layer * GPTQ_BYTES_PER_WEIGHT / 2),
+        )
+    return StepPeak.of(shard(traced, s, sizes), trace)
+
+
+def sizes_of(trace: Trace) -> Sizes:
+    return Sizes(
+        parameters=trace.parameter_bytes,
+        trainable=trace.trainable_bytes,
+        layer=trace.largest_layer_bytes,
+        root=trace.root_bytes,
+        root_trainable=trace.root_trainable_bytes,
+        experts=trace.expert_bytes,
+        experts_trainable=trace.expert_trainable_bytes,
+        layer_experts=trace.layer_expert_bytes,
+    )
+
+
+def untraceable(config: Any, exc: Exception) -> str:
+    """Why an architecture could not be traced, in one line."""
+    import transformers
+
+    kind = getattr(config, "model_type", "?")
+    return (
+        f"cannot predict a {kind} model in this environment (transformers {transformers.__version__}): "
+        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    ).rstrip(": ")
 
 
 def predict(plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, int] | None = None) -> MemoryPrediction:
@@ -123,15 +169,20 @@ def predict(plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, in
             "dequantisation temporaries are not traced"
         )
     if traced_fsdp(s, gptq=plan.method == "gptq-lora") is not None:
-        fsdp = plan.fsdp
+        notes.append(f"FSDP traced as FSDP2 fully_shard over {s.ranks} fake ranks (each decoder layer, then the root)")
+    elif s.fsdp1 and s.ranks > 1:
         notes.append(
-            f"FSDP traced as FSDP2 fully_shard over {s.ranks} fake ranks (each decoder layer, then the root)"
+            "FSDP1 computed from the single-rank trace: flat parameters, the root unit gathered from forward to "
+            "the end of backward"
             + (
-                "; this run wraps with FSDP1, whose flat parameters are not modelled apart"
-                if fsdp and fsdp.version == 1
+                ", what trains held in float32 (16 bytes per trained parameter: ado's fleet)"
+                if s.master_factor > 1
                 else ""
             )
+            + (f", experts placed per expert-parallel rank (fastMoe {s.expert_parallel})" if s.expert_parallel else "")
         )
+    if peak.trace.routing:
+        notes.append(peak.trace.routing)
     if s.kind == "none" and plan.topology.world_size > 1:
         notes.append(
             "DataParallel: predicted for one device at the per-device batch; outputs gathered on GPU 0 not modelled"
@@ -146,8 +197,10 @@ def predict(plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, in
             activations_bytes=split.other,
         ),
         phase=peak.phase,  # type: ignore[arg-type]
+        activations_peak_bytes=peak.activations,
         device=shape.device,
         world_size=plan.topology.world_size,
+        nodes=plan.topology.number_nodes,
         sharding=s.label,
         traced_parameters=peak.trace.parameters,
         trainable_parameters=peak.trace.trainable,

@@ -9,6 +9,13 @@ from ftbench_trainer.predict.shard import Sharding
 from ftbench_trainer.predict.trace import StepShape
 
 MIXED = {"bf16": "bfloat16", "fp16": "float16"}
+SIXTEEN_BIT = ("bfloat16", "float16")
+# FSDP1 on GPUs (fms-hf-tuning's accelerate launch) holds what trains in float32: ado's fleet of A100 runs
+# fits 16 bytes per trained parameter per shard (float32 parameters, gradients and both AdamW moments)
+# far better than the 8 of a 16-bit state (docs/benchmarks.md, "ado's fleet"); on CPU ranks the same
+# releases keep the load dtype (results.rankMemory of a two-rank fms-hf-tuning 2.4.0 run), so CPU
+# plans keep 1.
+FSDP1_GPU_MASTER_FACTOR = 2.0
 # FlashAttention kernels do not exist on CPU; torch's memory-efficient sdpa kernel keeps the same
 # O(seq) state (output plus log-sum-exp), so it stands in for them in the trace (see `traced_attention`).
 FLASH = ("flash_attention_2", "flash_attention_3")
@@ -99,10 +106,17 @@ def sharding(plan: LaunchPlan) -> Sharding:
     if fsdp is None:
         return Sharding("none")
     hybrid = fsdp.sharding_strategy.startswith("HYBRID")
+    fsdp1 = fsdp.version == 1
     return Sharding(
         fsdp.sharding_strategy,
         topo.processes_per_node if hybrid else topo.world_size,
         forward_prefetch=fsdp.forward_prefetch,
         offload_parameters=fsdp.offload_params,
         offload_optimizer=fsdp.offload_params,
+        master_factor=FSDP1_GPU_MASTER_FACTOR
+        if fsdp1 and not plan.use_cpu and str(plan.training.torch_dtype) in SIXTEEN_BIT
+        else 1.0,
+        fsdp1=fsdp1,
+        flat_parameters=fsdp1 and not fsdp.use_orig_params,
+        expert_parallel=plan.training.fast_moe,
     )

@@ -3,15 +3,31 @@
 The trace runs the whole model on one (fake) device. Sharding divides what it shards by the
 ranks that share it and adds what the sharding adds; each phase's peak is rescaled and the
 highest rescaled phase is the prediction. Pure Python, no torch: the rules are stated here once
-and docs/measurements.md quotes them.
+and docs/measurements.md quotes them. (FSDP2 runs, trl's, are traced sharded instead: predict.model.)
 
-- FULL_SHARD, HYBRID_SHARD (within a node), DeepSpeed ZeRO-3: parameters, gradients and optimizer
-  state / N, plus the layers gathered at a time (forward: one, two with forward prefetch;
-  backward: two, the layer and the one prefetched, plus the layer's unsharded gradient).
+- FULL_SHARD, HYBRID_SHARD (within a node), DeepSpeed ZeRO-3, as FSDP1 (fms-hf-tuning's accelerate)
+  runs them: parameters, gradients and optimizer state / N; the root unit (embeddings, final norm,
+  LM head) gathered from the first forward to the end of backward (FSDP1 does not reshard the root
+  after forward) and, where it trains, its unsharded gradient through backward; the decoder layers
+  gathered one at a time (forward: one, two with forward prefetch; backward: two, the layer and the
+  one prefetched), plus the layer's unsharded gradient.
 - SHARD_GRAD_OP, HYBRID_SHARD_ZERO2, DeepSpeed ZeRO-2: gradients and optimizer state / N.
 - DDP: everything replicated, plus its gradient buckets (one more copy of the gradients).
 - NO_SHARD: replicated.
-- Offload (FSDP offloadParams, DeepSpeed offload): what is offloaded is not on the device.
+- Master weights (`Sharding.master_factor`): FSDP1 on GPUs keeps what trains in float32 in ado's
+  fleet (parameters, gradients and AdamW moments: 16 bytes per trained parameter; docs/benchmarks.md,
+  "ado's fleet"), twice the 16-bit model's bytes; frozen weights stay in the load dtype.
+- AdamW's foreach temporaries: over every parameter at once where the optimizer sees plain
+  parameters, one flat parameter at a time where it sees FSDP1's flat parameters (use_orig_params
+  false: torch's foreach default skips a FlatParameter).
+- fms-acceleration's fast MoE (`fastMoe: k`, ScatterMoE with expert parallelism): the experts are not
+  FSDP's; each rank holds 1/k of them (its expert-parallel group's share, replicated across the
+  groups) in the load dtype with their gradients and AdamW state, and computes with them where they
+  are, so a layer is gathered without its experts. ado's fleet: mixtral full fine-tuning on 8 GPUs
+  with fastMoe 8 ran at 78 % of the card, which FSDP-sharded float32 experts (over 100 %) cannot.
+- Offload (FSDP offloadParams, DeepSpeed offload): parameters, their gradients and the optimizer
+  state (and its step) live on the host; the device holds what is gathered, each unit's unsharded
+  gradient until it is moved off, and the activations.
 """
 
 from __future__ import annotations
@@ -28,42 +44,73 @@ class Sharding:
     forward_prefetch: bool = False
     offload_parameters: bool = False
     offload_optimizer: bool = False
+    master_factor: float = 1.0  # bytes of a trained parameter's state relative to the traced dtype
+    fsdp1: bool = False  # FSDP1's arithmetic (the root unit stays gathered from forward to backward)
+    flat_parameters: bool = False  # FSDP1 without use_orig_params: AdamW steps one flat parameter at a time
+    expert_parallel: int = 0  # fastMoe's expert-parallel degree (0: the experts are FSDP's like the rest)
 
     @property
     def label(self) -> str:
         return self.kind if self.ranks > 1 or self.kind in ("none", "ddp") else f"{self.kind} (1 rank)"
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """The traced model's sizes the arithmetic needs (bytes in the traced dtype)."""
+
+    parameters: int  # every parameter and buffer
+    trainable: int  # the parameters that train
+    layer: int  # the largest decoder layer: what FSDP gathers at a time
+    root: int  # what is outside the decoder layers (embeddings, final norm, LM head)
+    root_trainable: int  # the part of it that trains
+    experts: int = 0  # MoE experts' parameters
+    experts_trainable: int = 0
+    layer_experts: int = 0  # the experts of the largest layer
+
+
 FULL = ("FULL_SHARD", "HYBRID_SHARD", "zero3")
 GRADS_AND_STATE = ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2", "zero2")
 
 
-def _div(n: int, ranks: int) -> int:
-    return -(-n // ranks)
+def _div(n: float, ranks: int) -> int:
+    return int(-(-n // ranks))
 
 
-def shard_phase(split: Split, phase: str, s: Sharding, *, layer_bytes: int, gradient_bytes: int) -> Split:
+def shard_phase(split: Split, phase: str, s: Sharding, sizes: Sizes, *, gradient_bytes: int) -> Split:
     """One phase's peak split as one rank of `s` holds it."""
     p, g, o, x = split.parameters, split.gradients, split.optimizer, split.other
-    n = s.ranks
+    n, m = s.ranks, s.master_factor
     if s.kind == "ddp":
         return Split(p, g + gradient_bytes, o, x)
-    if s.kind in FULL:
-        gathered = layer_bytes * (2 if phase == "backward" or s.forward_prefetch else 1)
-        if phase == "optimizer":
-            gathered = 0
-        # One layer's gradient before its reduce-scatter; frozen layers (LoRA, prompt tuning) have none.
-        unsharded_grad = min(layer_bytes, g) if phase == "backward" else 0
-        p = 0 if s.offload_parameters else _div(p, n)
-        return Split(p + gathered, _div(g, n) + unsharded_grad, 0 if s.offload_optimizer else _div(o, n), x)
     if s.kind in GRADS_AND_STATE:
-        return Split(p, _div(g, n), 0 if s.offload_optimizer else _div(o, n), x)
-    return split
+        return Split(p, _div(g * m, n), 0 if s.offload_optimizer else _div(o * m, n), x)
+    if s.kind not in FULL:
+        return split
+    trained = sizes.trainable
+    computing = phase != "optimizer"
+    # fastMoe: the experts are held per expert-parallel rank (1/ep of them, load dtype), outside FSDP.
+    ep = s.expert_parallel
+    experts, experts_trained = (sizes.experts, sizes.experts_trainable) if ep else (0, 0)
+    layer = sizes.layer - (sizes.layer_experts if ep else 0)
+    share = experts_trained / trained if trained else 0.0  # the experts' part of gradients and state
+    root, root_grad = (sizes.root, sizes.root_trainable) if s.fsdp1 else (0, 0)
+    gathered = (layer * (2 if phase == "backward" or s.forward_prefetch else 1) + root) if computing else 0
+    # Each unit's gradient before its reduce-scatter: the layer's, and FSDP1's root's through backward.
+    unsharded = min(layer, g) + root_grad if phase == "backward" and g else 0
+    params = _div(p - experts + (trained - experts_trained) * (m - 1), n) + (_div(experts, ep) if ep else 0)
+    grads = _div(g * (1 - share) * m, n) + (_div(g * share, ep) if ep else 0)
+    state = o
+    if phase == "optimizer" and s.flat_parameters and o > 2 * trained:
+        # The traced foreach temporary (one trained-parameter-sized buffer) becomes one flat parameter's.
+        state = o - trained + layer
+    state = _div(state * (1 - share) * m, n) + (_div(state * share, ep) if ep else 0)
+    if s.offload_parameters:
+        params = grads = 0
+    if s.offload_optimizer:
+        state = 0
+    return Split(params + gathered, grads + unsharded, state, x)
 
 
-def shard(phases: dict[str, Split], s: Sharding, *, layer_bytes: int) -> dict[str, Split]:
+def shard(phases: dict[str, Split], s: Sharding, sizes: Sizes) -> dict[str, Split]:
     gradient_bytes = max((sp.gradients for sp in phases.values()), default=0)
-    return {
-        name: shard_phase(sp, name, s, layer_bytes=layer_bytes, gradient_bytes=gradient_bytes)
-        for name, sp in phases.items()
-    }
+    return {name: shard_phase(sp, name, s, sizes, gradient_bytes=gradient_bytes) for name, sp in phases.items()}

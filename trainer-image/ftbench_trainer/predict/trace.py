@@ -33,6 +33,7 @@ Why these choices (../shared/notes/memory-prediction.md measured each; each one 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from typing import Any, Literal
 
 import torch
 
+from ftbench_trainer.predict.traceable import make_traceable
 from ftbench_trainer.predict.tracker import Split, StorageTracker, split_at
 
 Method = Literal["full", "lora", "gptq-lora", "pt"]
@@ -86,8 +88,16 @@ class Trace:
     trainable: int
     parameter_bytes: int
     largest_layer_bytes: int  # one decoder layer's parameters: what FSDP gathers at a time
+    trainable_bytes: int  # the parameters that train, in their dtype
+    root_bytes: int  # parameters outside the decoder layers (embeddings, final norm, LM head): FSDP's root unit
+    root_trainable_bytes: int  # the part of them that trains
+    expert_bytes: int  # MoE experts' parameters (what fastMoe's expert parallelism places per rank)
+    expert_trainable_bytes: int
+    layer_expert_bytes: int  # the experts of the largest layer
     quantizable_weights: int  # weights of the decoder layers' linear layers (what GPTQ quantizes)
     seconds: float
+    routing: str | None = None  # how an MoE model's routing was traced (traceable.make_traceable's note)
+    ends: dict[str, Split] = dataclasses.field(default_factory=dict)  # forward's and backward's last state
 
     @property
     def peak_phase(self) -> str:
@@ -243,31 +253,71 @@ def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_bat
         tracker.finish()
         # FSDP2 keeps each gathered parameter's storage (resized to 0 between uses): count it as a parameter.
         param_serials |= tracker.serials(_gathered_parameters(model))
-    phases = {
-        name: split_at(
-            tracker.peaks[name], parameters=param_serials, gradients=grad_serials, optimizer=optimizer_serials
-        )
-        for name in PHASES
-        if name in tracker.peaks
-    }
+
+    def split(peak: Any) -> Split:
+        return split_at(peak, parameters=param_serials, gradients=grad_serials, optimizer=optimizer_serials)
+
+    phases = {name: split(tracker.peaks[name]) for name in PHASES if name in tracker.peaks}
+    ends: dict[str, Split] = {p: split(tracker.ends[p]) for p in ("forward", "backward") if p in tracker.ends}
     if "optimizer" in phases:  # what the step allocates beyond its state (foreach's temporaries) is the optimizer's
         o = phases["optimizer"]
         phases["optimizer"] = Split(o.parameters, o.gradients, o.optimizer + o.other, 0)
     layers = layers_of(model)
+    in_layers = {id(p) for layer in layers for p in layer.parameters()}
+    root = [p for p in all_params if id(p) not in in_layers]
+    experts = {id(p): p for p in experts_of(model)}.values()
+    largest = max(layers, key=lambda m: _bytes(m.parameters()), default=None)
     return Trace(
         phases=phases,
+        ends=ends,
         parameters=sum(p.numel() for p in all_params),
         trainable=sum(p.numel() for p in params),
-        parameter_bytes=sum(p.numel() * p.element_size() for p in all_params),
+        parameter_bytes=_bytes(all_params),
+        trainable_bytes=_bytes(params),
+        root_bytes=_bytes(root),
+        root_trainable_bytes=_bytes(p for p in root if p.requires_grad),
+        expert_bytes=_bytes(experts),
+        expert_trainable_bytes=_bytes(p for p in experts if p.requires_grad),
+        layer_expert_bytes=_bytes(experts_of(largest)) if largest is not None else 0,
         quantizable_weights=sum(
             m.weight.numel()
             for layer in layers
             for name, m in layer.named_modules()
             if isinstance(m, torch.nn.Linear) and "lora_" not in name
         ),
-        largest_layer_bytes=max((sum(p.numel() * p.element_size() for p in m.parameters()) for m in layers), default=0),
+        largest_layer_bytes=max((_bytes(m.parameters()) for m in layers), default=0),
         seconds=time.perf_counter() - started,
     )
+
+
+def experts_of(model: Any) -> list[torch.nn.Parameter]:
+    """The MoE experts' parameters: those of an experts module (GraniteMoe's ParallelExperts, transformers
+    5's fused Experts) or of a module list called experts (Mixtral's in transformers 4.x)."""
+    seen: dict[int, torch.nn.Parameter] = {}
+    for name, module in model.named_modules():
+        if type(module).__name__.endswith("Experts") or name.rsplit(".", 1)[-1] == "experts":
+            seen.update((id(p), p) for p in module.parameters())
+    return list(seen.values())
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def retie(model: Any) -> Any:
+    """`model` with its tied weights tied again: `to_empty` gives every module its own new tensor, so
+    an LM head tied to the embeddings (tie_word_embeddings) would count, train and shard twice."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(base.config, "tie_word_embeddings", False):
+        return model
+    embeddings, head = base.get_input_embeddings(), base.get_output_embeddings()
+    if embeddings is None or head is None:
+        return model
+    # A PEFT-wrapped layer's `weight` is a property of its base layer's.
+    embeddings, head = getattr(embeddings, "base_layer", embeddings), getattr(head, "base_layer", head)
+    if head.weight is not embeddings.weight:
+        head.weight = embeddings.weight
+    return model
 
 
 def _gathered_parameters(model: Any) -> list[torch.Tensor]:
@@ -321,12 +371,13 @@ def trace_step(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> 
         model = add_adapter(model, shape)
     vocab = int(config.vocab_size)
     with _fake_ranks(fsdp) as mesh, FakeTensorMode(allow_non_fake_inputs=True):
-        model = model.to_empty(device="cpu")
+        model = retie(model.to_empty(device="cpu"))
         if late:
             model = add_adapter(model, shape)
+        routing = make_traceable(model)
         if fsdp is not None:
             model = shard_like_accelerate(model, mesh, reshard_after_forward=fsdp.reshard_after_forward)
         trace = run_steps(
             model, shape, StorageTracker(), make_batch=lambda: torch.randint(0, vocab, (shape.batch, shape.seq))
         )
-    return Trace(**{**trace.__dict__, "seconds": time.perf_counter() - started})
+    return dataclasses.replace(trace, seconds=time.perf_counter() - started, routing=routing)

@@ -71,6 +71,7 @@ class StorageTracker(TorchDispatchMode):
         self.current = 0
         self.phase = "forward"
         self.peaks: dict[str, PhasePeak] = {}
+        self.ends: dict[str, PhasePeak] = {}  # what was live as each phase ended (its last run)
         self._rising = False
 
     # -- counting -------------------------------------------------------------------------------
@@ -144,10 +145,18 @@ class StorageTracker(TorchDispatchMode):
         if self._settle_phases:
             self.settle()
         self._snapshot_if_rising()
+        self._record_end()
         self.phase = phase
 
     def finish(self) -> None:
         self._snapshot_if_rising()
+        self._record_end()
+
+    def _record_end(self) -> None:
+        # A phase's end (backward's: every gradient made) can be its peak at full depth while an early
+        # transient (the loss) is its peak at the reduced depth traced; predict.depth scales both.
+        if self.phase in self.peaks:
+            self.ends[self.phase] = PhasePeak(self.current, dict(self._live))
 
     def settle(self) -> None:
         """Before a phase on real ranks: every rank finishes its collectives (gloo's barrier waits for
