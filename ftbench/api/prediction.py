@@ -1,9 +1,10 @@
 """Does a memory prediction fit the GPU it will run on? The verdict the CLI, validation and sweeps share.
 
 Pure: a `MemoryPrediction` (tensor memory, traced) plus the profile's `gpuMemory` for the spec's
-GPU model (capacity and the runtime overhead the trace cannot see) gives `MemoryFit`. The
-prediction is an estimate and says so: `borderline` marks a total within `BORDERLINE_FRACTION` of
-the capacity either way, where the untraced parts decide.
+GPU model gives the device-level peak as NVML counts it (`ftbench.api.device_memory`: tensors, CUDA
+context, the allocator's reserve, communication buffers) and the verdict, `MemoryFit`. The
+prediction is an estimate and says so: `borderline` marks a requirement within `BORDERLINE_FRACTION`
+of the capacity either way, where the untraced parts decide.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Annotated, Any, Final
 from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
+from ftbench.api.device_memory import DeviceMemory, device_memory
 from ftbench.api.profile import ClusterProfile
-from ftbench.api.rules_bounds import quantity_bytes
 from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.prediction import MemoryPrediction
 
@@ -31,25 +32,28 @@ class MemoryFit(ApiModel):
     gpu_model: str = Field(description="spec.gpuModel, as the profile's gpuMemory lists it.")
     capacity_bytes: Annotated[int, Field(ge=0)] = Field(description="The GPU model's memory (profile gpuMemory).")
     runtime_overhead_bytes: Annotated[int, Field(ge=0)] = Field(
-        description="What a process holds beyond its tensors (profile gpuMemory runtimeOverhead)."
+        description="The CUDA context and libraries' workspaces a process holds (profile gpuMemory runtimeOverhead)."
     )
     predicted_total_bytes: Annotated[int, Field(ge=0)] = Field(
-        description="Predicted tensor peak plus the runtime overhead."
+        description="Estimate: the device-level peak as NVML counts it (every term of `device`)."
     )
     predicted_percent: Annotated[float, Field(ge=0)] = Field(
-        description="The predicted total as a percentage of the capacity (kubectl's PredMem%, beside PeakMem%)."
+        description="Estimate: the device-level peak as a percentage of the capacity, at most 100 (kubectl's PredMem%, "
+        "beside the measured PeakMem%)."
     )
-    fits: bool = Field(description="The predicted total is at most the capacity.")
+    fits: bool = Field(description="What must fit (every term but the allocator's reserve) is at most the capacity.")
     borderline: bool = Field(description="Within 10 % of the capacity either way: the untraced parts decide.")
-    headroom_bytes: int = Field(description="Capacity minus the predicted total (negative: predicted OOM).")
+    headroom_bytes: int = Field(description="Capacity minus what must fit (negative: predicted OOM).")
+    device: DeviceMemory | None = Field(None, description="The device-level peak term by term.")
 
     def sentence(self) -> str:
         gib = 2**30
         verdict = "fits" if self.fits else "does not fit (predicted OOM)"
         edge = ", borderline" if self.borderline else ""
+        terms = " + ".join(f"{t.name} {t.bytes / gib:.1f}" for t in self.device.terms if t.bytes) if self.device else ""
         return (
-            f"predicted {self.predicted_total_bytes / gib:.1f} GiB per GPU (tensors + {self.runtime_overhead_bytes / gib:.1f}"
-            f" GiB runtime overhead) of {self.capacity_bytes / gib:.1f} GiB on {self.gpu_model}: {verdict}{edge}"
+            f"predicted {self.predicted_total_bytes / gib:.1f} GiB per GPU as NVML counts it ({terms} GiB) of "
+            f"{self.capacity_bytes / gib:.1f} GiB on {self.gpu_model}: {verdict}{edge}"
         )
 
 
@@ -57,19 +61,18 @@ def memory_fit(prediction: MemoryPrediction, gpu_model: str | None, profile: Clu
     """The verdict, or None where there is nothing to compare with (CPU ranks, a GPU model the profile lacks)."""
     if prediction.device != "cuda" or not gpu_model or gpu_model not in profile.gpu_memory:
         return None
-    gpu = profile.gpu_memory[gpu_model]
-    capacity = int(quantity_bytes(gpu.capacity))
-    overhead = int(quantity_bytes(gpu.runtime_overhead))
-    total = prediction.peak_bytes + overhead
+    device = device_memory(prediction, profile.gpu_memory[gpu_model])
+    capacity = device.capacity_bytes
     return MemoryFit(
         gpu_model=gpu_model,
         capacity_bytes=capacity,
-        runtime_overhead_bytes=overhead,
-        predicted_total_bytes=total,
-        predicted_percent=round(100.0 * total / capacity, 1) if capacity else 0.0,
-        fits=total <= capacity,
-        borderline=abs(capacity - total) <= BORDERLINE_FRACTION * capacity,
-        headroom_bytes=capacity - total,
+        runtime_overhead_bytes=device.term("context"),
+        predicted_total_bytes=device.total_bytes,
+        predicted_percent=device.percent,
+        fits=device.fits,
+        borderline=abs(capacity - device.required_bytes) <= BORDERLINE_FRACTION * capacity,
+        headroom_bytes=capacity - device.required_bytes,
+        device=device,
     )
 
 

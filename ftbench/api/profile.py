@@ -185,10 +185,11 @@ class GpuMemory(ApiModel):
         description="Device memory as NVML reports it (nvidia-smi's total), e.g. 81559Mi for an H100 80GB HBM3."
     )
     runtime_overhead: Annotated[str, Field(pattern=QUANTITY)] = Field(
-        "1536Mi",
-        description="Memory a training process uses beyond its tensors (CUDA context, NCCL buffers, the caching "
-        "allocator's reserve): added to the predicted tensor peak before comparing with capacity. A default, not "
-        "calibrated on these machines; calibrate it as nvidia-smi's used memory minus max_memory_reserved.",
+        "1720Mi",
+        description="The CUDA context, its libraries' workspaces and the allocator's first segments that every training "
+        "process holds beyond its tensors: the `context` term of the device-level prediction (docs/measurements.md, "
+        '"Device memory"). The default is what ado\'s fleet of A100 runs fits (bench/fleet.py fit: 1.68 GiB); '
+        "calibrate it for another GPU or stack as nvidia-smi's used memory minus max_memory_reserved of a real run.",
     )
 
 

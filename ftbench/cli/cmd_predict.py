@@ -49,6 +49,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def device_rows(report: PredictionReport) -> list[tuple[str, str]]:
+    """The device-level peak as NVML counts it, its terms and the one that dominates (none on CPU)."""
+    device = report.fit.device if report.fit else None
+    if device is None:
+        return []
+    rows = [("peak per device (NVML, estimate)", f"{device.total_bytes / GIB:.2f} GiB, {device.percent:.0f} % of the "
+             f"card, dominated by {device.dominant}")]  # fmt: skip
+    rows += [(f"  {t.name}", f"{t.bytes / GIB:.2f} GiB") for t in device.terms]
+    return rows
+
+
 def table(report: PredictionReport) -> str:
     p = report.prediction
     s = p.split
@@ -60,6 +71,7 @@ def table(report: PredictionReport) -> str:
         ("  activations and temporaries", f"{s.activations_bytes / GIB:.2f} GiB"),
         ("device", f"{p.device}, {p.world_size} rank(s), sharding {p.sharding}"),
         ("parameters (trainable)", f"{p.traced_parameters:,} ({p.trainable_parameters:,})"),
+        *device_rows(report),
         (
             "verdict",
             report.fit.sentence()
@@ -69,4 +81,5 @@ def table(report: PredictionReport) -> str:
         ("predicted in", f"{p.seconds:.1f} s"),
     ]
     notes = "\n".join(f"note: {n}" for n in p.notes)
+    notes += '\nnote: the device-level peak is an estimate of what NVML counts (docs/measurements.md, "Device memory")'
     return format_table(("PROPERTY", "VALUE"), rows) + ("\n" + notes if notes else "")

@@ -1,0 +1,111 @@
+"""Device memory as the GPU counts it: the traced tensor peak plus what a training process holds beside it.
+
+NVML (nvidia-smi, ado's `gpu_memory_utilization_peak`, ftbench's `gpuMemoryUtilizationPeakPercent`)
+counts every byte a process has from the driver: the caching allocator's segments (its reserve, not
+only the live tensors the trace counts), the CUDA context with its libraries' workspaces, and the
+communication library's buffers. Each term below is modelled from what causes it, and its size is
+fitted on ado's fleet sample A (`bench/fleet.py fit`; docs/benchmarks.md, "ado's fleet"):
+
+- `tensors`: the traced peak (`MemoryPrediction.peak_bytes`, what `max_memory_allocated` reports).
+- `context`: the CUDA context, cuBLAS/cuDNN workspaces and the allocator's first segments, the same
+  for every process on a GPU model: the cluster profile's `gpuMemory.runtimeOverhead`.
+- `allocatorReserve`: the caching allocator keeps the segments it has cut for the step's big transient
+  tensors (the logits and the loss path above all) and cannot always reuse them for differently sized
+  requests later, so its reserve grows with what forward and backward hold beyond state
+  (`MemoryPrediction.activations_peak_bytes`): a fraction of it.
+- `communication`: NCCL's buffers (per channel and peer, for every communicator a run builds) where
+  there are several ranks, and more where they span nodes (the network transport's own buffers and
+  the registrations with the NIC).
+
+The verdict leaves the reserve out: near the capacity the allocator frees its cached segments and
+retries before it fails (ado's rows that ran at 97-100 % are that), so a run fits when its tensors,
+context and communication fit; the device-level percent shown is the sum of every term, at most 100.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from pydantic import Field
+
+from ftbench.api.api_model import ApiModel
+from ftbench.api.profile import GpuMemory
+from ftbench.api.rules_bounds import quantity_bytes
+from ftbench.contracts.prediction import MemoryPrediction
+
+GIB: Final = 2**30
+# Fitted on ado's fleet sample A (bench/fleet.py fit, least absolute deviations): the reserve as a fraction of
+# forward's and backward's largest non-state bytes, NCCL's buffers on several ranks of one node, and the extra
+# when ranks span nodes.
+RESERVE_FRACTION: Final = 0.32
+COMMUNICATION_BYTES: Final = int(1.75 * GIB)
+INTER_NODE_BYTES: Final = int(11.5 * GIB)
+
+Bytes = Annotated[int, Field(ge=0)]
+
+
+class DeviceTerm(ApiModel):
+    name: str = Field(description="tensors, context, allocatorReserve or communication.")
+    bytes: Bytes = Field(description="What the term adds to the device's peak.")
+
+
+class DeviceMemory(ApiModel):
+    """One device's predicted peak as NVML counts it, term by term (docs/measurements.md)."""
+
+    terms: list[DeviceTerm] = Field(description="Each term of the device-level peak, largest cause first.")
+    total_bytes: Bytes = Field(description="The sum of the terms: the predicted NVML peak.")
+    capacity_bytes: Bytes = Field(description="The GPU model's memory (profile gpuMemory).")
+    percent: Annotated[float, Field(ge=0, le=100)] = Field(
+        description="The predicted NVML peak as a percentage of the capacity (at most 100: the allocator gives back "
+        "its cache before it fails)."
+    )
+    required_bytes: Bytes = Field(description="What must fit for the run not to fail: every term but the reserve.")
+    fits: bool = Field(description="required_bytes is at most the capacity.")
+
+    @property
+    def tensor_bytes(self) -> int:
+        return self.term("tensors")
+
+    @property
+    def dominant(self) -> str:
+        return max(self.terms, key=lambda t: t.bytes).name
+
+    def term(self, name: str) -> int:
+        return next((t.bytes for t in self.terms if t.name == name), 0)
+
+
+def communication_bytes(world_size: int, nodes: int) -> int:
+    if world_size < 2:
+        return 0
+    return COMMUNICATION_BYTES + (INTER_NODE_BYTES if nodes > 1 else 0)
+
+
+def device_memory(prediction: MemoryPrediction, gpu: GpuMemory) -> DeviceMemory:
+    """The device-level peak of a prediction on one GPU model."""
+    capacity = int(quantity_bytes(gpu.capacity))
+    terms = {
+        "tensors": prediction.peak_bytes,
+        "context": int(quantity_bytes(gpu.runtime_overhead)),
+        "allocatorReserve": int(RESERVE_FRACTION * prediction.activations_peak_bytes),
+        "communication": communication_bytes(prediction.world_size, prediction.nodes),
+    }
+    total = sum(terms.values())
+    required = total - terms["allocatorReserve"]
+    return DeviceMemory(
+        terms=[DeviceTerm(name=k, bytes=v) for k, v in terms.items()],
+        total_bytes=total,
+        capacity_bytes=capacity,
+        percent=round(min(100.0, 100.0 * total / capacity), 1) if capacity else 0.0,
+        required_bytes=required,
+        fits=required <= capacity,
+    )
+
+
+def device_features(prediction: MemoryPrediction) -> dict[str, float]:
+    """The causes of the untraced terms, in GiB or as indicators (bench/fleet.py fits their sizes)."""
+    return {
+        "context": 1.0,
+        "reserve_of_activations": prediction.activations_peak_bytes / GIB,
+        "several_ranks": 1.0 if prediction.world_size > 1 else 0.0,
+        "several_nodes": 1.0 if prediction.nodes > 1 else 0.0,
+    }
