@@ -22,6 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ado: one row per trial with ado's property names (train_tokens_per_second, is_valid, ...)",
     )
     p.add_argument("-o", "--output-file", metavar="FILE", help="write the export to FILE instead of stdout")
+    p.add_argument(
+        "--import",
+        dest="import_",
+        nargs=2,
+        metavar=("ado", "FILE"),
+        help="bring ado's runs (a CSV of ado's SFTTrainer results, e.g. IBM's LLMFineTuningBench) into the local "
+        "store beside ftbench's; listed after them (docs/measurements.md, \"ado's rows\")",
+    )
     add_cluster_options(
         p, "export the FineTuneExperiments of a cluster (KUBECONFIG or in-cluster) instead of local runs"
     )
@@ -60,7 +68,44 @@ def _runs(args: argparse.Namespace) -> list[RunRecord]:
         return experiment_records(args.namespace)
 
 
+def import_ado(args: argparse.Namespace) -> int:
+    from ftbench.local.ado_rows import read_ado_csv
+
+    kind, file = args.import_
+    if kind != "ado":
+        raise UsageError(f"--import {kind}: the only format is ado (--import ado FILE)")
+    try:
+        rows = read_ado_csv(Path(file).read_text())
+    except (OSError, UnicodeDecodeError, ValueError, KeyError) as err:
+        raise UsageError(f"cannot read {file} as ado's CSV: {err}") from err
+    kept = ResultsStore(results_db()).import_ado(Path(file).name, rows)
+    skipped = sorted({r.reason for r in rows if r.reason})
+    print(f"imported {kept} of {len(rows)} ado row(s) from {file}")
+    for reason in skipped:
+        print(f"  not imported: {reason}")
+    return 0
+
+
+def ado_table(store: ResultsStore) -> str | None:
+    rows = [
+        (r.id, r.spec["experiment"].removeprefix("finetune_"), r.spec["model"], r.spec["fmsHfTuningVersion"],
+         r.spec["numberGpus"], r.spec["batchSize"], r.spec["modelMaxLength"], "ran" if r.is_valid else "failed",
+         _number(r.measured.get("dataset_tokens_per_second")), _number(r.measured.get("gpu_memory_utilization_peak")))
+        for r in store.ado_runs()
+    ]  # fmt: skip
+    if not rows:
+        return None
+    return format_table(("ADO RUN", "EXPERIMENT", "MODEL", "FMS", "GPUS", "BATCH", "SEQ", "OUTCOME",
+                         "DATASET TOKENS/S", "GPU MEM PEAK %"), rows)  # fmt: skip
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:,.1f}"
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.import_:
+        return import_ado(args)
     runs = _runs(args)
     if args.export:
         text = export_runs(runs, args.export, args.names)
@@ -77,9 +122,13 @@ def run(args: argparse.Namespace) -> int:
          "" if r.prediction_error_percent is None else f"{r.prediction_error_percent:+.1f}%")
         for r in runs
     ]  # fmt: skip
-    if not rows:
+    ado = None if reads_cluster(args) else ado_table(ResultsStore(results_db()))
+    if not rows and not ado:
         print("no runs yet: try `ftbench run examples/quickstart.yaml`")
         return 0
-    print(format_table(("RUN", "NAME", "EXPERIMENT", "MODEL", "ENGINE", "GPUS", "BATCH", "STATUS", "VALID",
-                        "TOKENS/S", "MEM PRED ERR"), rows))  # fmt: skip
+    if rows:
+        print(format_table(("RUN", "NAME", "EXPERIMENT", "MODEL", "ENGINE", "GPUS", "BATCH", "STATUS", "VALID",
+                            "TOKENS/S", "MEM PRED ERR"), rows))  # fmt: skip
+    if ado:
+        print(("\n" if rows else "") + "ado's runs (ftbench results --import ado FILE):\n" + ado)
     return 0

@@ -55,6 +55,20 @@ CREATE TABLE IF NOT EXISTS sweeps (
 )
 """
 
+# Rows of ado's own runs (`ftbench results --import ado FILE`), kept beside ftbench's: what ado measured is
+# kept under ado's property names, the parameters as the ftbench spec they map to (ftbench.local.ado_rows).
+ADO_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ado_runs (
+    id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    imported_at TEXT NOT NULL,
+    spec_json TEXT NOT NULL,
+    is_valid INTEGER NOT NULL,
+    measured_json TEXT NOT NULL
+)
+"""
+
 # Columns of `ftbench results` and of the CSV export, in order.
 EXPORT_COLUMNS = (
     "id",
@@ -110,6 +124,19 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class AdoRecord:
+    """One of ado's runs, imported: the spec it maps to, whether it ran, what ado measured."""
+
+    id: str
+    source: str
+    line: int
+    imported_at: str
+    spec: dict[str, Any]
+    is_valid: bool
+    measured: dict[str, float]
+
+
+@dataclass(frozen=True)
 class SweepRecord:
     """A sweep `ftbench sweep` ran here: its spec is the record of what it measures."""
 
@@ -134,6 +161,7 @@ class ResultsStore:
         with self._connect() as db:
             db.execute(SCHEMA)
             db.execute(SWEEPS_SCHEMA)
+            db.execute(ADO_SCHEMA)
             have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
             for column, kind in SWEEP_COLUMNS:
                 if column not in have:
@@ -208,6 +236,27 @@ class ResultsStore:
         with self._connect() as db:
             rows = db.execute("SELECT name, created_at, spec_json FROM sweeps ORDER BY created_at").fetchall()
         return [SweepRecord(name, created, json.loads(spec)) for name, created, spec in rows]
+
+    def import_ado(self, source: str, rows: Sequence[Any]) -> int:
+        """Keep ado's rows that map onto a spec (ftbench.local.ado_rows.AdoRow); the same file imported again
+        replaces its rows. Returns how many were kept."""
+        now = datetime.now(UTC).isoformat()
+        kept = [r for r in rows if r.spec is not None]
+        with self._connect() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO ado_runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(f"ado:{source}:{r.line}", source, r.line, now, json.dumps(r.spec), int(r.is_valid),
+                  json.dumps(r.measured)) for r in kept],
+            )  # fmt: skip
+        return len(kept)
+
+    def ado_runs(self) -> list[AdoRecord]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM ado_runs ORDER BY source, line").fetchall()
+        return [
+            AdoRecord(id, source, line, at, json.loads(spec), bool(valid), json.loads(measured))
+            for id, source, line, at, spec, valid, measured in rows
+        ]
 
     def export(self, fmt: str, names: str = "ftbench") -> str:
         """All runs as CSV or JSON (see `export_runs`)."""

@@ -1,0 +1,326 @@
+"""ftbench's memory prediction held against ado's fleet: real A100/L40S runs of ado's SFTTrainer actuator.
+
+    .venv/bin/python bench/fleet.py predict     # predict every clean row (minutes; one process per release)
+    .venv/bin/python bench/fleet.py tabulate    # the tables, from the store the step above wrote
+    .venv/bin/python bench/fleet.py tabulate --write-docs   # and into docs/benchmarks.md
+    .venv/bin/python bench/fleet.py fit         # least squares of the device-level terms on the store
+
+Rows are read with ftbench's own ado mapping (ftbench.local.ado_rows), turned into launch plans as the
+operator builds them, and predicted in batches by `python -m ftbench_trainer.predict --batch` in each
+fms-hf-tuning release's own environment (its transformers, its trl: the loss path is theirs). The store
+(bench/results/fleet-sample-A.json) keeps every row's tensor prediction; `tabulate` adds the device-level
+terms (ftbench.api.prediction.device_memory) and compares with what ado measured: NVML's peak
+(`gpu_memory_utilization_peak`) on the rows that ran, and fits/OOM on the rows whose outcome is clear.
+
+Clean rows (the issue's): ado's two benchmark experiments, fms-hf-tuning 2.4.0 to 3.1.0, 80 GB GPUs.
+A row's outcome is clear when it ran, or when it failed while a smaller batch or shorter sequence of
+the same configuration ran and no larger one did (a larger run that succeeded says the failure was not
+memory: several such rows fail and succeed at random in ado's table).
+
+Calibrate on sample A only: a disjoint sample of ado's table is kept aside to check the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO.parent / "shared" / "data" / "ado-fleet" / "fleet-sample-A.csv"
+STORE = REPO / "bench" / "results" / "fleet-sample-A.json"
+DOCS = REPO / "docs" / "benchmarks.md"
+SECTION = "fleet-memory"
+CLEAN_EXPERIMENTS = ("finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0")
+CLEAN_RELEASES = ("2.4.0", "2.7.1", "2.8.2", "3.0.0", "3.1.0")
+GIB = 2**30
+
+
+def clean(spec: dict[str, Any] | None) -> bool:
+    return (
+        spec is not None
+        and spec["experiment"] in CLEAN_EXPERIMENTS
+        and spec["fmsHfTuningVersion"] in CLEAN_RELEASES
+        and "80GB" in str(spec.get("gpuModel", ""))
+    )
+
+
+def config_key(spec: dict[str, Any]) -> str:
+    """A configuration: everything of the spec but the batch and the sequence length."""
+    return json.dumps({k: v for k, v in spec.items() if k not in ("batchSize", "modelMaxLength")}, sort_keys=True)
+
+
+def outcomes(rows: list[dict[str, Any]]) -> dict[int, str]:
+    """line -> "ran" or "oom" for the rows whose outcome is clear (module docstring)."""
+    ran: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in rows:
+        if r["isValid"]:
+            ran[config_key(r["spec"])].append((r["spec"]["modelMaxLength"], r["spec"]["batchSize"]))
+    out = {}
+    for r in rows:
+        if r["isValid"]:
+            out[r["line"]] = "ran"
+            continue
+        seq, batch = r["spec"]["modelMaxLength"], r["spec"]["batchSize"]
+        others = ran[config_key(r["spec"])]
+        smaller = any(s <= seq and b <= batch and (s, b) != (seq, batch) for s, b in others)
+        larger = any(s >= seq and b >= batch for s, b in others)
+        if smaller and not larger:
+            out[r["line"]] = "oom"
+    return out
+
+
+# -- predict ---------------------------------------------------------------------------------------------
+def predict(sample: Path, store: Path, only: int | None) -> None:
+    from ftbench.api.profile import ClusterProfile
+    from ftbench.api.validation import validate_spec_dict
+    from ftbench.catalog import load_catalog
+    from ftbench.contracts.prediction import MAMBA_KERNELS_ENV
+    from ftbench.engines.envs import ensure_env, package_path
+    from ftbench.local.ado_rows import read_ado_csv
+    from ftbench.local.predict import prediction_plan, run_batch
+    from ftbench.local.runner import TrainerPython
+    from ftbench.render.plan import PlanError
+
+    catalog, profile = load_catalog(), ClusterProfile()
+    # ado's images had mamba_ssm and causal_conv1d: its granite-4.0-h rows ran at about half the card,
+    # which transformers' torch path for Mamba-2 layers cannot (it predicts several times more).
+    os.environ[MAMBA_KERNELS_ENV] = "true"
+    rows: list[dict[str, Any]] = []
+    plans: dict[str, list[tuple[dict[str, Any], Any]]] = defaultdict(list)
+    for ado in read_ado_csv(sample.read_text()):
+        if not clean(ado.spec):
+            continue
+        assert ado.spec is not None
+        row = {"line": ado.line, "spec": ado.spec, "isValid": ado.is_valid, "measured": ado.measured}
+        rows.append(row)
+        report = validate_spec_dict(ado.spec, catalog)
+        if not report.ok or report.spec is None:
+            row["refused"] = report.summary()
+            continue
+        try:
+            plan = prediction_plan(report.spec, f"ado-{ado.line}", catalog, profile)
+        except PlanError as err:
+            row["refused"] = str(err)
+            continue
+        plans[ado.spec["fmsHfTuningVersion"]].append((row, plan))
+    if only:
+        plans = {k: v[:only] for k, v in plans.items()}
+    for release, batch in sorted(plans.items()):
+        started = time.perf_counter()
+        python = TrainerPython(str(ensure_env(release)), package_path())
+        answers = run_batch([plan for _, plan in batch], python)
+        for (row, _), answer in zip(batch, answers, strict=True):
+            if isinstance(answer, str):
+                row["error"] = answer
+            else:  # the notes are the same for every row of a kind: the store keeps the figures
+                row["prediction"] = answer.model_dump(mode="json", by_alias=True, exclude={"notes"})
+        print(f"fms-hf-tuning {release}: {len(batch)} rows in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(json.dumps({"sample": sample.name, "rows": rows}, separators=(",", ":")) + "\n")
+
+
+# -- tabulate ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Judged:
+    line: int
+    spec: dict[str, Any]
+    outcome: str | None  # ran, oom, None (unclear)
+    measured_percent: float | None
+    device: Any | None  # ftbench.api.device_memory.DeviceMemory
+    prediction: Any | None  # ftbench.contracts.prediction.MemoryPrediction
+    reason: str | None  # why there is no prediction
+
+
+def judge(store: Path) -> list[Judged]:
+    from ftbench.api.device_memory import device_memory
+    from ftbench.api.profile import DEFAULT_GPU_MEMORY
+    from ftbench.contracts.prediction import MemoryPrediction
+
+    data = json.loads(store.read_text())
+    rows = data["rows"]
+    clear = outcomes(rows)
+    out = []
+    for r in rows:
+        prediction = MemoryPrediction.model_validate(r["prediction"]) if "prediction" in r else None
+        gpu = DEFAULT_GPU_MEMORY[r["spec"]["gpuModel"]]
+        out.append(
+            Judged(
+                line=r["line"],
+                spec=r["spec"],
+                outcome=clear.get(r["line"]),
+                measured_percent=r["measured"].get("gpu_memory_utilization_peak") if r["isValid"] else None,
+                device=device_memory(prediction, gpu) if prediction else None,
+                prediction=prediction,
+                reason=r.get("refused") or r.get("error"),
+            )
+        )
+    return out
+
+
+def family(spec: dict[str, Any]) -> str:
+    model = spec["model"]
+    moe = ("a800m", "mixtral", "h-tiny", "h-small")
+    return f"{model.split('-')[0]} {'MoE/hybrid' if any(m in model for m in moe) else 'dense'}"
+
+
+def summary(judged: list[Judged]) -> dict[str, Any]:
+    clear = [j for j in judged if j.outcome]
+    answered = [j for j in clear if j.device]
+    agree = [j for j in answered if j.device.fits == (j.outcome == "ran")]
+    errors = [abs(j.device.percent - j.measured_percent) for j in answered if j.measured_percent is not None]
+    seconds = [j.prediction.seconds for j in judged if j.prediction]
+    return {
+        "rows": len(judged),
+        "clear": len(clear),
+        "answered": len(answered),
+        "agree": len(agree),
+        "ran": len(errors),
+        "median": statistics.median(errors) if errors else None,
+        "p90": _p90(errors),
+        "seconds_p50": statistics.median(seconds) if seconds else None,
+    }
+
+
+def _p90(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
+def table(judged: list[Judged]) -> str:
+    s = summary(judged)
+    lines = [
+        f"{s['rows']} clean rows of the sample; {s['clear']} with a clear outcome, {s['answered']} of them predicted. "
+        f"Fits/OOM agrees on {s['agree']} of {s['answered']} ({100 * s['agree'] / max(1, s['answered']):.1f} %). "
+        f"Device-level memory on the {s['ran']} rows that ran: |predicted - measured| median {_fmt(s['median'])}, "
+        f"90th percentile {_fmt(s['p90'])} percentage points of the card. A prediction took a median "
+        f"{_fmt(s['seconds_p50'])} s in the batch (one process per release, on one core).",
+        "",
+        "| model family | GPUs | clear rows | fits/OOM agree | rows that ran | median pp | p90 pp |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    groups: dict[tuple[str, int], list[Judged]] = defaultdict(list)
+    for j in judged:
+        groups[(family(j.spec), j.spec["numberGpus"])].append(j)
+    for (fam, gpus), members in sorted(groups.items()):
+        g = summary(members)
+        lines.append(
+            f"| {fam} | {gpus} | {g['clear']} | {g['agree']}/{g['answered']} | {g['ran']} | {_fmt(g['median'])} | "
+            f"{_fmt(g['p90'])} |"
+        )
+    refused: dict[str, int] = defaultdict(int)
+    for j in judged:
+        if j.device is None and j.reason:
+            for rule in re.findall(r"\[([^\]]+)\]", j.reason) or [j.reason]:
+                refused[rule] += 1
+    if refused:
+        lines += ["", "Rows without a prediction, by the rule that refused them (ado refuses them too: their "
+                  "`is_valid` is 0 for the same reason):", ""]  # fmt: skip
+        lines += [f"- {rule}: {count} row(s)" for rule, count in sorted(refused.items())]
+    return "\n".join(lines)
+
+
+def rows_table(judged: list[Judged]) -> str:
+    """Every clear row: what was predicted (each term) against what ado measured."""
+    lines = [
+        "| line | model, method | release | GPUs | seq x batch | tensors GiB | device GiB (%) | dominant | measured % | outcome |",
+        "| ---: | --- | --- | ---: | --- | ---: | ---: | --- | ---: | --- |",
+    ]
+    for j in sorted(judged, key=lambda j: j.line):
+        if not j.outcome:
+            continue
+        spec, d = j.spec, j.device
+        method = spec["experiment"].split("_")[1]
+        shape = f"{spec['modelMaxLength']} x {spec['batchSize']}"
+        predicted = (
+            f"| {d.tensor_bytes / GIB:.1f} | {d.total_bytes / GIB:.1f} ({d.percent:.0f}) | {d.dominant} "
+            if d
+            else f"| | no prediction: {j.reason} | "
+        )
+        verdict = "" if not d else ("fits" if d.fits else "OOM")
+        lines.append(
+            f"| {j.line} | {spec['model']}, {method} | {spec['fmsHfTuningVersion']} | {spec['numberGpus']} | {shape} "
+            f"{predicted}| {_fmt(j.measured_percent)} | {j.outcome}, predicted {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def tabulate(store: Path, write_docs: bool) -> str:
+    judged = judge(store)
+    body = table(judged) + "\n\n<details><summary>Every clear row</summary>\n\n" + rows_table(judged) + "\n\n</details>"
+    if write_docs:
+        start, end = f"<!-- {SECTION}:start -->", f"<!-- {SECTION}:end -->"
+        text = DOCS.read_text()
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        DOCS.write_text(f"{head}{start}\n{body}\n{end}{tail}")
+    return body
+
+
+# -- fit --------------------------------------------------------------------------------------------------
+def fit(store: Path) -> None:
+    """Least absolute deviations of measured - tensors over the device-level terms' causes (the median error is
+    what the fleet's check asks for, and a few rows that ran far from every model would pull a least-squares
+    fit), on rows that ran below the saturation the allocator shows near the card's capacity (above ~95 % it
+    gives its cache back), leaving out fastMoe rows (their expert placement is modelled coarsely)."""
+    import numpy as np
+
+    from ftbench.api.device_memory import device_features
+
+    xs, ys, names = [], [], []
+    for j in judge(store):
+        if j.device is None or j.measured_percent is None or j.measured_percent > 95 or j.spec.get("fastMoe"):
+            continue
+        capacity = j.device.capacity_bytes
+        features = device_features(j.prediction)
+        names = sorted(features)
+        xs.append([features[k] for k in names])
+        ys.append((j.measured_percent / 100 * capacity - j.device.tensor_bytes) / GIB)
+    x, y = np.array(xs), np.array(ys)
+    weights = np.ones(len(y))
+    for _ in range(100):  # iteratively reweighted least squares towards the L1 fit
+        coef, *_ = np.linalg.lstsq(x * weights[:, None], y * weights, rcond=None)
+        weights = 1 / np.sqrt(np.maximum(np.abs(y - x @ coef), 1e-3))
+    print(f"{len(y)} rows; median |residual| {np.median(np.abs(y - x @ coef)):.2f} GiB")
+    for name, c in zip(names, coef, strict=True):
+        print(f"{name}: {c:.4f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("predict")
+    p.add_argument("--sample", type=Path, default=SAMPLE)
+    p.add_argument("--store", type=Path, default=STORE)
+    p.add_argument("--only", type=int, help="at most this many rows per release (a quick look)")
+    t = sub.add_parser("tabulate")
+    t.add_argument("--store", type=Path, default=STORE)
+    t.add_argument("--write-docs", action="store_true")
+    f = sub.add_parser("fit")
+    f.add_argument("--store", type=Path, default=STORE)
+    args = parser.parse_args()
+    if args.cmd == "predict":
+        predict(args.sample, args.store, args.only)
+    elif args.cmd == "tabulate":
+        print(tabulate(args.store, args.write_docs))
+    else:
+        fit(args.store)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

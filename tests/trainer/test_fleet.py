@@ -1,0 +1,128 @@
+"""ado's fleet (bench/fleet.py): the table in docs/benchmarks.md is the tabulation of the stored predictions,
+a few stored rows predict the same again in their releases' environments (a dense model, a granite MoE,
+the granite-4.0-h hybrid), ado's rows import into the local results store, and a model a release's
+transformers cannot build is one line saying so, never a traceback.
+
+The whole sample (583 clean rows, five releases) takes minutes: `bench/fleet.py predict` runs it by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from helpers import REPO_ROOT, fms_env_python
+
+pytest.importorskip("torch")
+
+from ftbench.api.validation import validate_spec_dict
+from ftbench.catalog import load_catalog
+from ftbench.contracts.prediction import MAMBA_KERNELS_ENV, MemoryPrediction
+from ftbench.local.predict import prediction_plan, run_batch
+from ftbench.local.runner import TrainerPython
+
+SAMPLE = REPO_ROOT.parent / "shared" / "data" / "ado-fleet" / "fleet-sample-A.csv"
+# Stored rows re-predicted live: (line, release) of a dense FSDP run, a granite MoE, the hybrid.
+LIVE = {184: "2.4.0", 578: "3.0.0", 744: "3.1.0"}
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fleet_bench", REPO_ROOT / "bench" / "fleet.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fleet_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_bench()
+
+
+@pytest.fixture(scope="module")
+def stored(bench: ModuleType) -> dict[int, dict]:
+    return {row["line"]: row for row in json.loads(bench.STORE.read_text())["rows"]}
+
+
+def test_the_docs_table_is_the_stored_predictions_tabulated(bench: ModuleType):
+    start, end = f"<!-- {bench.SECTION}:start -->", f"<!-- {bench.SECTION}:end -->"
+    text = bench.DOCS.read_text()
+    committed = text.split(start, 1)[1].split(end, 1)[0].strip()
+    assert committed == bench.tabulate(bench.STORE, write_docs=False).strip(), (
+        "run: bench/fleet.py tabulate --write-docs"
+    )
+
+
+def test_clear_outcomes_need_a_smaller_run_and_no_larger_one(bench: ModuleType):
+    spec = {"model": "m", "numberGpus": 2}
+    rows = [
+        {"line": 1, "isValid": True, "spec": {**spec, "modelMaxLength": 512, "batchSize": 8}},
+        {"line": 2, "isValid": False, "spec": {**spec, "modelMaxLength": 512, "batchSize": 16}},
+        {"line": 3, "isValid": False, "spec": {**spec, "modelMaxLength": 1024, "batchSize": 4}},  # nothing smaller
+        {"line": 4, "isValid": False, "spec": {**spec, "modelMaxLength": 2048, "batchSize": 8}},
+        {"line": 5, "isValid": True, "spec": {**spec, "modelMaxLength": 4096, "batchSize": 8}},  # so 4 was not OOM
+    ]
+    assert bench.outcomes(rows) == {1: "ran", 2: "oom", 5: "ran"}
+
+
+@pytest.mark.fms
+@pytest.mark.slow
+@pytest.mark.parametrize("line", sorted(LIVE))
+def test_a_stored_row_predicts_the_same_in_its_release(line: int, stored: dict[int, dict], monkeypatch):
+    from ftbench.api.profile import ClusterProfile
+    from ftbench.engines.envs import package_path
+
+    row = stored[line]
+    assert row["spec"]["fmsHfTuningVersion"] == LIVE[line] and "prediction" in row
+    report = validate_spec_dict(row["spec"], load_catalog())
+    assert report.ok and report.spec is not None
+    plan = prediction_plan(report.spec, f"ado-{line}", load_catalog(), ClusterProfile())
+    monkeypatch.setenv(MAMBA_KERNELS_ENV, "true")  # as bench/fleet.py predicts ado's runs
+    python = TrainerPython(str(fms_env_python(LIVE[line])), package_path())
+    (answer,) = run_batch([plan], python)
+    assert isinstance(answer, MemoryPrediction), answer
+    assert answer.peak_bytes == row["prediction"]["peakBytes"]
+    assert answer.activations_peak_bytes == row["prediction"]["activationsPeakBytes"]
+
+
+@pytest.mark.fms
+def test_a_model_the_release_cannot_build_is_one_line(tmp_path: Path):
+    """granite-4.0-h needs transformers' granitemoehybrid (4.52+): fms-hf-tuning 2.4.0's stack (4.45) has none."""
+    from ftbench.engines.envs import package_path
+
+    spec = {"experiment": "finetune_lora_benchmark-v1.0.0", "engine": "fms-hf-tuning", "fmsHfTuningVersion": "2.4.0",
+            "model": "granite-4.0-h-tiny", "numberGpus": 1, "batchSize": 1, "modelMaxLength": 512,
+            "gpuModel": "NVIDIA-A100-SXM4-80GB"}  # fmt: skip
+    from ftbench.api.profile import ClusterProfile
+
+    report = validate_spec_dict(spec, load_catalog())
+    assert report.spec is not None
+    plan = prediction_plan(report.spec, "h", load_catalog(), ClusterProfile())
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    env = {"PYTHONPATH": package_path(), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [str(fms_env_python("2.4.0")), "-m", "ftbench_trainer.predict", "--plan", str(tmp_path / "plan.json")],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("ftbench: transformers 4.45.2") and "granitemoehybrid" in lines[-1]
+    assert "Traceback" not in proc.stderr
+
+
+def test_ado_rows_import_beside_ftbench_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys):
+    from ftbench.cli import main
+
+    monkeypatch.setenv("FTBENCH_HOME", str(tmp_path / "home"))
+    assert main(["results", "--import", "ado", str(SAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "imported 617 of 787 ado row(s)" in out and "'3.0.0.1' is not a published release" in out
+    assert main(["results"]) == 0
+    listed = capsys.readouterr().out
+    assert "ado's runs" in listed and "ado:fleet-sample-A.csv:23" in listed and "granite-4.0-h-tiny" in listed
+    assert main(["results", "--import", "csv", str(SAMPLE)]) == 2
