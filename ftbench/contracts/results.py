@@ -146,6 +146,17 @@ class Metrics(WireModel):
         description="(predictedPeakBytes - measured) / measured x 100, measured being gpuMaxMemoryAllocatedBytes "
         "on GPUs and cpuTensorPeakBytes on CPU: how far the prediction was off for this run (positive: over).",
     )
+    predicted_gpu_memory_peak_percent: Percent | None = Field(
+        None,
+        description="Estimate, not measured: the device-level peak as NVML counts it (tensors, CUDA context, allocator "
+        'reserve, communication; docs/measurements.md "Device memory") predicted for this run at peakBatchShape, as '
+        "a percentage of the GPU's memory; unset on CPU ranks.",
+    )
+    gpu_memory_prediction_error_points: float | None = Field(
+        None,
+        description="predictedGpuMemoryPeakPercent - gpuMemoryUtilizationPeakPercent, in percentage points of the "
+        "card: how far the device-level prediction was off for this run (positive: over).",
+    )
     # CPU (seed note 2): the training process, 100 = one full core.
     cpu_compute_utilization_percent: Percent = Field(0.0, description="Mean CPU use of the training processes.")
     cpu_memory_utilization_percent: Percent = Field(
@@ -274,11 +285,20 @@ class Metrics(WireModel):
         """The measured quantity a memory prediction predicts: the GPU allocator's peak, else the CPU tracker's."""
         return self.gpu_max_memory_allocated_bytes or self.cpu_tensor_peak_bytes
 
-    def with_prediction(self, predicted_peak_bytes: int) -> Metrics:
-        """These metrics beside the run's predicted peak and how far it was off (none without a measured peak)."""
+    def with_prediction(self, predicted_peak_bytes: int, device_percent: float | None = None) -> Metrics:
+        """These metrics beside the run's predicted peaks and how far they were off: the tensor peak (none without
+        a measured one) and, on GPUs, the device-level percentage against NVML's peak."""
         measured = self.measured_tensor_peak_bytes
         error = round(100.0 * (predicted_peak_bytes - measured) / measured, 1) if measured else None
-        return self.model_copy(update={"predicted_peak_bytes": predicted_peak_bytes, "prediction_error_percent": error})
+        update: dict[str, object] = {"predicted_peak_bytes": predicted_peak_bytes, "prediction_error_percent": error}
+        if device_percent is not None and self.gpu_memory_utilization_peak_percent > 0:
+            update |= {
+                "predicted_gpu_memory_peak_percent": device_percent,
+                "gpu_memory_prediction_error_points": round(
+                    device_percent - self.gpu_memory_utilization_peak_percent, 1
+                ),
+            }
+        return self.model_copy(update=update)
 
 
 class RunError(WireModel):

@@ -71,12 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # unreadable or invalid plan: nothing to measure
         log.error("cannot read plan %s: %s", args.plan, exc)
         return EXIT_INVALID_PLAN
+    from ftbench_trainer.measure.system import gpu_memory_total_bytes
     from ftbench_trainer.predict.of_run import RunPrediction
     from ftbench_trainer.worker import EXIT_CODES, failure_result
 
     trial = args.trial if args.trial is not None else env.trial_index(os.environ)
     trials: list[int | None] = [trial] if trial is not None or plan.trials <= 1 else list(range(plan.trials))
-    prediction = RunPrediction(plan)
+    prediction = RunPrediction(plan, None if plan.use_cpu else gpu_memory_total_bytes())
     for t in trials:
         try:
             result = prediction.beside(run(plan, args.plan, t))

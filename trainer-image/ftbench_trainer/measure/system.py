@@ -95,6 +95,25 @@ def nvml_device_index(local_rank: int) -> str | None:
     return entries[local_rank] if local_rank < len(entries) else None
 
 
+def gpu_memory_total_bytes(local_rank: int = 0) -> int | None:
+    """NVML's total memory of the GPU this rank's device 0 maps to; None without a GPU or NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        ident = nvml_device_index(local_rank)
+        if ident is None:
+            return None
+        handle = (
+            pynvml.nvmlDeviceGetHandleByIndex(int(ident))
+            if ident.isdigit()
+            else pynvml.nvmlDeviceGetHandleByUUID(ident)
+        )
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except Exception:  # no driver, no GPU, no package: nothing to compare with, never a failure
+        return None
+
+
 class SystemSampler:
     """Samples in a daemon thread between `start()` and `stop()`."""
 

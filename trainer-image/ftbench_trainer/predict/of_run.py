@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import logging
 
+from ftbench.api.device_memory import device_memory
+from ftbench.api.profile import GpuMemory
 from ftbench.contracts.plan import LaunchPlan
+from ftbench.contracts.prediction import MemoryPrediction
 from ftbench.contracts.results import TrainerResult
 
 log = logging.getLogger(__name__)
@@ -23,27 +26,39 @@ class RunPrediction:
     trials of a run (the predictor's worst batch, every row at modelMaxLength, is not what a run of
     shorter rows measures)."""
 
-    def __init__(self, plan: LaunchPlan) -> None:
+    def __init__(self, plan: LaunchPlan, gpu_memory_bytes: int | None = None) -> None:
         self.plan = plan
-        self._peaks: dict[tuple[int, int] | None, int | None] = {}
+        self.gpu_memory_bytes = gpu_memory_bytes  # NVML's total of the run's GPU; None on CPU ranks
+        self._predictions: dict[tuple[int, int] | None, MemoryPrediction | None] = {}
 
-    def peak_bytes(self, batch: tuple[int, int] | None) -> int | None:
-        if batch not in self._peaks:
-            self._peaks[batch] = None
+    def prediction(self, batch: tuple[int, int] | None) -> MemoryPrediction | None:
+        if batch not in self._predictions:
+            self._predictions[batch] = None
             try:
                 from ftbench_trainer.predict.model import predict
 
-                self._peaks[batch] = predict(self.plan, batch=batch).peak_bytes
+                self._predictions[batch] = predict(self.plan, batch=batch)
             except Exception as exc:  # the prediction is a check of the run, never its outcome
                 log.warning("memory prediction not made for this run: %s: %s", type(exc).__name__, exc)
-        return self._peaks[batch]
+        return self._predictions[batch]
+
+    def peak_bytes(self, batch: tuple[int, int] | None) -> int | None:
+        prediction = self.prediction(batch)
+        return prediction.peak_bytes if prediction else None
+
+    def device_percent(self, prediction: MemoryPrediction) -> float | None:
+        """The device-level peak on this run's GPU (its NVML total; the default profile's context term)."""
+        if not self.gpu_memory_bytes or prediction.device != "cuda":
+            return None
+        return device_memory(prediction, GpuMemory(capacity=str(self.gpu_memory_bytes))).percent
 
     def beside(self, result: TrainerResult) -> TrainerResult:
-        """The result with the predicted peak and its error against the measured one (successful runs)."""
+        """The result with the predicted peaks and their errors against the measured ones (successful runs)."""
         if result.metrics is None:
             return result
         shape = result.metrics.peak_batch_shape
-        peak = self.peak_bytes((shape[0], shape[1]) if shape else None)
-        if peak is None:
+        prediction = self.prediction((shape[0], shape[1]) if shape else None)
+        if prediction is None:
             return result
-        return result.model_copy(update={"metrics": result.metrics.with_prediction(peak)})
+        metrics = result.metrics.with_prediction(prediction.peak_bytes, self.device_percent(prediction))
+        return result.model_copy(update={"metrics": metrics})
