@@ -1,87 +1,30 @@
-"""`ftbench dev up|down|status`: a local cluster to try the operator without one.
+"""`ftbench dev` where the test rig is not installed: what to install, and nothing of the rig imported.
 
-`up` starts a real control plane (etcd, kube-apiserver, kube-controller-manager), installs the
-FineTuneExperiment CRD, and runs the operator and the local kubelet (which runs the training
-pods as local processes), all in the background under one supervisor; see
-`ftbench_devcluster.devup`. That test rig is its own distribution (devcluster/ in the source tree,
-not in the ftbench wheel), imported only when a `dev` command runs; without it the command says
-how to install it.
+The real command comes with the test rig (devcluster/, its own distribution), which registers it as a
+plugin of this command line (`ftbench_devcluster.cli`, entry point group `ftbench.commands`). Without
+the rig, this stub takes the same place and says how to get it; `dev up` first names the operator extra
+it would need as well, as the command itself does.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from types import ModuleType
 
 from ftbench.extras import MissingExtra, require
 
-RIG = "ftbench_devcluster"
 RIG_HINT = (
     "`ftbench dev` needs the test rig, which the ftbench package does not ship: from a source checkout, "
     "pip install -e ./devcluster (hack/setup-envs.sh installs it into .venv)"
 )
 
 
-def _devup() -> ModuleType:
-    try:
-        from ftbench_devcluster import devup
-    except ModuleNotFoundError as err:
-        if err.name != RIG:
-            raise
-        raise MissingExtra(RIG_HINT) from err
-    return devup
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("dev", help="a local dev cluster: control plane, operator and a local kubelet (up/down/status)")
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        help="kubeconfig, logs, pods (default ~/.ftbench/dev: the test rig's DEFAULT_STATE_DIR)",
-    )
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    up = actions.add_parser("up", help="start the cluster in the background and print how to use it")
-    up.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="node label, e.g. nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB",
-    )
-    up.add_argument("--gpus", type=int, help="nvidia.com/gpu capacity of the node (default: the local GPUs)")
-    up.add_argument("--no-operator", action="store_true", help="do not start the operator (run it yourself)")
-    up.add_argument("--operator-cmd", help="command line of the operator (default: python -m ftbench_operator)")
-    up.add_argument(
-        "--no-seed-models", action="store_true", help="do not build the tiny model into the models PVC stand-in"
-    )
-    up.add_argument(
-        "--images",
-        action="store_true",
-        help="run pods in their images (built by hack/build-images.sh) instead of as host processes",
-    )
-    up.add_argument("--timeout", type=float, help="seconds to wait for the cluster (default 180)")
-    actions.add_parser("down", help="stop everything `dev up` started")
-    actions.add_parser("status", help="show what runs (exit 1 if the cluster is not up)")
+    p = sub.add_parser("dev", help="a local dev cluster (needs the test rig: pip install -e ./devcluster)")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.action == "up":  # the kubelet talks through the kubernetes client, the operator is kopf
-        require(
-            "operator",
-            "starting the kubelet and operator",
-            ("kubernetes",) if args.no_operator else ("kubernetes", "kopf"),
-        )
-    devup = _devup()
-    state_dir = devup.DEFAULT_STATE_DIR if args.state_dir is None else args.state_dir
-    if args.action == "up":
-        return devup.up(
-            state_dir, labels=args.label, gpus=args.gpus, no_operator=args.no_operator,
-            operator_cmd=args.operator_cmd, seed_models=not args.no_seed_models,
-            timeout=devup.READY_TIMEOUT if args.timeout is None else args.timeout,
-            images=args.images,
-        )  # fmt: skip
-    if args.action == "down":
-        return devup.down(state_dir)
-    return devup.status(state_dir)
+    if "up" in args.rest:
+        require("operator", "starting the kubelet and operator", ("kubernetes", "kopf"))
+    raise MissingExtra(RIG_HINT)

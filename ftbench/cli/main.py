@@ -7,14 +7,17 @@ import importlib
 import signal
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 # Command modules, each with `register(subparsers)`; the order is the order in --help.
+# Commands other distributions add (the test rig's `ftbench dev`): entry points `name = "module"` whose
+# module has `register(subparsers)`.
+PLUGIN_GROUP = "ftbench.commands"
 COMMAND_MODULES = (
     "ftbench.cli.cmd_validate",
     "ftbench.cli.cmd_catalog",
     "ftbench.cli.cmd_crd",
     "ftbench.cli.cmd_render",
-    "ftbench.cli.cmd_dev",
     "ftbench.cli.cmd_docs",
     "ftbench.cli.cmd_run",
     "ftbench.cli.cmd_predict",
@@ -42,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for plugin in entry_points(group=PLUGIN_GROUP):
+        if plugin.name not in sub.choices:
+            plugin.load().register(sub)
+    if "dev" not in sub.choices:  # without the test rig: the stub that says how to install it
+        importlib.import_module("ftbench.cli.cmd_dev").register(sub)
     for command in sub.choices.values():  # every command's --help ends with what a user can pick
         command.epilog = parser.epilog
         command.formatter_class = argparse.RawDescriptionHelpFormatter
