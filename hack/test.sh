@@ -42,5 +42,11 @@ echo "[test] ruff"
 echo "[test] mypy"
 .venv/bin/mypy
 
-echo "[test] pytest"
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+# One pytest worker per core (FTBENCH_TEST_WORKERS overrides; 0 runs in this process), each taking whole
+# files (--dist loadfile: a file's module fixtures, such as one control plane's operator or a training
+# matrix, stay on one worker). Tests hold no wall-clock assertions, and each worker has its own control
+# plane, FTBENCH_HOME and ports; the shared caches (engine environments, images, the ado peer) are built
+# above or under a lock.
+WORKERS="${FTBENCH_TEST_WORKERS:-$(nproc)}"
+echo "[test] pytest (${WORKERS} workers)"
+exec .venv/bin/python -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadfile "$@"

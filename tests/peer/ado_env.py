@@ -12,6 +12,7 @@ only pydantic, numpy and pyyaml (rich, which it imports lazily for rendering, co
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -46,19 +47,26 @@ def env_dir() -> Path:
 
 
 def ensure_ado_env() -> Path:
-    """The environment's directory, built on first use."""
+    """The environment's directory, built on first use (under a lock: test workers share the cache)."""
     target = env_dir()
     if (target / ".complete").is_file():
         return target
-    shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".complete").is_file():
+            _build(target)
+    return target
+
+
+def _build(target: Path) -> None:
+    shutil.rmtree(target, ignore_errors=True)
     uv = _uv()
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(target)], check=True)
     python = str(target / "bin" / "python")
     subprocess.run([uv, "pip", "install", "-q", "--python", python, "--no-deps", ADO_PACKAGE, ADO_CORE], check=True)
     subprocess.run([uv, "pip", "install", "-q", "--python", python, *EXTRA_REQUIREMENTS], check=True)
     (target / ".complete").write_text(f"{ADO_PACKAGE}\n{ADO_CORE}\n")
-    return target
 
 
 def ado_python(env: Path) -> Path:
