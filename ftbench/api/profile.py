@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import Field, field_validator
 
+from ftbench.api import strict_yaml
 from ftbench.api.api_model import ApiModel
 from ftbench.api.bounds import DNS_LABEL, QUANTITY, PriorityClassName
 from ftbench.catalog import Catalog, load_catalog
@@ -314,5 +314,5 @@ def catalog_for(profile: ClusterProfile, base: Catalog | None = None) -> Catalog
 def load_profile(path: str | Path | None) -> ClusterProfile:
     if path is None:
         return ClusterProfile()
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = strict_yaml.safe_load(Path(path).read_text()) or {}
     return ClusterProfile.model_validate(data)

@@ -30,5 +30,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the dataset generators need the trainer extra (pip install 'ftbench[trainer]')")
     if not args.args:
         raise UsageError("say `list` or `generate DATASET_ID -o PATH`")
+    if args.args[0] == "generate":  # the one error the generators would print as a usage block: say it here
+        from ftbench.catalog import load_catalog
+
+        generate = argparse.ArgumentParser(add_help=False)
+        generate.add_argument("dataset", nargs="?")
+        for option in ("-o", "--entries", "--min-tokens", "--seed"):
+            generate.add_argument(option)
+        named, _ = generate.parse_known_args(args.args[1:])
+        known = load_catalog().datasets
+        if named.dataset is not None and named.dataset not in known:
+            raise UsageError(f"unknown dataset {named.dataset!r}: one of {', '.join(sorted(known))}")
     # Its own process, as `ftbench run` starts the trainer: ftbench never imports the trainer package.
     return subprocess.run([sys.executable, "-m", "ftbench_trainer.datasets", *args.args], check=False).returncode

@@ -15,7 +15,7 @@ from ftbench.api.profile import catalog_for
 from ftbench.api.validation import validate_document
 from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_documents
-from ftbench.cli.main import UsageError
+from ftbench.cli.main import UsageError, non_negative
 from ftbench.contracts.enums import Engine, Runtime
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.engines.fms_args import equivalent_command, sft_trainer_args
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--profile", metavar="FILE", help="cluster profile YAML (default: a plain GPU cluster)")
     p.add_argument("-n", "--namespace", help="namespace of the objects (default: the experiment's, else none)")
-    p.add_argument("--attempt", type=int, default=0, help="attempt number in the object names (default 0)")
+    p.add_argument("--attempt", type=non_negative, default=0, help="attempt number in the object names (default 0)")
     add_model_map(p)
     p.add_argument(
         "--command",

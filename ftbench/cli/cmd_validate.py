@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
             failed += _validate_sweep(doc.source, doc.body, catalog, quiet=args.quiet)
             continue
         report = validate_document(doc.body, catalog, profile=profile)
-        name = (doc.body.get("metadata") or {}).get("name", "?") if isinstance(doc.body, dict) else "?"
+        metadata = doc.body.get("metadata") if isinstance(doc.body, dict) else None
+        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if report.ok and report.spec is not None:
             if not args.quiet:
                 print(f"{doc.source}: {name}: valid")

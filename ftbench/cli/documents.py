@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from ftbench.api import strict_yaml
 from ftbench.cli.main import UsageError
 
 
@@ -24,12 +25,21 @@ def read_documents(paths: list[str]) -> Iterator[Document]:
     for path in paths:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
         try:
-            bodies = list(yaml.safe_load_all(text))
+            bodies = strict_yaml.safe_load_all(text)
         except yaml.YAMLError as err:
-            raise ValueError(f"{path}: not valid YAML: {err}") from err
+            raise ValueError(f"{path}: not valid YAML: {yaml_problem(err)}") from err
         non_empty = [b for b in bodies if b is not None]
         for index, body in enumerate(non_empty, start=1):
             yield Document(f"{path}#{index}" if len(non_empty) > 1 else path, body)
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error in one line: what and where (PyYAML's own text spans several with a source excerpt)."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        what = " ".join(p for p in (err.context, err.problem) if p)
+        return f"line {mark.line + 1}, column {mark.column + 1}: {what}"
+    return " ".join(str(err).split())
 
 
 def read_one_document(path: str, kind: str) -> Any:

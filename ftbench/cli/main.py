@@ -7,6 +7,7 @@ import importlib
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 from importlib.metadata import entry_points
 
 # Command modules, each with `register(subparsers)`; the order is the order in --help.
@@ -33,10 +34,28 @@ class UsageError(Exception):
     """A user mistake the CLI reports in one line, exit code 2."""
 
 
+def non_negative(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: use 0 or more")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (its own print a usage block first) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ftbench.cli.picks import epilog
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ftbench",
         description="Run LLM fine-tuning benchmarks locally or on Kubernetes, and read what they measured.",
         epilog=epilog(),
@@ -73,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if text is None:
             raise
         print(f"ftbench {args.command}: {text}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a path the user gave cannot be read or written: say which and why
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"ftbench {args.command}: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"ftbench {args.command}: interrupted", file=sys.stderr)

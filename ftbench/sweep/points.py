@@ -174,6 +174,12 @@ def expand(spec: FineTuneSweepSpec, catalog: Catalog) -> Expansion:
         values = {k: _get(full, k) for k in varied}
         refused = (*report.issues, *_not_a_measurement(report.spec))
         points.append(SweepPoint(index, values, wire, report.spec if report.ok and not refused else None, refused))
+    if not any(p.valid for p in points):  # every point would be refused: the sweep would measure nothing
+        first = points[0]
+        why = "; ".join(str(i) for i in first.issues[:2])
+        return Expansion(issues=(Issue("spec", f"{len(points)} points", "sweep.no-runnable-point",
+                                       f"no point can run, so the sweep would measure nothing: fix the template or "
+                                       f"the matrix (point 0, {first.describe() or 'the template'}: {why})"),))  # fmt: skip
     return Expansion(points=tuple(points))
 
 

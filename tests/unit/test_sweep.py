@@ -367,3 +367,17 @@ def test_a_point_refused_for_a_predicted_oom_is_skipped_not_launched() -> None:
     assert row.phase == PointPhase.SKIPPED and row.is_valid is False
     assert row.message.startswith("not launched: predicted") and "predicted OOM" in row.message
     assert plan.counts.skipped == 1 and plan.phase == SweepPhase.SUCCEEDED
+
+
+def test_a_sweep_whose_every_point_is_invalid_is_refused_as_a_whole() -> None:
+    """Issue 45: it validated (exit 0) and `ftbench sweep` ended 'Succeeded: 2/2 points finished (2 invalid)'."""
+    spec = FineTuneSweepSpec.model_validate({
+        "template": {"experiment": "finetune_lora_benchmark-v1.0.0", "model": "ftbench-tiny-llama",
+                     "modelMaxLength": 512, "numberGpus": 2, "gpuModel": "NVIDIA-A100-SXM4-80GB"},
+        "matrix": {"batchSize": [1, 3]},
+    })  # fmt: skip
+    expansion = expand(spec, load_catalog())
+    assert not expansion.points and [i.rule for i in expansion.issues] == ["sweep.no-runnable-point"]
+    assert "batchSize 1 is not divisible by numberGpus 2" in expansion.issues[0].message
+    runnable = spec.model_copy(update={"matrix": {"batchSize": [1, 2]}})
+    assert [p.valid for p in expand(runnable, load_catalog()).points] == [False, True]  # one bad point is a measurement
