@@ -14,7 +14,8 @@ from ftbench.api import effective
 from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, DatasetEntry
-from ftbench.contracts.enums import DistributedBackend, MixedPrecision
+from ftbench.contracts.enums import DistributedBackend, Engine, MixedPrecision
+from ftbench.engines.releases import DEFAULT_FMS_HF_TUNING_VERSION
 
 _FSDP_FIELDS = {
     "fsdp_sharding_strategy": "fsdpShardingStrategy",
@@ -81,6 +82,66 @@ def applied_rules() -> Iterator[Rule]:
         return (
             f"{', '.join(changed)} configure FSDP, but this run uses {runs}, so they would not be applied; "
             "remove them, or run FSDP (distributedBackend FSDP with numberGpus > 1)"
+        )
+
+    @family.rule(
+        "applied.backend-one-process",
+        "distributedBackend",
+        "a distributed backend needs several processes",
+        cel="!has(self.distributedBackend) || self.distributedBackend == 'None' || self.numberNodes > 1 "
+        "|| self.numberGpus > 1",
+    )
+    def backend_one_process(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        backend = s.distributed_backend
+        if backend in (None, DistributedBackend.NONE) or effective.world_size(s) > 1:
+            return None
+        return (
+            f"distributedBackend {backend.value} shards or replicates a model across processes, but this run is one "
+            f"process (numberGpus {s.number_gpus} on one node), so it would not be applied; remove it, or set "
+            "numberGpus to 2 or more"
+        )
+
+    @family.rule(
+        "applied.fms-release-trl",
+        "fmsHfTuningVersion",
+        "fmsHfTuningVersion needs engine fms-hf-tuning",
+        cel=f"self.engine != 'trl' || self.fmsHfTuningVersion == '{DEFAULT_FMS_HF_TUNING_VERSION}'",
+    )
+    def fms_release_with_trl(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.engine != Engine.TRL or s.fms_hf_tuning_version == DEFAULT_FMS_HF_TUNING_VERSION:
+            return None
+        return (
+            f"fmsHfTuningVersion {s.fms_hf_tuning_version} chooses the fms-hf-tuning release, but engine trl runs "
+            "current trl, so it would not be applied; remove it, or set engine fms-hf-tuning"
+        )
+
+    @family.rule(
+        "applied.gpu-model-no-gpu",
+        "gpuModel",
+        "gpuModel needs GPUs",
+        cel="self.numberGpus > 0 || !has(self.gpuModel) || self.gpuModel == ''",
+    )
+    def gpu_model_without_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.number_gpus > 0 or not s.gpu_model:
+            return None
+        return (
+            f"gpuModel {s.gpu_model} picks the nodes' GPU model, but numberGpus is 0 (a CPU run), so it would not "
+            "be applied; remove it, or set numberGpus"
+        )
+
+    @family.rule(
+        "applied.precision-conflict",
+        "bf16",
+        "bf16 and fp16 mixed precision cannot both be on",
+        cel="!(self.bf16 && self.accelerateConfigMixedPrecision == 'fp16')",
+    )
+    def precision_conflict(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if not (s.bf16 and s.accelerate_config_mixed_precision == MixedPrecision.FP16):
+            return None
+        return (
+            "bf16 true asks the Trainer for bf16 mixed precision and accelerateConfigMixedPrecision fp16 asks "
+            "accelerate for fp16: one run has one; keep bf16 (accelerateConfigMixedPrecision bf16 or no) or fp16 "
+            "(bf16 false)"
         )
 
     @family.rule(

@@ -30,12 +30,17 @@ def data_rules() -> Iterator[Rule]:
         needed = s.batch_size * s.gradient_accumulation_steps
         if dataset.entries >= needed:
             return None
-        fit = max(1, dataset.entries // s.gradient_accumulation_steps)
+        smallest = max(1, s.number_gpus)  # batchSize is a multiple of numberGpus (is_valid.1)
+        fit = dataset.entries // s.gradient_accumulation_steps // smallest * smallest
+        how = (
+            f"lower batchSize (at most {fit} with this accumulation) or gradientAccumulationSteps"
+            if fit >= smallest  # a fix that can be followed: no batch below the smallest one
+            else f"lower gradientAccumulationSteps (at most {dataset.entries // smallest} with batchSize {smallest})"
+        )
         return (
             f"datasetId {s.dataset_id} has {dataset.entries} entries, but one optimizer step takes batchSize "
             f"{s.batch_size} x gradientAccumulationSteps {s.gradient_accumulation_steps} = {needed}, so not one "
-            f"whole step can run; lower batchSize (at most {fit} with this accumulation) or "
-            "gradientAccumulationSteps, or use a dataset with more entries"
+            f"whole step can run; {how}, or use a dataset with more entries"
         )
 
     @family.dataset_rule(

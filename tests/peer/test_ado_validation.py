@@ -384,6 +384,33 @@ DIFFERENCES: tuple[Difference, ...] = (
         ),
     ),
     Difference(
+        "backend-one-process",
+        "ftbench",
+        lambda c: c.get("distributed_backend") in ("FSDP", "DDP", "DeepSpeed") and c.gpus <= 1
+        and c.get("number_nodes", 1) == 1,
+        r"^applied\.backend-one-process$",
+        "a distributed backend on one process (number_gpus 0 or 1 on one node) is never applied; ado accepts it "
+        "and runs one process",
+        (FULL, {"distributed_backend": "DDP", "number_gpus": 1, "batch_size": 2}),
+    ),
+    Difference(
+        "gpu-model-no-gpu",
+        "ftbench",
+        lambda c: c.gpus == 0 and bool(c.get("gpu_model")),
+        r"^applied\.gpu-model-no-gpu$",
+        "gpu_model picks GPU nodes, and with number_gpus 0 there is none to pick; ado accepts it and ignores it",
+        (FULL, {"number_gpus": 0, "distributed_backend": None}),
+    ),
+    Difference(
+        "precision-conflict",
+        "ftbench",
+        lambda c: bool(c.get("bf16")) and c.get("accelerate_config_mixed_precision") == "fp16",
+        r"^applied\.precision-conflict$",
+        "bf16 true with accelerate_config_mixed_precision fp16 asks for two mixed precisions in one run; ado "
+        "passes both on",
+        (FULL, {"bf16": True, "accelerate_config_mixed_precision": "fp16"}),
+    ),
+    Difference(
         "stability-as-seed",
         "ftbench",
         _stability_beyond_seed,

@@ -30,7 +30,7 @@ NAME_LITERAL = re.compile(r"(FTBENCH_[A-Z0-9_]+|HF_HOME|ftbench\.io/[a-z][a-z0-9
 # spells it in a Literal type) and the field manager of TrainJob runtime patches (ftbench.render.trainjob).
 NOT_LABELS = {"ftbench.io/v1alpha1", "ftbench.io/operator"}
 # Knobs a shell script reads for itself (no other process reads them).
-SCRIPT_ONLY = {"FTBENCH_FORCE"}
+SCRIPT_ONLY = {"FTBENCH_FORCE", "FTBENCH_TEST_WORKERS"}  # read by hack/setup-envs.sh and hack/test.sh alone
 
 
 def _constants(module: object) -> set[str]:

@@ -12,7 +12,7 @@ from ftbench.api.validation import validate_spec_dict
 from ftbench.cli import main
 
 PROFILE = "modelMap:\n  my-llama:\n    Vanilla: /weights/my-llama\n"
-SPEC = {"model": "my-llama", "modelMaxLength": 512, "numberGpus": 1, "batchSize": 1, "gpuModel": "G",
+SPEC = {"model": "my-llama", "modelMaxLength": 512, "numberGpus": 2, "batchSize": 2, "gpuModel": "G",
         "distributedBackend": "DDP"}  # fmt: skip
 
 

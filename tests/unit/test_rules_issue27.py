@@ -79,3 +79,43 @@ def test_validate_reports_what_the_server_refuses_all_at_once():
     assert "write batchSize" in paths["spec.batch_size"].message
     assert "write queueName" in paths["spec.run.queue_name"].message
     assert "DNS-1123" in paths["metadata.name"].message
+
+
+def test_the_whole_step_fix_can_be_followed() -> None:
+    """Issue 45: batch 1 with 65536 accumulation steps was told to lower batchSize to at most 1. The fix names
+    what can change, and applying it gives a spec that validates."""
+    from ftbench.api.validation import validate_spec_dict
+
+    base = {"experiment": "finetune_lora_benchmark-v1.0.0", "model": "ftbench-tiny-llama", "modelMaxLength": 512,
+            "numberGpus": 2, "gpuModel": "NVIDIA-A100-SXM4-80GB", "datasetId": "news-chars-512-entries-4096"}  # fmt: skip
+    refused = validate_spec_dict({**base, "batchSize": 2, "gradientAccumulationSteps": 65536})
+    (issue,) = [i for i in refused.issues if i.rule == "data.whole-step"]
+    assert "lower gradientAccumulationSteps (at most 2048 with batchSize 2)" in issue.message
+    assert validate_spec_dict({**base, "batchSize": 2, "gradientAccumulationSteps": 2048}).ok
+    big = validate_spec_dict({**base, "batchSize": 4096, "gradientAccumulationSteps": 4})
+    (issue,) = [i for i in big.issues if i.rule == "data.whole-step"]
+    assert "lower batchSize (at most 1024 with this accumulation)" in issue.message
+    assert validate_spec_dict({**base, "batchSize": 1024, "gradientAccumulationSteps": 4}).ok
+
+
+@pytest.mark.parametrize(
+    ("extra", "rule"),
+    [
+        ({"distributedBackend": "FSDP"}, "applied.backend-one-process"),
+        ({"distributedBackend": "DDP", "numberGpus": 0, "gpuModel": None}, "applied.backend-one-process"),
+        ({"engine": "trl", "fmsHfTuningVersion": "2.4.0"}, "applied.fms-release-trl"),
+        ({"numberGpus": 0}, "applied.gpu-model-no-gpu"),
+        ({"numberGpus": 2, "batchSize": 2, "bf16": True, "accelerateConfigMixedPrecision": "fp16"},
+         "applied.precision-conflict"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={w}" for k, w in v.items()),
+)  # fmt: skip
+def test_a_setting_that_would_not_be_applied_is_refused_with_the_reason(extra: dict, rule: str) -> None:
+    """Issue 45: these were accepted and only noted (or silently dropped); what status records must have run."""
+    from ftbench.api.validation import validate_spec_dict
+
+    spec = {"experiment": "finetune_lora_benchmark-v1.0.0", "model": "ftbench-tiny-llama", "modelMaxLength": 512,
+            "numberGpus": 1, "batchSize": 1, "gpuModel": "NVIDIA-A100-SXM4-80GB", **extra}  # fmt: skip
+    report = validate_spec_dict({k: v for k, v in spec.items() if v is not None})
+    assert [i.rule for i in report.issues] == [rule], report.summary()
+    assert "would not be applied" in report.issues[0].message or "one run has one" in report.issues[0].message
