@@ -7,8 +7,8 @@ import importlib
 import signal
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 from importlib.metadata import entry_points
+from typing import NoReturn
 
 # Command modules, each with `register(subparsers)`; the order is the order in --help.
 # Commands other distributions add (the test rig's `ftbench dev`): entry points `name = "module"` whose

@@ -386,8 +386,11 @@ DIFFERENCES: tuple[Difference, ...] = (
     Difference(
         "backend-one-process",
         "ftbench",
-        lambda c: c.get("distributed_backend") in ("FSDP", "DDP", "DeepSpeed") and c.gpus <= 1
-        and c.get("number_nodes", 1) == 1,
+        lambda c: (
+            c.get("distributed_backend") in ("FSDP", "DDP", "DeepSpeed")
+            and c.gpus <= 1
+            and c.get("number_nodes", 1) == 1
+        ),
         r"^applied\.backend-one-process$",
         "a distributed backend on one process (number_gpus 0 or 1 on one node) is never applied; ado accepts it "
         "and runs one process",
