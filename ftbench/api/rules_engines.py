@@ -16,6 +16,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import AttentionImplementation, Engine, Experiment, experiment_spellings
 from ftbench.engines.flags import releases_knowing
+from ftbench.engines.optimizers import TRL, load_optimizers, why_not
 from ftbench.engines.releases import load_releases, version_tuple
 
 FMS = "self.engine != 'fms-hf-tuning' || "
@@ -71,6 +72,37 @@ def engine_rules(catalog: Catalog) -> Iterator[Rule]:
     )
 
     yield from _flag_rules(catalog)
+    yield _optimizer_rule()
+
+
+def _optimizer_rule() -> Rule:
+    """The optimizer runs on the spec's stack: its transformers offers the name and the package it needs is
+    installed there (ftbench.engines.optimizers, generated from each stack)."""
+    stacks = load_optimizers()
+
+    def optimizer(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        stack = TRL if s.engine == Engine.TRL else s.fms_hf_tuning_version
+        why = why_not(s.optim, stack)
+        if why is None:
+            return None
+        runs = stacks[stack]["runs"]
+        where = "engine trl" if stack == TRL else f"fms-hf-tuning {stack}"
+        return f"optim {s.optim} {why} ({where}); use one of {', '.join(runs)}"
+
+    per_release = [
+        f"(self.fmsHfTuningVersion == '{stack}' && !(self.optim in {cel_list(table['runs'])}))"
+        for stack, table in stacks.items()
+        if stack != TRL
+    ]
+    return Rule(
+        "engine.optimizer",
+        "optim",
+        "the engine's stack runs the optimizer (its transformers has it, its package is installed)",
+        optimizer,
+        f"self.engine == 'trl' ? self.optim in {cel_list(stacks[TRL]['runs'])} : !("
+        + " || ".join(per_release or ["false"])
+        + ")",
+    )
 
 
 def _flag_rules(catalog: Catalog) -> Iterator[Rule]:

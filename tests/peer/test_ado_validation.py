@@ -36,6 +36,7 @@ from ftbench.contracts.enums import (
     canonical_experiment,
 )
 from ftbench.engines.flags import releases_knowing
+from ftbench.engines.optimizers import why_not
 from ftbench.engines.releases import DEFAULT_FMS_HF_TUNING_VERSION, FMS_HF_TUNING_VERSIONS, load_releases
 
 pytestmark = pytest.mark.peer
@@ -174,6 +175,11 @@ def _beyond_positions(c: Case) -> bool:
 def _gpu_kernels_on_cpu(c: Case) -> bool:
     kernels = c.get("fast_kernels") is not None and any(c.get("fast_kernels"))
     return c.gpus == 0 and bool(kernels or c.get("fast_moe", 0))
+
+
+def _optimizer_gap(c: Case) -> bool:
+    release = str(c.get("fms_hf_tuning_version", DEFAULT_FMS_HF_TUNING_VERSION))
+    return why_not(str(c.get("optim", "adamw_torch")), release) is not None
 
 
 def _stability_beyond_seed(c: Case) -> bool:
@@ -412,6 +418,15 @@ DIFFERENCES: tuple[Difference, ...] = (
         "bf16 true with accelerate_config_mixed_precision fp16 asks for two mixed precisions in one run; ado "
         "passes both on",
         (FULL, {"bf16": True, "accelerate_config_mixed_precision": "fp16"}),
+    ),
+    Difference(
+        "optimizer-stack",
+        "ftbench",
+        _optimizer_gap,
+        r"^engine\.optimizer$",
+        "an optimizer the release's transformers does not have, or whose package the release's stack does not "
+        "install (bitsandbytes, galore-torch, apex, ...); ado launches it and the run fails",
+        (FULL, {"optim": "galore_adamw"}),
     ),
     Difference(
         "stability-as-seed",
