@@ -44,9 +44,9 @@ from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.render.plan import build_plan
 from ftbench_trainer.engines.fms import installed_release
 from ftbench_trainer.engines.run import EngineRun
+from ftbench_trainer.inputs import resolve_dataset, resolve_model
 from ftbench_trainer.measure.callback import MeasureCallback
 from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
-from ftbench_trainer.worker import resolve_dataset, resolve_model
 
 
 class StepClock(TrainerCallback):

@@ -133,6 +133,33 @@ def module_cycles() -> list[list[str]]:
     return _cycles(graph)
 
 
+def unit_of(name: str, known: dict[str, Path]) -> str:
+    """The unit a module belongs to for the sub-package check: its sub-package (`ftbench_trainer.measure`),
+    else the module itself (`ftbench_trainer.worker`)."""
+    parts = name.split(".")
+    if len(parts) >= 2:
+        candidate = ".".join(parts[:2])
+        if candidate in known and known[candidate].name == "__init__.py":
+            return candidate
+    return ".".join(parts[:2]) if len(parts) > 2 else name
+
+
+def subpackage_cycles() -> list[list[str]]:
+    """Circles among each package's sub-packages and top-level modules, lazy imports included: a module
+    circle can hide behind function-level imports between sub-packages (measure -> predict -> engines ->
+    measure did) that no module pair shows."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        mine = unit_of(name, known)
+        graph.setdefault(mine, set())
+        for _, target in imports(name, path, known):
+            module = resolve(target, known)
+            if module is not None and (theirs := unit_of(module, known)) != mine:
+                graph[mine].add(theirs)
+    return _cycles(graph)
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's strongly connected components with more than one member, each sorted."""
     index: dict[str, int] = {}
@@ -229,6 +256,7 @@ def main() -> int:
         print("docs/architecture.md is current" if fresh else "stale: run `python hack/import_contract.py --write`")
         return 0 if fresh else 1
     problems = breaches() + [f"a circle of modules: {' -> '.join(c)}" for c in module_cycles()]
+    problems += [f"a circle of sub-packages: {' -> '.join(c)}" for c in subpackage_cycles()]
     print("\n".join(problems) or "the import contract holds")
     return 1 if problems else 0
 

@@ -22,6 +22,11 @@ from ftbench.engines.releases import load_releases
 
 DEFAULT_LORA_R = 4
 DEFAULT_LORA_ALPHA = 16
+# fms-hf-tuning's own defaults (tuning/config/peft_config.py: LoraConfig.lora_dropout, PromptTuningConfig
+# .num_virtual_tokens), which its command line leaves to it; the plan carries them so trl trains the same
+# adapter and the memory predictor traces it.
+DEFAULT_LORA_DROPOUT = 0.05
+DEFAULT_PT_VIRTUAL_TOKENS = 8
 DEFAULT_DATASET_TEXT_FIELD = "output"
 
 

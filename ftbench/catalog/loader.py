@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ftbench.contracts.enums import DistributedBackend, Engine, Experiment, TorchDtype
+from ftbench.contracts.plan import DatasetGenerator
 from ftbench.contracts.wire import WireModel
 
 
@@ -63,6 +64,12 @@ class DatasetEntry(WireModel):
         "response away, so nothing is left to train on. Unset: not known (no check).",
     )
     description: str = ""
+
+    def generator(self) -> DatasetGenerator:
+        """How the trainer generates this dataset (the plan carries it: the trainer reads no catalog)."""
+        kinds = {"text-chars": "chars", "text-tokens": "tokens", "vision": "vision"}
+        return DatasetGenerator(kind=kinds[self.kind], entries=self.entries, chars=self.chars,  # type: ignore[arg-type]
+                                min_tokens=self.min_tokens, width=self.image_width, height=self.image_height)  # fmt: skip
 
 
 class ExperimentFixed(WireModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -30,16 +31,25 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the dataset generators need the trainer extra (pip install 'ftbench[trainer]')")
     if not args.args:
         raise UsageError("say `list` or `generate DATASET_ID -o PATH`")
-    if args.args[0] == "generate":  # the one error the generators would print as a usage block: say it here
-        from ftbench.catalog import load_catalog
+    from ftbench.catalog import load_catalog
 
-        generate = argparse.ArgumentParser(add_help=False)
-        generate.add_argument("dataset", nargs="?")
-        for option in ("-o", "--entries", "--min-tokens", "--seed"):
-            generate.add_argument(option)
-        named, _ = generate.parse_known_args(args.args[1:])
-        known = load_catalog().datasets
-        if named.dataset is not None and named.dataset not in known:
+    known = load_catalog().datasets
+    if args.args[0] == "list":
+        print(json.dumps({name: entry.generator().params() for name, entry in sorted(known.items())}, indent=2))
+        return 0
+    if args.args[0] != "generate":
+        raise UsageError(f"{args.args[0]!r}: say `list` or `generate DATASET_ID -o PATH`")
+    generate = argparse.ArgumentParser(add_help=False)
+    generate.add_argument("dataset", nargs="?")
+    for option in ("-o", "--entries", "--min-tokens", "--seed"):
+        generate.add_argument(option)
+    named, _ = generate.parse_known_args(args.args[1:])
+    extra: list[str] = []
+    if named.dataset is not None:
+        if named.dataset not in known:
             raise UsageError(f"unknown dataset {named.dataset!r}: one of {', '.join(sorted(known))}")
-    # Its own process, as `ftbench run` starts the trainer: ftbench never imports the trainer package.
-    return subprocess.run([sys.executable, "-m", "ftbench_trainer.datasets", *args.args], check=False).returncode
+        extra = ["--generator", known[named.dataset].generator().model_dump_json()]
+    # Its own process, as `ftbench run` starts the trainer: ftbench never imports the trainer package. The
+    # catalog's generator parameters go with it (the trainer reads no catalog).
+    command = [sys.executable, "-m", "ftbench_trainer.datasets", *args.args, *extra]
+    return subprocess.run(command, check=False).returncode

@@ -46,8 +46,27 @@ class ModelRef(WireModel):
     )
 
 
+class DatasetGenerator(WireModel):
+    """How the trainer generates an artificial dataset (seed 002): the catalog's entry, carried in the plan so
+    the trainer needs no catalog."""
+
+    kind: Literal["chars", "tokens", "vision"]
+    entries: Annotated[int, Field(ge=1)]
+    chars: Annotated[int, Field(ge=1)] | None = Field(None, description="chars: characters of prompt and response.")
+    min_tokens: Annotated[int, Field(ge=1)] | None = Field(None, description="tokens: words per entry at least.")
+    width: Annotated[int, Field(ge=1)] | None = Field(None, description="vision: image width.")
+    height: Annotated[int, Field(ge=1)] | None = Field(None, description="vision: image height.")
+
+    def params(self) -> dict[str, Any]:
+        """The generator's parameters as its functions take them (unset ones left out)."""
+        return self.model_dump(exclude_none=True)
+
+
 class DatasetRef(WireModel):
     id: str
+    generator: DatasetGenerator | None = Field(
+        None, description="How to generate it where no file is there (the catalog's entry); unset: not generated."
+    )
     path: str | None = Field(
         None,
         description="A pre-generated file to use as is. Unset: the trainer generates the dataset into dataDir "
@@ -92,18 +111,28 @@ class PeftSettings(WireModel):
     r: int | None = None
     lora_alpha: int | None = None
     target_modules: tuple[str, ...] | None = None
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
+    num_virtual_tokens: Annotated[int, Field(ge=1)] | None = Field(None, description="Prompt tuning's virtual tokens.")
 
     @model_validator(mode="after")
     def _lora_has_its_shape(self) -> PeftSettings:
-        if self.method == "lora" and (self.r is None or self.lora_alpha is None):
-            raise ValueError("a LoRA plan sets r and loraAlpha (render.plan fills in the spec's defaults)")
+        if self.method == "lora" and (self.r is None or self.lora_alpha is None or self.lora_dropout is None):
+            raise ValueError("a LoRA plan sets r, loraAlpha and the dropout (render.plan fills in the defaults)")
+        if self.method == "pt" and self.num_virtual_tokens is None:
+            raise ValueError("a prompt-tuning plan sets num_virtual_tokens (render.plan fills in the default)")
         return self
 
-    def lora_shape(self) -> tuple[int, int]:
-        """(r, lora_alpha) of a LoRA plan."""
-        if self.r is None or self.lora_alpha is None:
+    def lora_shape(self) -> tuple[int, int, float]:
+        """(r, lora_alpha, lora_dropout) of a LoRA plan."""
+        if self.r is None or self.lora_alpha is None or self.lora_dropout is None:
             raise ValueError(f"peft method {self.method} has no LoRA shape")
-        return self.r, self.lora_alpha
+        return self.r, self.lora_alpha, self.lora_dropout
+
+    def virtual_tokens(self) -> int:
+        """Prompt tuning's virtual tokens."""
+        if self.num_virtual_tokens is None:
+            raise ValueError(f"peft method {self.method} has no virtual tokens")
+        return self.num_virtual_tokens
 
 
 class FsdpSettings(WireModel):

@@ -299,7 +299,9 @@ def build_plan(
         engine=spec.engine,
         engine_version=spec.fms_hf_tuning_version if spec.engine == Engine.FMS_HF_TUNING else "",
         model=model_ref(spec, catalog, profile),
-        dataset=DatasetRef(id=spec.dataset_id, entries=dataset_entries),
+        dataset=DatasetRef(
+            id=spec.dataset_id, generator=catalog.datasets[spec.dataset_id].generator(), entries=dataset_entries
+        ),
         data_dir=profile.storage.data_dir,
         hf_home=profile.storage.hf_home,
         topology=layout,
@@ -367,6 +369,8 @@ def training_settings(spec: FineTuneExperimentSpec, catalog: Catalog, profile: C
             r=effective.lora_r(spec) if lora else None,
             lora_alpha=effective.lora_alpha(spec) if lora else None,
             target_modules=effective.target_modules(spec, catalog) if lora else None,
+            lora_dropout=effective.DEFAULT_LORA_DROPOUT if lora else None,
+            num_virtual_tokens=effective.DEFAULT_PT_VIRTUAL_TOKENS if exp.peft_method == "pt" else None,
         ),
         fast_moe=spec.fast_moe,
         # The user's fastKernels wins; an experiment's fixed value (GPTQ-LoRA: all on) is its default.

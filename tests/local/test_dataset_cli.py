@@ -18,13 +18,14 @@ def test_generate_writes_the_requested_entries(tmp_path: Path, capfd: pytest.Cap
     assert len(rows) == 4 and all(len(r["output"]) == 2 * 512 + 117 for r in rows)
 
 
-def test_generators_come_from_the_catalog() -> None:
-    from ftbench_trainer.datasets import DATASET_GENERATORS
-
+def test_generators_come_from_the_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ftbench dataset list` prints the catalog's generators, the ones a plan carries to the trainer."""
+    assert main(["dataset", "list"]) == 0
+    listed = json.loads(capsys.readouterr().out)
     catalog = load_catalog().datasets
-    assert set(DATASET_GENERATORS) == set(catalog)
+    assert set(listed) == set(catalog)
     assert (
-        DATASET_GENERATORS["news-tokens-128kplus-entries-320"]["min_tokens"]
+        listed["news-tokens-128kplus-entries-320"]["min_tokens"]
         == catalog["news-tokens-128kplus-entries-320"].min_tokens
     )
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import yaml
@@ -33,6 +34,13 @@ from ftbench.render.plan import build_plan
 
 pytestmark = pytest.mark.peer
 ADO_MODEL_ROOT = "/hf-models-pvc"
+
+
+def gen(dataset_id: str) -> Any:
+    """The catalog's generator of a dataset, as a plan carries it."""
+    from ftbench.catalog import load_catalog
+
+    return load_catalog().datasets[dataset_id].generator()
 
 
 def _ado_targets(ado_dir: Path, module: str) -> dict[str, list[str]]:
@@ -123,7 +131,7 @@ def test_ftbench_rows_pass_ados_token_counting(ado_dir: Path, tmp_path: Path, da
     from ftbench_trainer.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path / "model")
-    path = generate_dataset(dataset_id, tmp_path / "data", entries=3)
+    path = generate_dataset(dataset_id, gen(dataset_id), tmp_path / "data", entries=3)
     counts = _ado_finetune(ado_dir).calculate_tokens_in_text_dataset(str(model), str(path))
     assert len(counts) == 3
     if "tokens" in dataset_id:
@@ -141,11 +149,11 @@ def test_ados_vision_dataset_is_read_like_ftbenchs(ado_dir: Path, tmp_path: Path
     pq = pytest.importorskip("pyarrow.parquet")
     image_module = pytest.importorskip("PIL.Image")
     hf_datasets = pytest.importorskip("datasets")
-    from ftbench_trainer.datasets import DATASET_GENERATORS, generate_dataset, resolve_dataset_file
+    from ftbench_trainer.datasets import generate_dataset, resolve_dataset_file
     from ftbench_trainer.measure.dataset_tokens import read_texts
 
     dataset_id = f"vision-{width}x{height}-16384plus-entries-4096"
-    assert (DATASET_GENERATORS[dataset_id]["width"], DATASET_GENERATORS[dataset_id]["height"]) == (width, height)
+    assert (gen(dataset_id).params()["width"], gen(dataset_id).params()["height"]) == (width, height)
     data = tmp_path / "data"
     ado_file = data / f"{dataset_id}.parquet"
     python = ado_dir.parents[4] / "bin" / "python"
@@ -155,9 +163,9 @@ def test_ados_vision_dataset_is_read_like_ftbenchs(ado_dir: Path, tmp_path: Path
          "--num-gradient-accumulation-steps", "1", "--image-width", str(width), "--image-height", str(height)],
         check=True, capture_output=True,
     )  # fmt: skip
-    assert resolve_dataset_file(dataset_id, data) == (ado_file, False)
+    assert resolve_dataset_file(dataset_id, gen(dataset_id), data) == (ado_file, False)
     assert sorted(p.name for p in data.iterdir()) == [ado_file.name]  # nothing generated beside it
-    ours = generate_dataset(dataset_id, tmp_path / "ours", entries=2, min_tokens=20)
+    ours = generate_dataset(dataset_id, gen(dataset_id), tmp_path / "ours", entries=2, min_tokens=20)
 
     ado_table, our_table = pq.read_table(ado_file), pq.read_table(ours)
     assert ado_table.column_names == our_table.column_names == ["images", "output"]

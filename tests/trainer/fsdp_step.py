@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+from ftbench_trainer.measure.storage import StorageTracker
 from ftbench_trainer.predict.model import architecture_config
 from ftbench_trainer.predict.trace import StepShape, add_adapter, build_model, run_steps, shard_like_accelerate
-from ftbench_trainer.predict.tracker import StorageTracker
 
 
 def main() -> None:

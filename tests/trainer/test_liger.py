@@ -30,7 +30,7 @@ from ftbench.contracts.plan import LaunchPlan
 from ftbench_trainer.engines.run import EngineRun
 from ftbench_trainer.engines.trl import build_trainer
 from ftbench_trainer.measure.callback import MeasureCallback, liger_in_effect
-from ftbench_trainer.worker import resolve_dataset
+from ftbench_trainer.inputs import resolve_dataset
 
 class Started(Exception):
     pass

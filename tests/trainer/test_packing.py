@@ -45,9 +45,9 @@ def test_a_packed_sample_trains_as_it_would_alone(tmp_path: Path, tiny_model_dir
 
     from ftbench_trainer.engines.run import EngineRun
     from ftbench_trainer.engines.trl import build_trainer
+    from ftbench_trainer.inputs import resolve_dataset
     from ftbench_trainer.measure.callback import MeasureCallback
     from ftbench_trainer.packing import POSITION_IDS, isolation
-    from ftbench_trainer.worker import resolve_dataset
 
     plan = make_plan(tmp_path, tiny_model_dir, tmp_path / "data", packing=True, attentionImplementation=attention)
     dataset, _ = resolve_dataset(plan)

@@ -159,6 +159,10 @@ def test_lora_shape_comes_from_the_plan_alone(tmp_path: Path, tiny_model_dir: Pa
     assert (config.r, config.lora_alpha) == (16, 64)
     assert (step_shape(plan).lora_r, step_shape(plan).lora_alpha) == (16, 64)
     defaults = make_plan(tmp_path, tiny_model_dir, data_dir, experiment=Experiment.LORA).training.peft
-    assert defaults.lora_shape() == (effective.DEFAULT_LORA_R, effective.DEFAULT_LORA_ALPHA)
-    with pytest.raises(ValidationError, match="a LoRA plan sets r and loraAlpha"):
+    assert defaults.lora_shape() == (
+        effective.DEFAULT_LORA_R,
+        effective.DEFAULT_LORA_ALPHA,
+        effective.DEFAULT_LORA_DROPOUT,
+    )
+    with pytest.raises(ValidationError, match="a LoRA plan sets r, loraAlpha and the dropout"):
         PeftSettings(method="lora")

@@ -27,6 +27,7 @@ from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import REASON_NETWORK_CHECKED, Outcome, RunError, TrainerResult, classify_exception
+from ftbench_trainer.inputs import resolve_dataset, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -73,37 +74,6 @@ def _version(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return ""
-
-
-def resolve_model(plan: LaunchPlan) -> str:
-    """plan.model.ref as a local path or hub id; builds the tiny model there when `generated`."""
-    if plan.model.generated:
-        from ftbench_trainer.tiny_model import build_tiny_model
-
-        build_tiny_model(plan.model.ref)
-    elif plan.model.ref.startswith("/") and not Path(plan.model.ref).exists():
-        # Otherwise from_pretrained reads the path as a hub id and says "Repo id must be in the form ...".
-        raise FileNotFoundError(
-            f"weights of model {plan.model.name} not found at {plan.model.ref}: put them on the models volume "
-            "(cluster profile storage.models / modelRoot) or point the model at them with a model map"
-        )
-    return plan.model.ref
-
-
-def resolve_dataset(plan: LaunchPlan) -> tuple[str, bool]:
-    """(the dataset file, whether this run generated it): plan.dataset.path, else seed 002's
-    <dataDir>/<id>.jsonl|parquet (e.g. ado's file), else ftbench's generated file."""
-    if plan.dataset.path:
-        return plan.dataset.path, False
-    from ftbench_trainer.datasets import resolve_dataset_file, seed_002_file
-
-    if not plan.dataset.generate_if_missing and seed_002_file(plan.dataset.id, plan.data_dir) is None:
-        raise FileNotFoundError(
-            f"dataset {plan.dataset.id} is not at {plan.data_dir}/{plan.dataset.id}.jsonl|parquet and "
-            "generateIfMissing is false; put the file there or allow generating it"
-        )
-    path, generated = resolve_dataset_file(plan.dataset.id, plan.data_dir, entries=plan.dataset.entries)
-    return str(path), generated
 
 
 class BackendNotInEffectError(RuntimeError):

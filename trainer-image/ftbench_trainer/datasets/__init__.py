@@ -1,6 +1,7 @@
 """Deterministic generators for the artificial benchmark datasets.
 
-Every catalog ``dataset_id`` has an entry in :data:`DATASET_GENERATORS`. :func:`generate_dataset`
+Every catalog ``dataset_id`` has its generator parameters in the catalog, which the plan carries
+(``plan.dataset.generator``: the trainer reads no catalog). :func:`generate_dataset`
 writes a dataset once into a data directory under a content-keyed file name
 (``<dataset_id>-<key>.jsonl|parquet``; the key hashes the id, the effective parameters, the seed,
 the tokenizer and :data:`GENERATOR_VERSION`), reuses an existing file, and is safe when several
@@ -46,8 +47,8 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from ftbench.contracts.plan import DatasetGenerator
 from ftbench_trainer.datasets.errors import DatasetError
 from ftbench_trainer.datasets.vision import OUTER_RADIUS as OUTER_RADIUS
 from ftbench_trainer.datasets.vision import VISION_QUESTION_WORDS as VISION_QUESTION_WORDS
@@ -58,27 +59,6 @@ from ftbench_trainer.datasets.words import sentences as sentences
 
 GENERATOR_VERSION = 3  # 2: ado's row formats; 3: vision images are JPEG (as ado's), not PNG
 
-
-def _generators_from_catalog() -> dict[str, dict[str, Any]]:
-    """Generator parameters of every dataset, from the one catalog (ftbench/catalog/data/datasets.yaml)."""
-    from ftbench.catalog import load_catalog
-
-    kinds = {"text-chars": "chars", "text-tokens": "tokens", "vision": "vision"}
-    generators: dict[str, dict[str, Any]] = {}
-    for entry in load_catalog().datasets.values():
-        params: dict[str, Any] = {"kind": kinds[entry.kind]}
-        if entry.chars is not None:
-            params["chars"] = entry.chars
-        if entry.kind == "vision":
-            params["width"], params["height"] = entry.image_width, entry.image_height
-        if entry.min_tokens is not None:
-            params["min_tokens"] = entry.min_tokens
-        params["entries"] = entry.entries
-        generators[entry.name] = params
-    return generators
-
-
-DATASET_GENERATORS: dict[str, dict[str, Any]] = _generators_from_catalog()
 
 EXTENSIONS = {"chars": ".jsonl", "tokens": ".jsonl", "vision": ".parquet"}
 
@@ -94,13 +74,11 @@ TOKENS_COPIES_PER_16K = 100
 # ---------------------------------------------------------------------------------- parameters
 
 
-def dataset_params(dataset_id: str, *, entries: int | None = None, min_tokens: int | None = None) -> dict:
-    """The effective generator parameters of ``dataset_id`` with the overrides applied."""
-    try:
-        params = dict(DATASET_GENERATORS[dataset_id])
-    except KeyError:
-        known = ", ".join(sorted(DATASET_GENERATORS))
-        raise DatasetError(f"unknown dataset_id {dataset_id!r}; known: {known}") from None
+def dataset_params(
+    dataset_id: str, generator: DatasetGenerator, *, entries: int | None = None, min_tokens: int | None = None
+) -> dict:
+    """The effective generator parameters of ``dataset_id`` (the plan's generator) with the overrides applied."""
+    params = generator.params()
     if entries is not None:
         if entries < 1:
             raise DatasetError(f"entries must be >= 1, got {entries}")
@@ -127,8 +105,8 @@ def content_key(dataset_id: str, params: dict, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def dataset_filename(dataset_id: str, key: str) -> str:
-    return f"{dataset_id}-{key}{EXTENSIONS[DATASET_GENERATORS[dataset_id]['kind']]}"
+def dataset_filename(dataset_id: str, key: str, kind: str) -> str:
+    return f"{dataset_id}-{key}{EXTENSIONS[kind]}"
 
 
 # ---------------------------------------------------------------------------------- text rows
@@ -177,6 +155,7 @@ def _write_jsonl(rows: Iterator[dict], fh) -> int:
 
 def write_dataset(
     dataset_id: str,
+    generator: DatasetGenerator,
     path: str | os.PathLike,
     *,
     entries: int | None = None,
@@ -184,7 +163,7 @@ def write_dataset(
     seed: int = 0,
 ) -> Path:
     """Generate ``dataset_id`` into exactly ``path`` (atomically: temp file + ``os.replace``)."""
-    params = dataset_params(dataset_id, entries=entries, min_tokens=min_tokens)
+    params = dataset_params(dataset_id, generator, entries=entries, min_tokens=min_tokens)
     return _write(dataset_id, params, seed, Path(path))
 
 
@@ -212,6 +191,7 @@ def _write(dataset_id: str, params: dict, seed: int, path: Path) -> Path:
 
 def dataset_path(
     dataset_id: str,
+    generator: DatasetGenerator,
     out_dir: str | os.PathLike,
     *,
     entries: int | None = None,
@@ -219,12 +199,13 @@ def dataset_path(
     seed: int = 0,
 ) -> Path:
     """Where :func:`generate_dataset` puts (or finds) this dataset; generates nothing."""
-    params = dataset_params(dataset_id, entries=entries, min_tokens=min_tokens)
-    return Path(out_dir) / dataset_filename(dataset_id, content_key(dataset_id, params, seed))
+    params = dataset_params(dataset_id, generator, entries=entries, min_tokens=min_tokens)
+    return Path(out_dir) / dataset_filename(dataset_id, content_key(dataset_id, params, seed), generator.kind)
 
 
 def generate_dataset(
     dataset_id: str,
+    generator: DatasetGenerator,
     out_dir: str | os.PathLike,
     *,
     entries: int | None = None,
@@ -236,10 +217,10 @@ def generate_dataset(
     ``entries`` and ``min_tokens`` override the catalog sizes (tests); they go into the content
     key, the dataset id stays the catalog id. An existing file with the same content key is reused.
     """
-    path = dataset_path(dataset_id, out_dir, entries=entries, min_tokens=min_tokens, seed=seed)
+    path = dataset_path(dataset_id, generator, out_dir, entries=entries, min_tokens=min_tokens, seed=seed)
     if path.is_file():
         return path
-    return write_dataset(dataset_id, path, entries=entries, min_tokens=min_tokens, seed=seed)
+    return write_dataset(dataset_id, generator, path, entries=entries, min_tokens=min_tokens, seed=seed)
 
 
 def seed_002_file(dataset_id: str, data_dir: str | os.PathLike) -> Path | None:
@@ -253,14 +234,17 @@ def seed_002_file(dataset_id: str, data_dir: str | os.PathLike) -> Path | None:
 
 
 def resolve_dataset_file(
-    dataset_id: str, data_dir: str | os.PathLike, *, entries: int | None = None
+    dataset_id: str, generator: DatasetGenerator | None, data_dir: str | os.PathLike, *, entries: int | None = None
 ) -> tuple[Path, bool]:
     """(the file to train on, whether it was generated now): seed 002's file when present, else
-    ftbench's content-keyed file, generated when missing."""
+    ftbench's content-keyed file, generated when missing (from the plan's generator)."""
     existing = seed_002_file(dataset_id, data_dir)
     if existing is not None:
         return existing, False
-    path = dataset_path(dataset_id, data_dir, entries=entries)
+    if generator is None:
+        raise DatasetError(f"dataset {dataset_id} is not at {data_dir}/{dataset_id}.jsonl|parquet and the plan "
+                           "has no generator for it")  # fmt: skip
+    path = dataset_path(dataset_id, generator, data_dir, entries=entries)
     if path.is_file():
         return path, False
-    return generate_dataset(dataset_id, data_dir, entries=entries), True
+    return generate_dataset(dataset_id, generator, data_dir, entries=entries), True

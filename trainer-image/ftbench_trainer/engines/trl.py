@@ -14,9 +14,7 @@ from typing import Any
 from ftbench.contracts.plan import DeepSpeedSettings, LaunchPlan
 from ftbench_trainer.engines.run import EngineRun
 
-# fms-hf-tuning's defaults (tuning/config/peft_config.py) where the plan does not set a value.
-LORA_DROPOUT = 0.05
-PT_NUM_VIRTUAL_TOKENS = 8
+# fms-hf-tuning's prompt-tuning init text (tuning/config/peft_config.py); the sizes come from the plan.
 PT_INIT_TEXT = "Classify if the tweet is a complaint or not:"
 
 
@@ -34,12 +32,12 @@ def peft_config(plan: LaunchPlan, model_path: str) -> Any:
 
     p = plan.training.peft
     if p.method == "lora":
-        r, alpha = p.lora_shape()
+        r, alpha, dropout = p.lora_shape()
         return LoraConfig(
             r=r,
             lora_alpha=alpha,
             target_modules=list(p.target_modules) if p.target_modules else None,
-            lora_dropout=LORA_DROPOUT,
+            lora_dropout=dropout,
             bias="none",
             task_type=TaskType.CAUSAL_LM,
         )
@@ -47,7 +45,7 @@ def peft_config(plan: LaunchPlan, model_path: str) -> Any:
         return PromptTuningConfig(
             task_type=TaskType.CAUSAL_LM,
             prompt_tuning_init=PromptTuningInit.TEXT,
-            num_virtual_tokens=PT_NUM_VIRTUAL_TOKENS,
+            num_virtual_tokens=p.virtual_tokens(),
             prompt_tuning_init_text=PT_INIT_TEXT,
             tokenizer_name_or_path=model_path,
         )

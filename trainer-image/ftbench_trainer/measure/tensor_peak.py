@@ -40,7 +40,7 @@ class TensorPeakProbe:
     def step_begin(self) -> None:
         if self._optimizer is None or self._tracker is not None:
             return
-        from ftbench_trainer.predict.tracker import StorageTracker
+        from ftbench_trainer.measure.storage import StorageTracker
 
         tracker = StorageTracker(settle=True)  # the optimizer phase counts once the collectives let go
         tracker.add_all(self._model.parameters())

@@ -20,9 +20,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from ftbench_trainer.measure.storage import Split
 from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace, trace_step
 from ftbench_trainer.predict.traceable import mamba_kernels
-from ftbench_trainer.predict.tracker import Split
 
 # Config fields that list one entry per layer (granitemoehybrid's layer_types, older layers_block_type).
 LAYER_LISTS = ("layer_types",)

@@ -10,11 +10,11 @@ from typing import Any
 
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+from ftbench_trainer.measure.storage import Split
 from ftbench_trainer.predict.depth import trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
 from ftbench_trainer.predict.shard import Sharding, Sizes, shard
 from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace
-from ftbench_trainer.predict.tracker import Split
 
 # FSDP strategies traced with FSDP2 on a fake process group, and those that reshard after forward.
 FSDP_TRACED = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
@@ -49,7 +49,7 @@ def read_config(plan: LaunchPlan) -> tuple[Any, str]:
     catalog's `architecture` (a hub id is never fetched for it), else the hub or its cache."""
     from transformers import AutoConfig
 
-    from ftbench_trainer.worker import resolve_model
+    from ftbench_trainer.inputs import resolve_model
 
     model = plan.model
     local = model.generated or (Path(model.ref) / "config.json").is_file()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ftbench.contracts.enums import DistributedBackend
 from ftbench.contracts.plan import LaunchPlan
-from ftbench_trainer.engines.trl import LORA_DROPOUT, PT_NUM_VIRTUAL_TOKENS
 from ftbench_trainer.predict.shard import Sharding
 from ftbench_trainer.predict.trace import StepShape
 
@@ -64,7 +63,9 @@ def step_shape(plan: LaunchPlan) -> StepShape:
     peft = t.peft
     method = plan.method
     # A LoRA plan always carries its shape; StepShape's own defaults only stand in for other methods.
-    lora_r, lora_alpha = peft.lora_shape() if peft.method == "lora" else (StepShape.lora_r, StepShape.lora_alpha)
+    lora_r, lora_alpha, lora_dropout = (
+        peft.lora_shape() if peft.method == "lora" else (StepShape.lora_r, StepShape.lora_alpha, StepShape.lora_dropout)
+    )
     return StepShape(
         method=method,
         # GPTQ-LoRA's quantized base layers compute in float16; the trace sees them as float16 linears.
@@ -79,9 +80,9 @@ def step_shape(plan: LaunchPlan) -> StepShape:
         gradient_accumulation=t.gradient_accumulation_steps,
         lora_r=lora_r,
         lora_alpha=lora_alpha,
-        lora_dropout=LORA_DROPOUT,
+        lora_dropout=lora_dropout,
         lora_targets=peft.target_modules,
-        pt_virtual_tokens=PT_NUM_VIRTUAL_TOKENS,
+        pt_virtual_tokens=peft.virtual_tokens() if peft.method == "pt" else StepShape.pt_virtual_tokens,
         fused_lm_head=(fused := fused_lm_head_outputs()),
         logits_accuracy=not fused and logits_accuracy(),
     )

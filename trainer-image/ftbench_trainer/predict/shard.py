@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ftbench_trainer.predict.tracker import Split
+from ftbench_trainer.measure.storage import Split
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ from typing import Any, Literal
 
 import torch
 
+from ftbench_trainer.measure.storage import Split, StorageTracker, split_at
 from ftbench_trainer.predict.traceable import make_traceable
-from ftbench_trainer.predict.tracker import Split, StorageTracker, split_at
 
 Method = Literal["full", "lora", "gptq-lora", "pt"]
 PHASES = ("forward", "backward", "optimizer")
