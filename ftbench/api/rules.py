@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rule import Rule, cel_list
+from ftbench.api.rule import Rule, RuleFamily, cel_list
 from ftbench.api.rules_applied import applied_rules
 from ftbench.api.rules_bounds import bound_rules
 from ftbench.api.rules_data import data_rules
@@ -25,6 +25,14 @@ from ftbench.contracts.enums import DistributedBackend, Engine
 
 
 def _seed_rules() -> Iterator[Rule]:
+    family = RuleFamily()
+
+    @family.rule(
+        "is_valid.1",
+        "batchSize",
+        "batchSize must be divisible by max(1, numberGpus)",
+        cel="self.batchSize % (self.numberGpus > 0 ? self.numberGpus : 1) == 0",
+    )
     def divisible_batch(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         devices = max(1, s.number_gpus)
         if s.batch_size % devices == 0:
@@ -34,14 +42,12 @@ def _seed_rules() -> Iterator[Rule]:
             f"use a multiple of {devices}, e.g. {devices * max(1, s.batch_size // devices)}"
         )
 
-    yield Rule(
-        "is_valid.1",
-        "batchSize",
-        "batchSize must be divisible by max(1, numberGpus)",
-        divisible_batch,
-        "self.batchSize % (self.numberGpus > 0 ? self.numberGpus : 1) == 0",
+    @family.rule(
+        "is_valid.2",
+        "numberGpus",
+        "numberGpus must be divisible by numberNodes",
+        cel="self.numberGpus % self.numberNodes == 0",
     )
-
     def divisible_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.number_gpus % s.number_nodes == 0:
             return None
@@ -50,14 +56,12 @@ def _seed_rules() -> Iterator[Rule]:
             f"use a multiple of {s.number_nodes} GPUs or fewer nodes"
         )
 
-    yield Rule(
-        "is_valid.2",
-        "numberGpus",
-        "numberGpus must be divisible by numberNodes",
-        divisible_gpus,
-        "self.numberGpus % self.numberNodes == 0",
+    @family.rule(
+        "is_valid.5",
+        "gpuModel",
+        "gpuModel must be set when numberGpus > 0 (and device is not cpu)",
+        cel="self.numberGpus == 0 || (has(self.device) && self.device == 'cpu') || (has(self.gpuModel) && size(self.gpuModel) > 0)",
     )
-
     def gpu_model_set(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.number_gpus == 0 or s.gpu_model or effective.uses_cpu(s):
             return None
@@ -66,27 +70,18 @@ def _seed_rules() -> Iterator[Rule]:
             "nodes to run on, e.g. NVIDIA-A100-SXM4-80GB (kubectl get nodes -L nvidia.com/gpu.product)"
         )
 
-    yield Rule(
-        "is_valid.5",
-        "gpuModel",
-        "gpuModel must be set when numberGpus > 0 (and device is not cpu)",
-        gpu_model_set,
-        "self.numberGpus == 0 || (has(self.device) && self.device == 'cpu') || (has(self.gpuModel) && size(self.gpuModel) > 0)",
+    @family.rule(
+        "is_valid.6",
+        "fastMoe",
+        "numberGpus must be divisible by fastMoe",
+        cel="self.fastMoe == 0 || self.numberGpus % self.fastMoe == 0",
     )
-
     def fast_moe_gpus(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.fast_moe == 0 or s.number_gpus % s.fast_moe == 0:
             return None
         return f"numberGpus {s.number_gpus} is not divisible by fastMoe {s.fast_moe}; use a divisor of numberGpus"
 
-    yield Rule(
-        "is_valid.6",
-        "fastMoe",
-        "numberGpus must be divisible by fastMoe",
-        fast_moe_gpus,
-        "self.fastMoe == 0 || self.numberGpus % self.fastMoe == 0",
-    )
-
+    @family.rule("is_valid.7", "fastMoe", "the model's num_local_experts must be divisible by fastMoe")
     def fast_moe_experts(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         if s.fast_moe == 0:
             return None
@@ -104,10 +99,13 @@ def _seed_rules() -> Iterator[Rule]:
             )
         return None
 
-    yield Rule("is_valid.7", "fastMoe", "the model's num_local_experts must be divisible by fastMoe", fast_moe_experts)
+    yield from family.rules
 
 
 def _general_rules(catalog: Catalog) -> Iterator[Rule]:
+    family = RuleFamily()
+
+    @family.rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", cel="self.maxSteps != 0")
     def max_steps_nonzero(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         # transformers (and so ado, which passes 0 on) reads max_steps <= 0 as "run num_train_epochs";
         # a reader of the spec may expect no training. The seed's way to ask for epochs is -1.
@@ -115,8 +113,12 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             return None
         return "maxSteps 0 is ambiguous (transformers would run numTrainEpochs); use -1 to run numTrainEpochs, or >= 1"
 
-    yield Rule("steps.nonzero", "maxSteps", "maxSteps is -1 or at least 1", max_steps_nonzero, "self.maxSteps != 0")
-
+    @family.rule(
+        "steps.warmup",
+        "warmupSteps",
+        "warmupSteps is below maxSteps, so some steps are measured",
+        cel="!has(self.warmupSteps) || self.maxSteps < 1 || self.warmupSteps < self.maxSteps",
+    )
     def warmup_below_steps(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.warmup_steps is None or s.max_steps < 1 or s.warmup_steps < s.max_steps:
             return None
@@ -125,6 +127,12 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             f"use at most {s.max_steps - 1}, or raise maxSteps"
         )
 
+    @family.rule(
+        "repeats.one-node",
+        "repeats",
+        "repeats run on one node",
+        cel="!has(self.repeats) || self.repeats == 1 || self.numberNodes == 1",
+    )
     def repeats_one_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if (s.repeats or 1) == 1 or s.number_nodes == 1:
             return None
@@ -133,25 +141,15 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             "use a FineTuneSweep with repeats for multi-node runs, or numberNodes 1"
         )
 
-    yield Rule(
-        "repeats.one-node",
-        "repeats",
-        "repeats run on one node",
-        repeats_one_node,
-        "!has(self.repeats) || self.repeats == 1 || self.numberNodes == 1",
-    )
-
-    yield Rule(
-        "steps.warmup",
-        "warmupSteps",
-        "warmupSteps is below maxSteps, so some steps are measured",
-        warmup_below_steps,
-        "!has(self.warmupSteps) || self.maxSteps < 1 || self.warmupSteps < self.maxSteps",
-    )
-
     # Seed rule 1 spreads the batch over max(1, numberGpus) devices; a multi-node CPU run (an
     # ftbench extension: ado refuses 0 GPUs on several nodes) has one process per node instead, so
     # the batch must split over the nodes or the effective batch would silently change.
+    @family.rule(
+        "batch.cpu-nodes",
+        "batchSize",
+        "without GPUs, batchSize must be divisible by numberNodes (one process per node)",
+        cel="self.numberGpus > 0 || self.batchSize % self.numberNodes == 0",
+    )
     def cpu_batch_per_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.number_gpus > 0 or s.batch_size % s.number_nodes == 0:
             return None
@@ -160,14 +158,12 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             f"{s.number_nodes} nodes without GPUs; use a multiple of {s.number_nodes} or numberNodes 1"
         )
 
-    yield Rule(
-        "batch.cpu-nodes",
-        "batchSize",
-        "without GPUs, batchSize must be divisible by numberNodes (one process per node)",
-        cpu_batch_per_node,
-        "self.numberGpus > 0 || self.batchSize % self.numberNodes == 0",
+    @family.rule(
+        "backend.none-single-node",
+        "distributedBackend",
+        "distributedBackend None (DataParallel) runs on one node",
+        cel="!has(self.distributedBackend) || self.distributedBackend != 'None' || self.numberNodes == 1",
     )
-
     def data_parallel_one_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.distributed_backend != DistributedBackend.NONE or s.number_nodes == 1:
             return None
@@ -176,16 +172,14 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             f"{s.number_nodes}; set numberNodes 1 or distributedBackend FSDP or DDP"
         )
 
-    yield Rule(
-        "backend.none-single-node",
-        "distributedBackend",
-        "distributedBackend None (DataParallel) runs on one node",
-        data_parallel_one_node,
-        "!has(self.distributedBackend) || self.distributedBackend != 'None' || self.numberNodes == 1",
-    )
-
     vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
 
+    @family.rule(
+        "engine.trl-text-only",
+        "datasetId",
+        "engine trl runs text datasets only",
+        cel="self.engine != 'trl' || !(self.datasetId in " + cel_list(vision) + ")",
+    )
     def trl_text_only(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.TRL or s.dataset_id not in vision:
             return None
@@ -194,14 +188,12 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             "ftbench runs through fms-hf-tuning: set engine fms-hf-tuning or a news-* dataset"
         )
 
-    yield Rule(
-        "engine.trl-text-only",
-        "datasetId",
-        "engine trl runs text datasets only",
-        trl_text_only,
-        "self.engine != 'trl' || !(self.datasetId in " + cel_list(vision) + ")",
+    @family.rule(
+        "engine.trl-acceleration",
+        "engine",
+        "fastMoe and fastKernels need engine fms-hf-tuning",
+        cel="self.engine != 'trl' || (self.fastMoe == 0 && !has(self.fastKernels))",
     )
-
     def trl_acceleration(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.TRL or (s.fast_moe == 0 and s.fast_kernels is None):
             return None
@@ -210,14 +202,7 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             "use engine fms-hf-tuning or remove them"
         )
 
-    yield Rule(
-        "engine.trl-acceleration",
-        "engine",
-        "fastMoe and fastKernels need engine fms-hf-tuning",
-        trl_acceleration,
-        "self.engine != 'trl' || (self.fastMoe == 0 && !has(self.fastKernels))",
-    )
-
+    @family.rule("catalog.model", "model", "the model is in the catalog with the weights the experiment loads")
     def model_known(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         exp = effective.experiment_of(s, c)
         model = effective.model_of(s, c)
@@ -234,10 +219,7 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             )
         return None
 
-    yield Rule(
-        "catalog.model", "model", "the model is in the catalog with the weights the experiment loads", model_known
-    )
-
+    @family.rule("catalog.dataset", "datasetId", "the dataset is in the catalog and matches the model")
     def dataset_known(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         dataset = c.datasets.get(s.dataset_id)
         if dataset is None:
@@ -248,14 +230,13 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             return f"datasetId {s.dataset_id} is {kind} dataset but model {s.model} is not; pick a matching pair"
         return None
 
-    yield Rule("catalog.dataset", "datasetId", "the dataset is in the catalog and matches the model", dataset_known)
-
+    @family.rule("catalog.lora-targets", "targetModules", "LoRA needs target modules")
     def lora_targets(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         if not effective.experiment_of(s, c).lora or effective.target_modules(s, c):
             return None
         return f"the catalog has no LoRA target modules for {s.model}; set targetModules, e.g. [q_proj, v_proj]"
 
-    yield Rule("catalog.lora-targets", "targetModules", "LoRA needs target modules", lora_targets)
+    yield from family.rules
 
 
 def all_rules(catalog: Catalog) -> list[Rule]:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 
 from ftbench.api.profile import ClusterProfile
-from ftbench.api.rule import Rule
+from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 
@@ -40,6 +40,9 @@ def quantity_bytes(quantity: str) -> float:
 
 
 def bound_rules() -> Iterator[Rule]:
+    family = RuleFamily()
+
+    @family.rule("bounds.memory", "run.memory", f"run.memory is between {MIN_POD_MEMORY} and {MAX_POD_MEMORY}")
     def memory_bounded(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.run.memory is None:
             return None
@@ -56,9 +59,7 @@ def bound_rules() -> Iterator[Rule]:
             "(e.g. 64Gi), or remove it for the cluster profile's defaultMemory"
         )
 
-    yield Rule(
-        "bounds.memory", "run.memory", f"run.memory is between {MIN_POD_MEMORY} and {MAX_POD_MEMORY}", memory_bounded
-    )
+    yield from family.rules
 
 
 SYSTEM_PRIORITY_PREFIX = "system-"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ftbench.api.rule import Rule, cel_list
+from ftbench.api.rule import Rule, RuleFamily, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import AttentionImplementation, Engine, Experiment, experiment_spellings
@@ -27,9 +27,16 @@ def _newest(versions: tuple[str, ...]) -> str:
 
 
 def engine_rules(catalog: Catalog) -> Iterator[Rule]:
+    family = RuleFamily()
     releases = load_releases()
     not_installable = [r for r in releases.releases if not r.installable]
 
+    @family.rule(
+        "engine.fms-installable",
+        "fmsHfTuningVersion",
+        "the fms-hf-tuning release can be installed",
+        cel=FMS + "!(self.fmsHfTuningVersion in " + cel_list([r.version for r in not_installable]) + ")",
+    )
     def installable(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.FMS_HF_TUNING:
             return None
@@ -38,17 +45,20 @@ def engine_rules(catalog: Catalog) -> Iterator[Rule]:
                 return f"fms-hf-tuning {r.version} cannot run: {r.reason}"
         return None
 
-    yield Rule(
-        "engine.fms-installable",
-        "fmsHfTuningVersion",
-        "the fms-hf-tuning release can be installed",
-        installable,
-        FMS + "!(self.fmsHfTuningVersion in " + cel_list([r.version for r in not_installable]) + ")",
-    )
-
     defects = [(r.version, method, why) for r in releases.releases for method, why in r.defects.items()]
     by_method = {e.name.value: e.method for e in catalog.experiments.values()}
+    pairs = [
+        f"(self.fmsHfTuningVersion == '{v}' && self.experiment in {cel_list(exps)})"
+        for v, method, _ in defects
+        if (exps := sorted(a for e, m in by_method.items() if m == method for a in experiment_spellings(Experiment(e))))
+    ]
 
+    @family.rule(
+        "engine.fms-known-defect",
+        "fmsHfTuningVersion",
+        "the fms-hf-tuning release can run the experiment's method",
+        cel=FMS + "!(" + " || ".join(pairs or ["false"]) + ")",
+    )
     def defect(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.FMS_HF_TUNING:
             return None
@@ -58,19 +68,7 @@ def engine_rules(catalog: Catalog) -> Iterator[Rule]:
                 return f"{why}; use fmsHfTuningVersion {_newest(tuple(ok))} or engine trl for {s.experiment.value}"
         return None
 
-    pairs = [
-        f"(self.fmsHfTuningVersion == '{v}' && self.experiment in {cel_list(exps)})"
-        for v, method, _ in defects
-        if (exps := sorted(a for e, m in by_method.items() if m == method for a in experiment_spellings(Experiment(e))))
-    ]
-    yield Rule(
-        "engine.fms-known-defect",
-        "fmsHfTuningVersion",
-        "the fms-hf-tuning release can run the experiment's method",
-        defect,
-        FMS + "!(" + " || ".join(pairs or ["false"]) + ")",
-    )
-
+    yield from family.rules
     yield from _flag_rules(catalog)
     yield _optimizer_rule()
 
@@ -107,8 +105,15 @@ def _optimizer_rule() -> Rule:
 
 def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
     """A setting that only exists as a flag some releases have."""
+    family = RuleFamily()
     moe_ok = releases_knowing("--fast_moe")
 
+    @family.rule(
+        "engine.fast-moe-version",
+        "fmsHfTuningVersion",
+        "fastMoe needs a release with --fast_moe",
+        cel="self.fastMoe == 0 || " + FMS + "self.fmsHfTuningVersion in " + cel_list(moe_ok),
+    )
     def fast_moe(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.fast_moe == 0 or s.engine != Engine.FMS_HF_TUNING or s.fms_hf_tuning_version in moe_ok:
             return None
@@ -117,17 +122,15 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
             f"set fmsHfTuningVersion to one of {', '.join(moe_ok)}, or fastMoe to 0"
         )
 
-    yield Rule(
-        "engine.fast-moe-version",
-        "fmsHfTuningVersion",
-        "fastMoe needs a release with --fast_moe",
-        fast_moe,
-        "self.fastMoe == 0 || " + FMS + "self.fmsHfTuningVersion in " + cel_list(moe_ok),
-    )
-
     image_ok = releases_knowing("--dataset_image_field")
     vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
 
+    @family.rule(
+        "engine.fms-vision-version",
+        "fmsHfTuningVersion",
+        "vision datasets need a release with --dataset_image_field",
+        cel=FMS + "!(self.datasetId in " + cel_list(vision) + ") || self.fmsHfTuningVersion in " + cel_list(image_ok),
+    )
     def vision_release(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.FMS_HF_TUNING or s.dataset_id not in vision or s.fms_hf_tuning_version in image_ok:
             return None
@@ -136,16 +139,15 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
             f"{s.fms_hf_tuning_version}'s parser does not have; set fmsHfTuningVersion to one of {', '.join(image_ok)}"
         )
 
-    yield Rule(
-        "engine.fms-vision-version",
-        "fmsHfTuningVersion",
-        "vision datasets need a release with --dataset_image_field",
-        vision_release,
-        FMS + "!(self.datasetId in " + cel_list(vision) + ") || self.fmsHfTuningVersion in " + cel_list(image_ok),
-    )
-
     eager_ok = releases_knowing("--flash_attn_implementation")
 
+    @family.rule(
+        "engine.fms-eager-attention",
+        "attentionImplementation",
+        "eager attention with fms-hf-tuning needs a release with --flash_attn_implementation",
+        cel=FMS + "!has(self.attentionImplementation) || self.attentionImplementation != 'eager' || "
+        "self.fmsHfTuningVersion in " + cel_list(eager_ok),
+    )
     def eager_attention(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.FMS_HF_TUNING or s.attention_implementation != AttentionImplementation.EAGER:
             return None
@@ -157,17 +159,14 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
             f"or the default sdpa); set fmsHfTuningVersion to one of {', '.join(eager_ok)}, use sdpa, or engine trl"
         )
 
-    yield Rule(
-        "engine.fms-eager-attention",
-        "attentionImplementation",
-        "eager attention with fms-hf-tuning needs a release with --flash_attn_implementation",
-        eager_attention,
-        FMS + "!has(self.attentionImplementation) || self.attentionImplementation != 'eager' || "
-        "self.fmsHfTuningVersion in " + cel_list(eager_ok),
-    )
-
     kwargs_ok = releases_knowing("--dataset_kwargs")
 
+    @family.rule(
+        "engine.fms-dataset-kwargs",
+        "datasetKwargsSkipPrepareDataset",
+        "datasetKwargsSkipPrepareDataset needs a release with --dataset_kwargs",
+        cel=FMS + "!self.datasetKwargsSkipPrepareDataset || self.fmsHfTuningVersion in " + cel_list(kwargs_ok),
+    )
     def dataset_kwargs(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.FMS_HF_TUNING or not s.dataset_kwargs_skip_prepare_dataset:
             return None
@@ -178,10 +177,4 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
             "itself for vision datasets); leave datasetKwargsSkipPrepareDataset false, or use engine trl"
         )
 
-    yield Rule(
-        "engine.fms-dataset-kwargs",
-        "datasetKwargsSkipPrepareDataset",
-        "datasetKwargsSkipPrepareDataset needs a release with --dataset_kwargs",
-        dataset_kwargs,
-        FMS + "!self.datasetKwargsSkipPrepareDataset || self.fmsHfTuningVersion in " + cel_list(kwargs_ok),
-    )
+    yield from family.rules

@@ -13,24 +13,8 @@ from ftbench.contracts.enums import experiment_spellings
 
 def experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
     """Rules that hold for one experiment, derived from its catalog entry."""
-    name = exp.name.value
-    when = _not_experiment(exp)
-
     if not exp.multi_node:
-
-        def single_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-            if s.experiment != exp.name or s.number_nodes == 1:
-                return None
-            return f"{name} runs on a single node; set numberNodes to 1"
-
-        yield Rule(
-            f"experiment.{_short(exp)}.single-node",
-            "numberNodes",
-            f"{name}: one node",
-            single_node,
-            when + "self.numberNodes == 1",
-        )
-
+        yield _single_node_rule(exp)
     yield _allowed_values_rule(exp, "torch_dtype", "torch-dtype", [d.value for d in exp.torch_dtypes])
     yield _allowed_values_rule(exp, "distributed_backend", "backend", [b.value for b in exp.backends])
     yield _allowed_values_rule(exp, "engine", "engine", [e.value for e in exp.engines])
@@ -41,6 +25,18 @@ def experiment_rules(exp: ExperimentEntry) -> Iterator[Rule]:
 
     if exp.allowed is not None:
         yield _only_allowed_rule(exp)
+
+
+def _single_node_rule(exp: ExperimentEntry) -> Rule:
+    name = exp.name.value
+
+    def single_node(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.experiment != exp.name or s.number_nodes == 1:
+            return None
+        return f"{name} runs on a single node; set numberNodes to 1"
+
+    return Rule(f"experiment.{_short(exp)}.single-node", "numberNodes", f"{name}: one node", single_node,
+                _not_experiment(exp) + "self.numberNodes == 1")  # fmt: skip
 
 
 def _unset_rule(exp: ExperimentEntry, field_name: str, suffix: str, what: str) -> Rule:

@@ -10,13 +10,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rule import Rule
+from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import DeepSpeedOffload, DistributedBackend, Engine
 
 
 def option_rules() -> Iterator[Rule]:
+    family = RuleFamily()
+
+    @family.rule(
+        "packing.engine",
+        "packing",
+        "packing runs with engine trl",
+        cel="!has(self.packing) || !self.packing || self.engine == 'trl'",
+    )
     def packing_engine(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if not s.packing or s.engine == Engine.TRL:
             return None
@@ -26,14 +34,7 @@ def option_rules() -> Iterator[Rule]:
             "whose packing is tested to train each packed sample as it would alone"
         )
 
-    yield Rule(
-        "packing.engine",
-        "packing",
-        "packing runs with engine trl",
-        packing_engine,
-        "!has(self.packing) || !self.packing || self.engine == 'trl'",
-    )
-
+    @family.rule("packing.prompt-tuning", "packing", "packing does not run with prompt tuning")
     def packing_prompt_tuning(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         if not s.packing or effective.experiment_of(s, c).peft_method != "pt":
             return None
@@ -42,8 +43,13 @@ def option_rules() -> Iterator[Rule]:
             "not per sample, so the samples would be trained without their prompt; set packing to false"
         )
 
-    yield Rule("packing.prompt-tuning", "packing", "packing does not run with prompt tuning", packing_prompt_tuning)
-
+    @family.rule(
+        "liger.gpu-trl",
+        "ligerKernel",
+        "Liger kernels need GPUs and engine trl",
+        cel="!has(self.ligerKernel) || !self.ligerKernel || (self.engine == 'trl' && self.numberGpus > 0 && "
+        "(!has(self.device) || self.device != 'cpu'))",
+    )
     def liger(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if not s.liger_kernel:
             return None
@@ -59,15 +65,7 @@ def option_rules() -> Iterator[Rule]:
             )
         return None
 
-    yield Rule(
-        "liger.gpu-trl",
-        "ligerKernel",
-        "Liger kernels need GPUs and engine trl",
-        liger,
-        "!has(self.ligerKernel) || !self.ligerKernel || (self.engine == 'trl' && self.numberGpus > 0 && "
-        "(!has(self.device) || self.device != 'cpu'))",
-    )
-
+    @family.rule("deepspeed.settings", "distributedBackend", "DeepSpeed settings need DeepSpeed and engine trl")
     def deepspeed(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         backend = effective.distributed_backend(s)
         asked = s.deepspeed_zero_stage != 2 or s.deepspeed_offload != DeepSpeedOffload.NONE
@@ -91,6 +89,4 @@ def option_rules() -> Iterator[Rule]:
             )
         return None
 
-    yield Rule(
-        "deepspeed.settings", "distributedBackend", "DeepSpeed settings need DeepSpeed and engine trl", deepspeed
-    )
+    yield from family.rules

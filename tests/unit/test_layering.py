@@ -74,3 +74,20 @@ def test_a_breach_is_found_and_named() -> None:
     circle = contract.load()
     circle["ftbench/stats"] = dataclasses.replace(circle["ftbench/stats"], may_import=frozenset({"ftbench/api"}))
     assert "import-contract.toml: a circle of parts: ftbench/api -> ftbench/stats" in contract.breaches(circle)
+
+
+def test_validation_rules_have_one_idiom() -> None:
+    """Issue 43.4: a rule is stated on its check (`@family.rule(id, field, summary, cel=...)`), or built by a
+    factory named `_..._rule` where one rule comes per catalog entry or setting; no container yields a Rule
+    it builds inline."""
+    import ast
+
+    for path in sorted((REPO / "ftbench" / "api").glob("rules*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Yield) and isinstance(node.value, ast.Call):
+                assert getattr(node.value.func, "id", None) != "Rule", f"{path.name}:{node.lineno}: yield Rule(...)"
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Rule":
+                function = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                                and f.lineno <= node.lineno <= (f.end_lineno or 0) and f.name.endswith("_rule"))  # fmt: skip
+                assert function.name.startswith("_"), (path.name, node.lineno)
