@@ -47,7 +47,7 @@ def _working(*from_args: str) -> Iterator[str]:
     container = store.buildah("from", *from_args).strip()
     try:
         yield container
-    except BaseException:
+    except BaseException:  # cleanup on any way out (Ctrl-C included), then the error goes on
         with contextlib.suppress(store.ImageError):
             store.buildah("rm", container)
         raise

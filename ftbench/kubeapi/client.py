@@ -9,6 +9,7 @@ function. The `kubernetes` package is imported only for type checking: callers b
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ftbench.contracts.kube import Obj
@@ -19,6 +20,17 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 Timeout = float | tuple[float, float]  # seconds: total, or (connect, read)
+
+
+@cache
+def transport_errors() -> tuple[type[Exception], ...]:
+    """What a request raises when no answer came: the socket's OSError, urllib3's transport errors
+    (timeouts, refused connections, protocol errors), the client's own (TLS set-up, OpenApiException;
+    ApiValueError is a ValueError). Imported on first use: the caller has loaded the client."""
+    from kubernetes.client.exceptions import OpenApiException
+    from urllib3.exceptions import HTTPError
+
+    return (OSError, ValueError, HTTPError, OpenApiException)
 
 
 def call(
@@ -47,7 +59,7 @@ def call(
     try:
         response = api.call_api(*request, _request_timeout=timeout)
         raw = response.read()
-    except Exception as err:
+    except transport_errors() as err:
         raise KubeError.unreachable(err, f"{method} {path}") from err
     reason = str(getattr(response, "reason", "") or "")  # the client's RESTResponse has one
     return json_answer(response.status, reason, raw, what=f"{method} {path}", tolerate=tolerate)

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter as Tally
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
+from contextlib import suppress
+from types import TracebackType
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -99,16 +100,9 @@ class OperatorMetrics:
         if port:
             start_http_server(port, registry=self.registry)
 
-    @contextmanager
-    def timed(self, handler: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        except Exception as err:
-            self.errors.labels(handler, type(err).__name__).inc()
-            raise
-        finally:
-            self.reconcile_seconds.labels(handler).observe(time.perf_counter() - start)
+    def timed(self, handler: str) -> Timed:
+        """Times a handler's run and counts the exception it ends with (which goes on)."""
+        return Timed(self, handler)
 
     def observe(self, body: Mapping[str, Any]) -> None:
         """Record one experiment's phase and (if it succeeded) its headline results."""
@@ -202,3 +196,20 @@ class OperatorMetrics:
         if metric is not None:
             with suppress(KeyError):
                 self.sweep_best.remove(*key, metric)
+
+
+class Timed:
+    """`with metrics.timed(handler):` observes the duration and, when the body raised, counts the
+    error by type; the exception always propagates (`__exit__` returns None)."""
+
+    def __init__(self, metrics: OperatorMetrics, handler: str) -> None:
+        self.metrics, self.handler = metrics, handler
+        self.start = 0.0
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+        if err is not None and isinstance(err, Exception):
+            self.metrics.errors.labels(self.handler, type(err).__name__).inc()
+        self.metrics.reconcile_seconds.labels(self.handler).observe(time.perf_counter() - self.start)

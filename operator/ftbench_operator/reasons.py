@@ -33,6 +33,8 @@ CHILD_CONFLICT = "ChildConflict"
 # A child name is still held by the children of a deleted experiment of the same name.
 WAITING_FOR_PREDECESSOR = "WaitingForPredecessor"
 UNKNOWN_WORKLOAD = "UnknownWorkload"
+# status.acceptedSpec no longer parses (an operator upgrade that tightened the API): the run is not followed.
+UNREADABLE_SPEC = "UnreadableSpec"
 MISSING_DEPENDENCY = "MissingDependency"
 BACKOFF_LIMIT = "BackoffLimitExceeded"
 POD_FAILED = "PodFailed"

@@ -62,7 +62,7 @@ class Syncer:
                 try:
                     with self.ctx.metrics.timed(self.handler):
                         await self.sync(self.ctx, *key)
-                except Exception as err:
+                except Exception as err:  # a sync's failure must never end its retry loop
                     # An API error is expected now and then (one line); anything else is a bug (a traceback).
                     expected = isinstance(err, KubeError)
                     level = logging.WARNING if expected else logging.ERROR

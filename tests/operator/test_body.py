@@ -37,3 +37,43 @@ def test_a_new_experiment_runs_its_current_spec() -> None:
     assert view.phase is None and not view.finished and view.attempt == 0 and view.job is None
     assert view.accepted_spec() == ({"model": "m"}, 1)
     assert ExperimentView.parse({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}).deleting
+
+
+def _running(accepted: dict) -> ExperimentView:
+    status = {"phase": "Running", "attempt": 0, "acceptedSpec": accepted, "acceptedGeneration": 1}
+    return ExperimentView.parse({"metadata": {"name": "x", "namespace": "ns", "generation": 1}, "status": status})
+
+
+def test_the_accepted_spec_is_read_once_into_what_a_sync_needs() -> None:
+    """Issue 43 item 3: one parse per sync pass gives the trial count, the repeats' rule and the
+    network expectation; nothing re-reads the dict."""
+    from ftbench.api.profile import ClusterProfile
+    from ftbench_operator.handlers.handle_follow import FollowedSpec
+
+    spec = {"model": "tiny-llama", "modelMaxLength": 64, "numberGpus": 0, "batchSize": 2}
+    stability = FollowedSpec.of(_running({**spec, "experiment": "finetune_full_stability-v1.0.0"}))
+    assert (stability.trials, stability.repeated) == (5, False)
+    repeats = FollowedSpec.of(_running({**spec, "repeats": 3}))
+    assert (repeats.trials, repeats.repeated) == (3, True)
+    assert repeats.spec.batch_size == 2 and not repeats.network(ClusterProfile()).roce
+
+
+def test_an_accepted_spec_that_no_longer_parses_is_said_not_defaulted() -> None:
+    """A status.acceptedSpec this operator cannot read (an upgrade that tightened a field, a status
+    edited by hand) is a Failed run whose message names the field and the way out, never "one trial"."""
+    from ftbench.api.status import Phase as P
+    from ftbench_operator.classify import Observation
+    from ftbench_operator.handlers.handle_follow import FollowedSpec, UnreadableSpec
+    from ftbench_operator.reasons import UNREADABLE_SPEC
+    from ftbench_operator.status import StatusBuilder, utcnow
+
+    view = _running({"model": "tiny-llama", "modelMaxLength": 64, "numberGpus": 0, "batchSize": "four"})
+    with pytest.raises(UnreadableSpec) as caught:
+        FollowedSpec.of(view)
+    message = caught.value.message()
+    assert "batchSize" in message and "Delete the experiment and create it again" in message
+    desired = StatusBuilder(view.status, 1, utcnow()).observed(
+        Observation(P.FAILED, UNREADABLE_SPEC, message), trials=1
+    )
+    succeeded = {c["type"]: c for c in desired["conditions"]}["Succeeded"]
+    assert (desired["phase"], succeeded["status"], succeeded["reason"]) == (P.FAILED, "False", UNREADABLE_SPEC)

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         plan = LaunchPlan.read(args.plan)
-    except Exception as exc:  # unreadable or invalid plan: nothing to measure
+    except (OSError, ValueError) as exc:  # unreadable, not JSON or not a plan (ValidationError): nothing to measure
         log.error("cannot read plan %s: %s", args.plan, exc)
         return EXIT_INVALID_PLAN
     from ftbench_trainer.measure.system import gpu_memory_total_bytes

@@ -97,7 +97,7 @@ class ProgressReporter(ThrottledSender):
             trial = int(environ[E.FTBENCH_TRIAL_INDEX]) if environ.get(E.FTBENCH_TRIAL_INDEX, "").isdigit() else None
             kwargs.setdefault("min_interval_seconds", plan.output.progress_interval_seconds)
             return cls(namespace, ref.name, endpoint, trial=trial, **kwargs)
-        except Exception as err:  # a reporter that cannot be built is no reason to stop training
+        except (OSError, ValueError, KeyError, AttributeError) as err:  # no token, bad env: no reason to stop training
             log.warning("progress reports to Kubernetes disabled: %s", err)
             return None
 

@@ -65,7 +65,7 @@ class ThrottledSender:
                 self._ensure_thread()
                 self._cond.notify_all()
             return True
-        except Exception as err:
+        except Exception as err:  # a reporter never fails training: the failure is recorded and reported
             self._record_failure(err)
             return False
 
@@ -103,7 +103,7 @@ class ThrottledSender:
             try:
                 self._send(body)
                 self.sent += 1
-            except Exception as err:
+            except Exception as err:  # as in offer(): the sending thread never dies of a failed send
                 self._record_failure(err)
             finally:
                 with self._cond:

@@ -162,7 +162,7 @@ def run_worker(plan: LaunchPlan, *, trial: int | None = None) -> TrainerResult:
             network=exc.network,
         )
         result = failure_result(exc, trial=trial, started_at=started, environment=environment)
-    except Exception as exc:
+    except Exception as exc:  # any training failure is this rank's result (an outcome), never a lost run
         log.error("training failed:\n%s", traceback.format_exc())
         result = failure_result(exc, trial=trial, started_at=started)
     path = rank_result_path(plan, distributed.rank())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,7 +30,7 @@ from ftbench_operator.body import ExperimentView
 from ftbench_operator.classify import Observation, classify_run, explain_no_pods, pending_too_long
 from ftbench_operator.classify_trials import classify_trials
 from ftbench_operator.context import OperatorContext, event
-from ftbench_operator.reasons import CHILD_CONFLICT, FAILED_CREATE, NO_PODS, UNKNOWN_WORKLOAD
+from ftbench_operator.reasons import CHILD_CONFLICT, FAILED_CREATE, NO_PODS, UNKNOWN_WORKLOAD, UNREADABLE_SPEC
 from ftbench_operator.summaries import PodSummary, summarize_pod, summarize_workload
 from ftbench_operator.writer import Announce, write_status
 
@@ -41,19 +42,45 @@ def pod_index_key(namespace: str, experiment_label: str, attempt: str) -> tuple[
     return (namespace, experiment_label, attempt)
 
 
-def trials_of(spec: Mapping[str, Any]) -> int:
-    try:
-        return effective.trials(FineTuneExperimentSpec.model_validate(spec), load_catalog())
-    except Exception:  # an unparsable spec never started a run; one trial is the safe reading
-        return 1
+@dataclass(frozen=True)
+class FollowedSpec:
+    """The accepted spec as one sync pass reads it: parsed once and passed on (the trial count, the
+    repeats' rule, the network expectation, a next trial's render)."""
+
+    spec: FineTuneExperimentSpec
+    trials: int
+    repeated: bool  # the trials are spec.repeats (their worst outcome is the experiment's), not stability trials
+
+    @classmethod
+    def of(cls, experiment: ExperimentView) -> FollowedSpec:
+        """Raises `UnreadableSpec` where status.acceptedSpec no longer reads as a spec of this operator."""
+        recorded, _ = experiment.accepted_spec()
+        try:
+            spec = FineTuneExperimentSpec.model_validate(recorded)
+            catalog = load_catalog()
+            return cls(spec, effective.trials(spec, catalog), effective.is_repeated(spec, catalog))
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UnreadableSpec(f"{where}: {first['msg']}") from err
+        except KeyError as err:  # the catalog no longer has the experiment it ran
+            raise UnreadableSpec(f"experiment {err.args[0]!r} is not in this operator's catalog") from err
+
+    def network(self, profile: ClusterProfile) -> NetworkExpectation:
+        """What the network preflight should show: RoCE on a multi-node enableRoce run, the profile's busbw."""
+        return NetworkExpectation(roce=uses_roce(self.spec), bus_bandwidth_gbps=profile.expected_bus_bandwidth_gbps)
 
 
-def repeated_of(spec: Mapping[str, Any]) -> bool:
-    """Whether the trials are spec.repeats (their worst outcome is the experiment's), not stability trials."""
-    try:
-        return effective.is_repeated(FineTuneExperimentSpec.model_validate(spec), load_catalog())
-    except Exception:  # as trials_of: an unparsable spec never started a run
-        return False
+class UnreadableSpec(ValueError):
+    """status.acceptedSpec does not parse with this operator's API (an upgrade that tightened a
+    field, or a status edited by hand): the run cannot be followed, and the experiment says so."""
+
+    def message(self) -> str:
+        return (
+            f"status.acceptedSpec no longer reads as a FineTuneExperiment spec of this operator ({self}), so this "
+            "attempt cannot be followed; its children are left as they are. Delete the experiment and create it "
+            "again with that field fixed (a spec cannot be edited, and a retry runs the accepted spec)"
+        )
 
 
 async def sync_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -121,8 +148,12 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
         message = f"status.job names {job.to_wire()!r}, not a workload ftbench creates"
         await _record(ctx, experiment, Observation(Phase.FAILED, UNKNOWN_WORKLOAD, message))
         return
-    spec, _ = experiment.accepted_spec()
-    trials, repeated = trials_of(spec), repeated_of(spec)
+    try:
+        followed = FollowedSpec.of(experiment)
+    except UnreadableSpec as err:
+        await _record(ctx, experiment, Observation(Phase.FAILED, UNREADABLE_SPEC, err.message()))
+        return
+    trials, repeated = followed.trials, followed.repeated
     selector = children.attempt_selector(name, attempt)
     workloads = await ctx.kube.list(job.api_version, job.kind, namespace, selector)
     index: Mapping[Any, Any] = ctx.pods or {}
@@ -146,7 +177,7 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
     )
     if obs.next_trial is not None:
         try:
-            await start_trial(ctx, experiment, spec, attempt, obs.next_trial)
+            await start_trial(ctx, experiment, followed.spec, attempt, obs.next_trial)
         except children.ChildConflict as err:
             obs = Observation(Phase.FAILED, CHILD_CONFLICT, str(err), trials=obs.trials)
     deadline = ctx.profiles.current().pending_deadline_seconds
@@ -155,7 +186,7 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
         ctx.request_sync_later(namespace, name, NO_PODS_RECHECK_SECONDS)
     elif obs.phase == Phase.PENDING and deadline is not None and ctx.request_sync_later is not None:
         ctx.request_sync_later(namespace, name, float(deadline) + 1.0)
-    await _record(ctx, experiment, obs, trials, repeated)
+    await _record(ctx, experiment, obs, followed)
 
 
 async def _failed_create(ctx: OperatorContext, experiment: ExperimentView, workloads: list[Obj]) -> list[Obj]:
@@ -171,32 +202,26 @@ async def _failed_create(ctx: OperatorContext, experiment: ExperimentView, workl
 
 
 async def _record(
-    ctx: OperatorContext, experiment: ExperimentView, obs: Observation, trials: int = 1, repeated: bool = False
+    ctx: OperatorContext, experiment: ExperimentView, obs: Observation, followed: FollowedSpec | None = None
 ) -> None:
-    """Write the status for `obs` and, on a phase change, its Event."""
+    """Write the status for `obs` and, on a phase change, its Event (`followed`: None where the spec
+    could not be read, so the run was not followed)."""
     builder = status.StatusBuilder(experiment.status, experiment.generation, status.utcnow())
     failed = obs.phase in (Phase.FAILED, Phase.INVALID)
     announce = Announce(obs.reason, f"{obs.phase.value}: {obs.message}", warning=failed, when="phase")
-    network = network_expectation(experiment.accepted_spec()[0], ctx.profiles.current())
+    profile = ctx.profiles.current()
+    network = followed.network(profile) if followed else NetworkExpectation(False, profile.expected_bus_bandwidth_gbps)
+    trials, repeated = (followed.trials, followed.repeated) if followed else (1, False)
     desired = builder.observed(obs, trials=trials, repeated=repeated, network=network)
     await write_status(ctx, experiment, desired, announce)
 
 
-def network_expectation(spec: Mapping[str, Any], profile: ClusterProfile) -> NetworkExpectation:
-    """What the network preflight should show: RoCE on a multi-node enableRoce run, the profile's busbw."""
-    try:
-        roce = uses_roce(FineTuneExperimentSpec.model_validate(spec))
-    except ValidationError:  # a run that never passed validation ran no preflight either
-        roce = False
-    return NetworkExpectation(roce=roce, bus_bandwidth_gbps=profile.expected_bus_bandwidth_gbps)
-
-
 async def start_trial(
-    ctx: OperatorContext, experiment: ExperimentView, spec: Mapping[str, Any], attempt: int, trial: int
+    ctx: OperatorContext, experiment: ExperimentView, spec: FineTuneExperimentSpec, attempt: int, trial: int
 ) -> None:
     """One Job per trial: create trial `trial`'s Job now that the previous trial finished."""
     owner = experiment.body
-    rendered = children.render(owner, FineTuneExperimentSpec.model_validate(spec), ctx.profiles.current(), attempt)
+    rendered = children.render(owner, spec, ctx.profiles.current(), attempt)
     obj = children.trial_object(rendered, trial)
     if obj is None:
         return

@@ -33,6 +33,10 @@ from ftbench_trainer.report import ProgressSink, ProgressUpdate
 
 log = logging.getLogger(__name__)
 
+# What asking accelerate for its state raises where no Accelerator was built (ValueError in 1.x),
+# in older releases (AttributeError, RuntimeError), or without accelerate at all.
+NO_ACCELERATE_STATE: tuple[type[Exception], ...] = (ImportError, AttributeError, ValueError, RuntimeError)
+
 
 def distributed_mode() -> str:
     """accelerate's distributed type in effect (e.g. NO, MULTI_GPU, MULTI_CPU, FSDP)."""
@@ -40,7 +44,7 @@ def distributed_mode() -> str:
         from accelerate.state import PartialState
 
         return str(PartialState().distributed_type.value)
-    except Exception:  # accelerate state not initialised: one plain process
+    except NO_ACCELERATE_STATE:  # accelerate state not initialised: one plain process
         return "NO"
 
 
@@ -280,7 +284,7 @@ def deepspeed_in_effect() -> DeepSpeedInEffect | None:
         from accelerate.state import AcceleratorState
 
         plugin = getattr(AcceleratorState(), "deepspeed_plugin", None)
-    except Exception:  # no accelerate state: one plain process
+    except NO_ACCELERATE_STATE:  # no accelerate state: one plain process
         return None
     if plugin is None:
         return None
@@ -298,7 +302,7 @@ def _state_dict_type() -> str:
         from accelerate.state import AcceleratorState
 
         plugin = getattr(AcceleratorState(), "fsdp_plugin", None)
-    except Exception:  # no accelerate state: one plain process
+    except NO_ACCELERATE_STATE:  # no accelerate state: one plain process
         return ""
     kind = getattr(plugin, "state_dict_type", None)
     return str(getattr(kind, "name", kind or ""))

@@ -69,6 +69,15 @@ def running_threads(pids: list[int], proc: Path = Path("/proc")) -> int:
     return count
 
 
+def psutil_error() -> type[Exception]:
+    """psutil's base error (a process gone, access denied); OSError without the package."""
+    try:
+        from psutil import Error
+    except ImportError:
+        return OSError
+    return Error
+
+
 def run_pids() -> list[int]:
     """This process and, when a launcher started several local ranks, its sibling ranks."""
     me = os.getpid()
@@ -79,7 +88,7 @@ def run_pids() -> list[int]:
 
         parent = psutil.Process(me).parent()
         return sorted({me, *(p.pid for p in parent.children())}) if parent else [me]
-    except Exception:  # no psutil or the parent is gone: this rank alone
+    except (ImportError, OSError, psutil_error()):  # no psutil or the parent is gone: this rank alone
         return [me]
 
 

@@ -30,6 +30,23 @@ from ftbench_trainer.measure import host_load
 log = logging.getLogger(__name__)
 
 
+def _nvml_error() -> type[Exception]:
+    """pynvml's base error (every failing NVML call raises a subclass); RuntimeError without it."""
+    try:
+        from pynvml import NVMLError
+    except ImportError:
+        return RuntimeError
+    return NVMLError
+
+
+# What "no driver, no GPU, no package, not supported here" raises: the package missing (ImportError),
+# the library not loadable (OSError), any NVML call failing (NVMLError), and a binding older than the
+# call (AttributeError) or a stand-in's RuntimeError. A programming error elsewhere still surfaces.
+NVML_ERRORS: tuple[type[Exception], ...] = (ImportError, OSError, AttributeError, RuntimeError, _nvml_error())
+# psutil's own errors (a process gone, access denied) and the package or /proc missing.
+PSUTIL_ERRORS: tuple[type[Exception], ...] = (ImportError, OSError, AttributeError, host_load.psutil_error())
+
+
 @dataclass
 class GpuSample:
     t: float
@@ -110,7 +127,7 @@ def gpu_memory_total_bytes(local_rank: int = 0) -> int | None:
             else pynvml.nvmlDeviceGetHandleByUUID(ident)
         )
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-    except Exception:  # no driver, no GPU, no package: nothing to compare with, never a failure
+    except NVML_ERRORS:  # no driver, no GPU, no package: nothing to compare with, never a failure
         return None
 
 
@@ -151,7 +168,7 @@ class SystemSampler:
             self.gpu_name = self.gpu_name or (name.decode() if isinstance(name, bytes) else str(name))
             self._nvml = pynvml
             self._gpus.append(handle)
-        except Exception as exc:  # no driver / no GPU / no package: GPU metrics stay 0.0
+        except NVML_ERRORS as exc:  # no driver / no GPU / no package: GPU metrics stay 0.0
             log.info("NVML unavailable, GPU metrics will be 0.0: %s", exc)
 
     def _init_psutil(self) -> None:
@@ -161,7 +178,7 @@ class SystemSampler:
             self._process = psutil.Process(os.getpid())
             self._process.cpu_percent(None)  # first call primes the counter
             self._psutil = psutil
-        except Exception as exc:
+        except PSUTIL_ERRORS as exc:
             log.warning("psutil unavailable, CPU metrics will be 0.0: %s", exc)
 
     def sample_once(self) -> None:
@@ -169,7 +186,7 @@ class SystemSampler:
         try:
             for index, handle in enumerate(self._gpus):
                 self.gpu_samples.append(self._sample_gpu(now, index, handle))
-        except Exception as exc:
+        except NVML_ERRORS as exc:
             log.warning("NVML sampling failed, GPU sampling disabled: %s", exc)
             self._gpus = []
         self.host_samples.append(HostSample(now, host_load.read_host(self._run_pids)))
@@ -180,7 +197,7 @@ class SystemSampler:
                               memory_percent=self._process.memory_percent(),
                               node_memory_percent=float(self._psutil.virtual_memory().percent))
                 )  # fmt: skip
-            except Exception as exc:
+            except PSUTIL_ERRORS as exc:
                 log.warning("psutil sampling failed, CPU sampling disabled: %s", exc)
                 self._process = None
 
@@ -273,7 +290,7 @@ def throttled(nv: Any, handle: Any) -> bool:
             continue
         try:
             reasons = int(call(handle))
-        except Exception:  # not supported on this GPU or driver: no throttle information
+        except NVML_ERRORS:  # not supported on this GPU or driver: no throttle information
             return False
         return bool(reasons & THROTTLE_REASONS) or bool(reasons & SW_POWER_CAP and _power_limit_lowered(nv, handle))
     return False
@@ -285,5 +302,5 @@ def _power_limit_lowered(nv: Any, handle: Any) -> bool:
         return int(nv.nvmlDeviceGetEnforcedPowerLimit(handle)) < int(
             nv.nvmlDeviceGetPowerManagementDefaultLimit(handle)
         )
-    except Exception:  # the driver can't say: the cap is taken as the board's own
+    except NVML_ERRORS:  # the driver can't say: the cap is taken as the board's own
         return False

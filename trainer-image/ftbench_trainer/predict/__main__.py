@@ -11,6 +11,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import PREDICTION_ERROR_PREFIX
@@ -27,6 +29,16 @@ def reason(exc: Exception) -> str:
     return f"the prediction failed: {type(exc).__name__}: {first}".rstrip(": ")
 
 
+def predict_one(load: Callable[[], LaunchPlan]) -> tuple[bool, str]:
+    """(True, the prediction's line) or (False, the one-line reason it failed): a plan that cannot
+    be read or parsed (OSError, ValueError) or predicted (PredictionError, which predict() raises for
+    an architecture the tracer cannot run, whatever torch or transformers raised)."""
+    try:
+        return True, predict(load()).line()
+    except (PredictionError, OSError, ValueError) as exc:
+        return False, reason(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ftbench_trainer.predict", description=__doc__.split("\n")[0])
     which = parser.add_mutually_exclusive_group(required=True)
@@ -36,19 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(OFFLINE)
     if args.batch:
         with open(args.batch) as lines:
-            for line in lines:
-                try:
-                    print(predict(LaunchPlan.from_json(line)).line(), flush=True)
-                except Exception as exc:  # one plan's failure is its line, the batch goes on
-                    print(f"{PREDICTION_ERROR_PREFIX} {json.dumps({'error': reason(exc)})}", flush=True)
+            for line in lines:  # one plan's failure is its line, the batch goes on
+                ok, text = predict_one(partial(LaunchPlan.from_json, line))
+                print(text if ok else f"{PREDICTION_ERROR_PREFIX} {json.dumps({'error': text})}", flush=True)
         return 0
-    try:
-        prediction = predict(LaunchPlan.read(args.plan))
-    except Exception as exc:  # one line saying why, never a traceback
-        print(f"ftbench: {reason(exc)}", file=sys.stderr)
-        return 2
-    print(prediction.line(), flush=True)
-    return 0
+    ok, text = predict_one(lambda: LaunchPlan.read(args.plan))
+    print(text if ok else f"ftbench: {text}", file=sys.stdout if ok else sys.stderr, flush=True)
+    return 0 if ok else 2
 
 
 if __name__ == "__main__":
