@@ -72,7 +72,7 @@ def validate_spec_dict(
         return ValidationReport(None, keys)
     issues = check_rules(spec, catalog, prefix=prefix)
     if profile is not None:
-        issues += check_profile_rules(spec, profile, prefix=prefix)
+        issues += check_profile_rules(spec, profile, catalog, prefix=prefix, spec_ok=not issues)
     return ValidationReport(spec, issues)
 
 
@@ -87,15 +87,30 @@ def check_rules(spec: FineTuneExperimentSpec, catalog: Catalog, *, prefix: str =
     return issues
 
 
-def check_profile_rules(spec: FineTuneExperimentSpec, profile: ClusterProfile, *, prefix: str = "spec") -> list[Issue]:
-    """What this cluster's profile refuses (its allow-lists); needs the profile, so not in `all_rules`."""
+def check_profile_rules(
+    spec: FineTuneExperimentSpec,
+    profile: ClusterProfile,
+    catalog: Catalog,
+    *,
+    prefix: str = "spec",
+    spec_ok: bool = True,
+) -> list[Issue]:
+    """What this cluster refuses: its allow-lists and, for a spec that passed every rule (`spec_ok`),
+    what the render step would refuse here (the runtime it gets, what the images lack: the same
+    functions, so validate, render and the operator give one answer). Needs the profile, so not in
+    `all_rules`."""
     from ftbench.api.rules_bounds import priority_class_allowed  # it imports the profile, which imports spec
+    from ftbench.api.runtime_choice import profile_refusals
 
-    problem = priority_class_allowed(spec, profile)
-    if problem is None:
-        return []
-    field = "run.priorityClassName"
-    return [Issue(f"{prefix}.{field}", spec.run.priority_class_name, "profile.priority-class", problem)]
+    wire = spec.to_wire()
+    issues = []
+    if (problem := priority_class_allowed(spec, profile)) is not None:
+        field = "run.priorityClassName"
+        issues.append(Issue(f"{prefix}.{field}", spec.run.priority_class_name, "profile.priority-class", problem))
+    for refusal in profile_refusals(spec, catalog, profile) if spec_ok else []:
+        value = _lookup(wire, tuple(refusal.field.split(".")))
+        issues.append(Issue(f"{prefix}.{refusal.field}", value, refusal.rule_id, refusal.message))
+    return issues
 
 
 def validate_document(

@@ -19,6 +19,7 @@ import yaml
 
 from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
+from ftbench.api.runtime_choice import Carry, RuntimeChoice, preferred_runtime
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Runtime
@@ -35,9 +36,9 @@ from ftbench.contracts.labels import (
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.render.access import pod_account, trainer_access
 from ftbench.render.names import ChildNames, child_names
-from ftbench.render.plan import PlanError, RuntimeChoice, build_plan, preferred_runtime
+from ftbench.render.plan import PlanError, build_plan
 from ftbench.render.pods import PodInputs, uses_roce
-from ftbench.render.registry import RUNTIMES, Carry
+from ftbench.render.registry import RUNTIMES
 from ftbench.render.runtimes import (
     WorkloadMeta,
 )
@@ -74,17 +75,13 @@ def labels(experiment: str, attempt: int) -> dict[str, str]:
 
 
 def choose_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
-    """`preferred_runtime`, refused where that runtime cannot carry the spec (`registry`)."""
+    """`preferred_runtime`, refused where that runtime cannot carry the spec (validation asks the
+    same refusal first, so this is the backstop of a caller that skipped it)."""
     choice = preferred_runtime(spec, catalog, profile)
-    refusal = RUNTIMES[choice.runtime].refusal(_carry(spec, catalog, profile, choice))
+    refusal = RUNTIMES[choice.runtime].refusal(Carry.of(spec, catalog, profile))
     if refusal is not None:
         raise RenderError(refusal)
     return choice
-
-
-def _carry(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile, choice: RuntimeChoice) -> Carry:
-    chosen = f"spec.run.runtime {spec.run.runtime.value} means {choice.runtime.value} here ({choice.reason})"
-    return Carry(spec, profile, effective.trials(spec, catalog), chosen, choice.reason)
 
 
 def _names(
@@ -131,7 +128,7 @@ def render_experiment(
     """Render one attempt of experiment `name`. Raises PlanError/RenderError for impossible runs."""
     choice = choose_runtime(spec, catalog, profile)
     runtime = choice.runtime
-    carry = _carry(spec, catalog, profile, choice)
+    carry = Carry.of(spec, catalog, profile)
     names = _names(spec, profile, name, attempt, runtime, carry.trials)
     plan = build_plan(
         spec,

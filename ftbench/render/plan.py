@@ -8,11 +8,11 @@ config with the spec's values, the peft settings and the stop controls.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
 from typing import Any
 
 from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
+from ftbench.api.runtime_choice import flash_attention_refusal
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ModelWeights
 from ftbench.contracts.enums import (
@@ -51,45 +51,6 @@ PREFLIGHT_BUDGET_CPU_SECONDS = 10.0
 
 class PlanError(ValueError):
     """The spec passed validation but cannot be planned (e.g. the catalog changed under it)."""
-
-
-@dataclass(frozen=True)
-class RuntimeChoice:
-    """The runtime an attempt runs on and why (the operator writes both into status.runtime)."""
-
-    runtime: Runtime
-    reason: str
-
-
-def preferred_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> RuntimeChoice:
-    """spec.run.runtime, else the profile's pin, else auto-detection: the runtime preferred before
-    `render.manifests.choose_runtime` checks that it can carry the spec.
-
-    auto: Job for one node; for several, Kubeflow Trainer v2 (TrainJob) where its CRDs and the
-    profile's ClusterTrainingRuntime exist, since Kueue queues TrainJobs but is dropping
-    PyTorchJob; else the v1 training operator (PyTorchJob); else an Indexed Job. Several trials
-    (the stability experiment) run as an Indexed Job of sequential pods.
-    """
-    if spec.run.runtime != Runtime.AUTO:
-        return RuntimeChoice(spec.run.runtime, f"spec.run.runtime is {spec.run.runtime.value}")
-    if profile.runtime != Runtime.AUTO:
-        return RuntimeChoice(profile.runtime, f"the cluster profile pins runtime {profile.runtime.value}")
-    features = profile.features
-    if spec.number_nodes == 1 and effective.trials(spec, catalog) == 1:
-        return RuntimeChoice(Runtime.JOB, "auto: one node")
-    if spec.number_nodes > 1 and features.trainer_v2:
-        runtime = profile.train_job.runtime_name
-        return RuntimeChoice(
-            Runtime.TRAIN_JOB, f"auto: Kubeflow Trainer v2 and ClusterTrainingRuntime {runtime} are installed"
-        )
-    if spec.number_nodes > 1 and features.training_operator:
-        return RuntimeChoice(
-            Runtime.PYTORCH_JOB, "auto: the Kubeflow training operator (PyTorchJob) is installed, Trainer v2 is not"
-        )
-    if features.indexed_jobs:
-        what = "sequential trials" if spec.number_nodes == 1 else "several nodes, no Kubeflow training operator"
-        return RuntimeChoice(Runtime.INDEXED_JOB, f"auto: {what}")
-    return RuntimeChoice(Runtime.JOB, "auto: the cluster has no Indexed Jobs")
 
 
 def model_ref(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> ModelRef:
@@ -183,16 +144,14 @@ def attention(spec: FineTuneExperimentSpec, profile: ClusterProfile, use_cpu: bo
     carry flash-attn (seed 001's use_flash_attn), else sdpa. flash_attention_2 on CPU is refused by
     validation (rule attention.flash-needs-gpu); on images without flash-attn it is refused here."""
     asked = spec.attention_implementation
-    flash = AttentionImplementation.FLASH_ATTENTION_2
     if asked == AttentionImplementation.AUTO:
-        return flash if not use_cpu and profile.flash_attention else AttentionImplementation.SDPA
-    if asked == flash and not profile.flash_attention:
-        raise PlanError(
-            "attentionImplementation flash_attention_2 needs the flash-attn package, but the trainer has none: the "
-            "cluster profile says the images are built without it (flashAttention false), or, on this machine, the "
-            "interpreter that trains cannot import flash_attn; set attentionImplementation to sdpa or auto, or "
-            "install flash-attn there"
+        return (
+            AttentionImplementation.FLASH_ATTENTION_2
+            if not use_cpu and profile.flash_attention
+            else AttentionImplementation.SDPA
         )
+    if (refused := flash_attention_refusal(spec, profile)) is not None:
+        raise PlanError(refused)
     return asked
 
 

@@ -5,8 +5,8 @@ Before, what ftbench knew of a runtime was spread over the plan, the manifests, 
 follow, classification, start and watches. Now `RUNTIMES` holds it (as Kubeflow Trainer's runtime
 framework registers its plugins) and everything else reads it:
 
-- `ftbench.render.manifests` asks `refusal` whether the chosen runtime can carry the spec, and
-  `builder` for the objects;
+- `ftbench.render.manifests` asks `refusal` (`ftbench.api.runtime_choice`, which validation asks
+  too) whether the chosen runtime can carry the spec, and `builder` for the objects;
 - the operator follows a `status.job` only of a kind in `WORKLOAD_KINDS`, watches each of them
   (`app`), reads a finished workload's end through `success_conditions` (`summaries`), and says
   `missing` when the cluster does not serve the kind (`handlers.handle_start`).
@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ftbench.api.profile import ClusterProfile
-from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.runtime_choice import REFUSALS, Carry, Refusal
 from ftbench.contracts.enums import Runtime
 from ftbench.contracts.plan import RendezvousSource
 from ftbench.render.names import ChildNames
@@ -88,20 +87,6 @@ TRAIN_JOB = WorkloadKind(
 )
 
 
-@dataclass(frozen=True)
-class Carry:
-    """What decides whether a runtime can carry a spec and how it is built."""
-
-    spec: FineTuneExperimentSpec
-    profile: ClusterProfile
-    trials: int  # sequential runs in fresh pods (stability trials, repeats); 1 otherwise
-    chosen: str  # "spec.run.runtime X means Y here (why)": the start of most refusals
-    reason: str  # why this runtime: the spec, the profile's pin, or what auto-detection found
-
-
-Refusal = Callable[[Carry], str | None]
-
-
 def _no_warning(c: Carry) -> str | None:
     return None
 
@@ -118,46 +103,6 @@ class RuntimeDef:
     warning: Refusal = _no_warning
 
 
-def multi_node_fix(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str:
-    """What to change so several nodes can run: a runtime this cluster has, or one node."""
-    if profile.features.training_operator or profile.features.trainer_v2:
-        runtimes = [r for r, on in (("PyTorchJob", profile.features.training_operator),
-                                    ("TrainJob", profile.features.trainer_v2)) if on]  # fmt: skip
-        return f"set spec.run.runtime to {' or '.join(runtimes)}, or spec.numberNodes to 1"
-    return (
-        "this cluster has no multi-node runtime: install the Kubeflow training operator (PyTorchJob) or "
-        "Kubeflow Trainer v2 (TrainJob), or upgrade to Kubernetes >= 1.24 for Indexed Jobs, then restart the "
-        f"operator; or set spec.numberNodes to 1 (with up to {spec.number_gpus} GPUs on one node)"
-    )
-
-
-def _job_refusal(c: Carry) -> str | None:
-    if c.spec.number_nodes == 1:
-        return None
-    return f"{c.chosen}, which runs one pod, but spec.numberNodes is {c.spec.number_nodes}; " + multi_node_fix(
-        c.spec, c.profile
-    )
-
-
-def _indexed_job_refusal(c: Carry) -> str | None:
-    if c.profile.features.indexed_jobs:
-        return None
-    return (
-        f"{c.chosen}, but this cluster has no Indexed Jobs (they need Kubernetes >= 1.24; cluster profile "
-        "features.indexedJobs is false); " + multi_node_fix(c.spec, c.profile)
-    )
-
-
-def _pytorch_job_refusal(c: Carry) -> str | None:
-    if c.trials == 1:
-        return None
-    runs = f"repeats {c.trials} run" if c.spec.repeats else f"{c.spec.experiment.value} runs {c.trials}"
-    return (
-        f"{c.chosen}, but {runs} sequential trials in fresh pods, which a PyTorchJob cannot; set "
-        "spec.run.runtime to IndexedJob, Job or TrainJob"
-    )
-
-
 def _pytorch_job_warning(c: Carry) -> str | None:
     """Kueue's default configuration no longer enables its `kubeflow.org/pytorchjob` integration
     (kubernetes-sigs/kueue#12606, June 2026; to be deprecated with Trainer v1), so on a current Kueue
@@ -172,16 +117,6 @@ def _pytorch_job_warning(c: Carry) -> str | None:
     )
 
 
-def _train_job_refusal(c: Carry) -> str | None:
-    if not c.spec.run.priority_class_name:
-        return None
-    return (
-        "spec.run.priorityClassName cannot be set on a TrainJob (Trainer v2 runtime patches have no "
-        f"priorityClassName; {c.reason}); set the priority class in the ClusterTrainingRuntime or "
-        "through Kueue (kueue.x-k8s.io/priority-class), or choose spec.run.runtime IndexedJob or PyTorchJob"
-    )
-
-
 def _indexed_job_builder(c: Carry) -> Builder:
     if c.trials > 1:
         return stability_indexed_job
@@ -189,14 +124,16 @@ def _indexed_job_builder(c: Carry) -> Builder:
 
 
 RUNTIMES: dict[Runtime, RuntimeDef] = {
-    Runtime.JOB: RuntimeDef(Runtime.JOB, JOB, _job_refusal, lambda c: stability_jobs if c.trials > 1 else single_job),
+    Runtime.JOB: RuntimeDef(
+        Runtime.JOB, JOB, REFUSALS[Runtime.JOB], lambda c: stability_jobs if c.trials > 1 else single_job
+    ),
     Runtime.INDEXED_JOB: RuntimeDef(
-        Runtime.INDEXED_JOB, JOB, _indexed_job_refusal, _indexed_job_builder, rendezvous="indexedjob"
+        Runtime.INDEXED_JOB, JOB, REFUSALS[Runtime.INDEXED_JOB], _indexed_job_builder, rendezvous="indexedjob"
     ),
     Runtime.PYTORCH_JOB: RuntimeDef(
         Runtime.PYTORCH_JOB,
         PYTORCH_JOB,
-        _pytorch_job_refusal,
+        REFUSALS[Runtime.PYTORCH_JOB],
         lambda c: pytorch_job,
         rendezvous="pytorchjob",
         warning=_pytorch_job_warning,
@@ -204,7 +141,7 @@ RUNTIMES: dict[Runtime, RuntimeDef] = {
     Runtime.TRAIN_JOB: RuntimeDef(
         Runtime.TRAIN_JOB,
         TRAIN_JOB,
-        _train_job_refusal,
+        REFUSALS[Runtime.TRAIN_JOB],
         lambda c: stability_train_jobs if c.trials > 1 else train_job,
         rendezvous="trainjob",
     ),

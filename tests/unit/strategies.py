@@ -6,10 +6,12 @@ from hypothesis import strategies as st
 
 from ftbench.catalog import load_catalog
 from ftbench.contracts.enums import (
+    AttentionImplementation,
     DistributedBackend,
     Engine,
     Experiment,
     FsdpShardingStrategy,
+    Runtime,
     TorchDtype,
 )
 from ftbench.engines.releases import FMS_HF_TUNING_VERSIONS
@@ -46,8 +48,16 @@ def wire_specs() -> st.SearchStrategy[dict]:
         "fsdpShardingStrategy": st.sampled_from([s.value for s in FsdpShardingStrategy]),
         "bf16": st.booleans(),
         "enableRoce": st.booleans(),
+        "repeats": st.integers(1, 4),
+        "attentionImplementation": st.sampled_from([a.value for a in AttentionImplementation]),
         "run": st.fixed_dictionaries(
-            {}, optional={"networkPreflight": st.sampled_from(["auto", "on", "off"]), "requireRoce": st.booleans()}
+            {},
+            optional={
+                "networkPreflight": st.sampled_from(["auto", "on", "off"]),
+                "requireRoce": st.booleans(),
+                "runtime": st.sampled_from([r.value for r in Runtime]),
+                "priorityClassName": st.sampled_from(["high"]),
+            },
         ),
     }
     return st.fixed_dictionaries(required, optional=optional)

@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from ftbench.api.profile import ClusterProfile
+from ftbench.api.runtime_choice import preferred_runtime
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.validation import validate_spec_dict
 from ftbench.catalog import load_catalog
 from ftbench.contracts.plan import ExperimentRef
 from ftbench.render.manifests import render_experiment
-from ftbench.render.plan import build_plan, preferred_runtime
+from ftbench.render.plan import build_plan
 
 BASE: dict[str, Any] = {"experiment": "finetune_lora_benchmark-v1.0.0", "engine": "trl", "model": "llama3.1-8b",
                         "modelMaxLength": 1024, "numberGpus": 2, "batchSize": 4,

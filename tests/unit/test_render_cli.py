@@ -62,7 +62,7 @@ def test_render_impossible_runtime_and_bad_profile(tmp_path: Path, capsys: pytes
     path, profile = tmp_path / "exp.yaml", tmp_path / "profile.yaml"
     path.write_text(EXPERIMENT)
     assert main(["render", str(path), "--runtime", "Job"]) == 1
-    assert "cannot render" in capsys.readouterr().err
+    assert "which runs one pod, but spec.numberNodes is 2" in capsys.readouterr().err  # validation refuses it first
     profile.write_text("gpuResourse: typo\n")
     assert main(["render", str(path), "--profile", str(profile)]) == 2
     assert "cluster profile" in capsys.readouterr().err
