@@ -8,3 +8,4 @@ FTBENCH="${FTBENCH:-.venv/bin/ftbench}"
 "$FTBENCH" crd -o helm/ftbench/crds
 "$FTBENCH" docs -o docs
 "${PYTHON:-.venv/bin/python}" hack/import_contract.py --write
+"${PYTHON:-.venv/bin/python}" -m ftbench.api.chart_schema --write

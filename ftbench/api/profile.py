@@ -7,33 +7,44 @@ defaults work on a plain GPU cluster; docs/reference/cluster-profile.md is gener
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from ftbench.api import strict_yaml
 from ftbench.api.api_model import ApiModel
-from ftbench.api.bounds import DNS_LABEL, QUANTITY, PriorityClassName
+from ftbench.api.bounds import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    IMAGE_REPOSITORY,
+    IMAGE_TAG,
+    MAX_GPUS,
+    QUANTITY,
+    DnsSubdomain,
+    LabelValue,
+    PriorityClassName,
+    QualifiedName,
+    Quantity,
+    ResourceName,
+)
 from ftbench.catalog import Catalog, load_catalog
 from ftbench.contracts.enums import Engine, Runtime
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/ftbench/trainer"
-# A Kubernetes object name (RFC 1123 subdomain), e.g. a ClusterTrainingRuntime.
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A C identifier, as environment variable names in pod specs should be.
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # A model-map reference is a Hugging Face id or a path; it becomes a trainer argument, so it may
 # not start with '-' (it would read as a flag) and holds no spaces or shell characters.
 MODEL_REF = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./:@+-]{0,511}$")
+# A Multus network: a NetworkAttachmentDefinition name, optionally with its namespace.
+MULTUS_NETWORK = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class Toleration(ApiModel):
     """A pod toleration, as in the Kubernetes API (camelCase keys)."""
 
-    key: str | None = Field(None, description="Taint key; unset with operator Exists tolerates every taint.")
+    key: QualifiedName | None = Field(None, description="Taint key; unset with operator Exists tolerates every taint.")
     operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal.")
-    value: str | None = Field(None, description="Taint value (operator Equal).")
+    value: LabelValue | None = Field(None, description="Taint value (operator Equal).")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="NoSchedule, PreferNoSchedule or NoExecute; unset matches all."
     )
@@ -43,13 +54,38 @@ class Toleration(ApiModel):
 class Images(ApiModel):
     """Trainer images: one tag per engine and fms-hf-tuning version (Dockerfile.trainer build args)."""
 
-    repository: str = Field(DEFAULT_TRAINER_IMAGE, description="Trainer image repository.")
-    fms_hf_tuning_tag: str = Field(
-        "fms-hf-tuning-{version}", description="Tag for engine fms-hf-tuning; {version} is spec.fmsHfTuningVersion."
+    repository: Annotated[str, Field(max_length=255, pattern=IMAGE_REPOSITORY)] = Field(
+        DEFAULT_TRAINER_IMAGE, description="Trainer image repository (registry host, then lowercase path components)."
     )
-    trl_tag: str = Field("trl", description="Tag for engine trl.")
-    pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of the training pods.")
-    pull_secrets: list[str] = Field(default_factory=list, description="imagePullSecrets names.")
+    fms_hf_tuning_tag: str = Field(
+        "fms-hf-tuning-{version}",
+        max_length=128,
+        description="Tag for engine fms-hf-tuning; {version} is spec.fmsHfTuningVersion (each release must give a "
+        "valid tag).",
+    )
+    trl_tag: Annotated[str, Field(pattern=IMAGE_TAG)] = Field("trl", description="Tag for engine trl.")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="imagePullPolicy of the training pods."
+    )
+    pull_secrets: list[DnsSubdomain] = Field(default_factory=list, description="imagePullSecrets names.")
+
+    @field_validator("fms_hf_tuning_tag")
+    @classmethod
+    def _tag_per_release(cls, value: str) -> str:
+        """Every release the API offers must name a valid tag (refused at load, not at a pull)."""
+        from ftbench.engines.releases import FMS_HF_TUNING_VERSIONS
+
+        for version in FMS_HF_TUNING_VERSIONS:
+            try:
+                tag = value.format(version=version)
+            except (KeyError, IndexError, ValueError) as err:
+                raise ValueError(f"{value!r} is not a tag template: only {{version}} may be used ({err})") from err
+            if not re.match(IMAGE_TAG, tag):
+                raise ValueError(
+                    f"{value!r} gives {tag!r} for release {version}, not an image tag (letters, digits, '_', '.', '-', "
+                    "at most 128, not starting with '.' or '-')"
+                )
+        return value
 
     def image_for(self, engine: Engine, fms_version: str) -> str:
         tag = self.trl_tag if engine == Engine.TRL else self.fms_hf_tuning_tag.format(version=fms_version)
@@ -59,8 +95,8 @@ class Images(ApiModel):
 class Volume(ApiModel):
     """A volume of the training pods: a PersistentVolumeClaim, or scratch space."""
 
-    claim_name: str | None = Field(None, description="PVC name; unset uses an emptyDir (scratch, not shared).")
-    mount_path: str = Field(pattern=r"^/", description="Where the pods see it (absolute path).")
+    claim_name: DnsSubdomain | None = Field(None, description="PVC name; unset uses an emptyDir (scratch, not shared).")
+    mount_path: str = Field(pattern=r"^/[^:]*$", max_length=1024, description="Where the pods see it (absolute path).")
     read_only: bool = Field(False, description="Mount read-only.")
 
 
@@ -81,12 +117,34 @@ class Storage(ApiModel):
     )
     hf_home: str = Field("/hf-models-pvc/huggingface_home", description="HF_HOME (seed 002's hf_home).")
 
+    @model_validator(mode="after")
+    def _mounts_and_caches(self) -> Storage:
+        """Two volumes at one path are refused by the API server; a cache on a read-only volume fails the
+        first run (datasets writes its cache and locks under HF_HOME, the dataset files under dataDir)."""
+        if self.models.mount_path.rstrip("/") == self.data.mount_path.rstrip("/"):
+            raise ValueError(
+                f"storage.models and storage.data are both mounted at {self.models.mount_path}: the API server refuses "
+                "two volumes at one mountPath; give storage.data another mountPath (and dataDir under it)"
+            )
+        for name, path in (("hfHome", self.hf_home), ("dataDir", self.data_dir)):
+            for volume_name, volume in (("models", self.models), ("data", self.data)):
+                if volume.read_only and _under(path, volume.mount_path):
+                    raise ValueError(
+                        f"storage.{name} {path} lies on storage.{volume_name} ({volume.mount_path}), which is readOnly, "
+                        f"but the trainer writes there (Hugging Face's cache and locks, the generated datasets); set "
+                        f"storage.{name} to a writable path (e.g. under storage.data or /tmp), or "
+                        f"storage.{volume_name}.readOnly to false"
+                    )
+        return self
+
 
 class Roce(ApiModel):
     """RDMA over Converged Ethernet (seed 002, 'Configure your RayCluster for RoCE')."""
 
-    network: str | None = Field(None, description="Multus network for k8s.v1.cni.cncf.io/networks.")
-    device_resource: str = Field("nvidia.com/roce_gdr", description="RDMA device resource name.")
+    network: Annotated[str, Field(max_length=253, pattern=MULTUS_NETWORK)] | None = Field(
+        None, description="Multus network for k8s.v1.cni.cncf.io/networks (name or namespace/name)."
+    )
+    device_resource: ResourceName = Field("nvidia.com/roce_gdr", description="RDMA device resource name.")
     device_count: Annotated[int, Field(ge=1)] = Field(2, description="RDMA devices per pod.")
     run_as_root: bool = Field(
         True,
@@ -95,10 +153,10 @@ class Roce(ApiModel):
         "the memlock limit for non-root pods. Either way the pods keep seccomp RuntimeDefault and drop every "
         "capability but IPC_LOCK.",
     )
-    topology_config_map: str | None = Field(
+    topology_config_map: DnsSubdomain | None = Field(
         None, description="ConfigMap with the NCCL topology, mounted at /var/run/nvidia-topologyd."
     )
-    service_account: str | None = Field(
+    service_account: DnsSubdomain | None = Field(
         None,
         description="ServiceAccount allowed to run as root with IPC_LOCK (seed 002's `roce`); unset: serviceAccount.",
     )
@@ -212,11 +270,15 @@ class ClusterProfile(ApiModel):
     """Everything cluster-specific that the manifests need; experiments never carry any of it."""
 
     images: Images = Field(default_factory=Images, description="Trainer images per engine and fms-hf-tuning version.")
-    gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name of a GPU.")
-    gpu_node_label: str = Field("nvidia.com/gpu.product", description="Node label compared with spec.gpuModel.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node selector for training pods.")
+    gpu_resource: ResourceName = Field("nvidia.com/gpu", description="Extended resource name of a GPU.")
+    gpu_node_label: QualifiedName = Field(
+        "nvidia.com/gpu.product", description="Node label compared with spec.gpuModel."
+    )
+    node_selector: dict[QualifiedName, LabelValue] = Field(
+        default_factory=dict, description="Extra node selector for training pods."
+    )
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for training pods.")
-    default_memory: str = Field("64Gi", description="Memory request/limit when spec.run.memory is unset.")
+    default_memory: Quantity = Field("64Gi", description="Memory request/limit when spec.run.memory is unset.")
     cpu_per_gpu: Annotated[int, Field(ge=1)] = Field(2, description="CPU cores per GPU (seed 001: 2, min 2).")
     min_cpu: Annotated[int, Field(ge=1)] = Field(2, description="Minimum CPU cores per pod.")
     cpu_per_cpu_rank: Annotated[int, Field(ge=1)] = Field(
@@ -228,8 +290,12 @@ class ClusterProfile(ApiModel):
     security: Security = Field(
         default_factory=Security, description="Non-root pod security (RoCE runs may need root: roce.runAsRoot)."
     )
-    pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on training pods.")
-    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on training pods.")
+    pod_labels: dict[QualifiedName, LabelValue] = Field(
+        default_factory=dict, description="Extra labels on training pods."
+    )
+    pod_annotations: dict[QualifiedName, str] = Field(
+        default_factory=dict, description="Extra annotations on training pods."
+    )
     storage: Storage = Field(
         default_factory=Storage, description="Volumes for model weights and datasets, HF_HOME, catalog roots."
     )
@@ -248,7 +314,7 @@ class ClusterProfile(ApiModel):
     train_job: TrainJobSettings = Field(
         default_factory=TrainJobSettings, description="Kubeflow Trainer v2 TrainJobs: the runtime they use."
     )
-    service_account: str | None = Field(
+    service_account: DnsSubdomain | None = Field(
         None,
         description="ServiceAccount of training pods. Unset (recommended): with reportProgress the operator creates "
         "one per experiment, `<experiment>-trainer`, whose Role may patch only that experiment's status. Set: the "
@@ -271,6 +337,11 @@ class ClusterProfile(ApiModel):
         "the operator creates. false: no account or Role is created and Job and PyTorchJob pods mount no API token.",
     )
     flash_attention: bool = Field(True, description="Images carry flash-attn (seed: use_flash_attn True on GPUs).")
+    gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS)] | None = Field(
+        8,
+        description="The most GPUs one node has: a spec asking for more in one pod (numberGpus / numberNodes) is "
+        "refused, since that pod would never be scheduled. Unset: not checked.",
+    )
     master_port: Annotated[int, Field(ge=1, le=65535)] = Field(29500, description="Rendezvous port.")
     expected_bus_bandwidth_gbps: Annotated[float, Field(gt=0)] | None = Field(
         None,
@@ -305,14 +376,12 @@ class ClusterProfile(ApiModel):
         return value
 
 
+def _under(path: str, mount: str) -> bool:
+    mount = mount.rstrip("/") or "/"
+    return path == mount or path.startswith(mount + "/") or mount == "/"
+
+
 def catalog_for(profile: ClusterProfile, base: Catalog | None = None) -> Catalog:
     """The catalog this cluster sees: the shipped one with the profile's model map on top."""
     catalog = base or load_catalog()
     return catalog.with_model_map(profile.model_map) if profile.model_map else catalog
-
-
-def load_profile(path: str | Path | None) -> ClusterProfile:
-    if path is None:
-        return ClusterProfile()
-    data = strict_yaml.safe_load(Path(path).read_text()) or {}
-    return ClusterProfile.model_validate(data)

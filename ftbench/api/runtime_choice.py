@@ -167,10 +167,26 @@ class ProfileRefusal:
     message: str
 
 
+def gpus_per_node_refusal(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
+    """More GPUs in one pod than a node of this cluster has: the pod would stay Pending forever."""
+    most = profile.gpus_per_node
+    per_node = spec.number_gpus // spec.number_nodes
+    if most is None or effective.uses_cpu(spec) or per_node <= most:
+        return None
+    nodes = next(k for k in range(-(-spec.number_gpus // most), spec.number_gpus + 1) if spec.number_gpus % k == 0)
+    return (
+        f"numberGpus {spec.number_gpus} on numberNodes {spec.number_nodes} asks for {per_node} GPUs in one pod, but "
+        f"a node of this cluster has at most {most} (cluster profile gpusPerNode), so the pod would never be "
+        f"scheduled; set numberNodes to {nodes}, or numberGpus to at most {most * spec.number_nodes}"
+    )
+
+
 def profile_refusals(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> list[ProfileRefusal]:
-    """What this cluster cannot run of a spec that passed every rule: the runtime it gets here, and
-    what the images lack. Validation reports them (with the profile) before anything is rendered."""
+    """What this cluster cannot run of a spec that passed every rule: more GPUs per pod than its nodes
+    have, the runtime it gets here, what the images lack. Validation reports them (with the profile) before anything is rendered."""
     found = []
+    if (problem := gpus_per_node_refusal(spec, profile)) is not None:
+        found.append(ProfileRefusal("profile.gpus-per-node", "numberGpus", problem))
     if (problem := runtime_refusal(spec, catalog, profile)) is not None:
         found.append(ProfileRefusal("profile.runtime", "run.runtime", problem))
     if (problem := flash_attention_refusal(spec, profile)) is not None:

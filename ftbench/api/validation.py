@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
+from ftbench.api import strict_yaml
+from ftbench.api.bounds import PATTERN_WORDS
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.resource import API_VERSION, KIND
 from ftbench.api.rules import all_rules
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.wire_keys import name_problem, unknown_keys
+from ftbench.api.wire_keys import metadata_problems, name_problem, unknown_keys
 from ftbench.catalog import Catalog, load_catalog
-
-if TYPE_CHECKING:
-    from ftbench.api.profile import ClusterProfile
 
 # Seed 001's is_valid rules 3 and 4 are plain ranges: report them under the seed's rule ids.
 _SEED_RANGE_RULES: dict[tuple[str, ...], str] = {("numberNodes",): "is_valid.3", ("batchSize",): "is_valid.4"}
@@ -128,6 +130,7 @@ def validate_document(
     problem = name_problem(name, "experiment")
     if problem:
         issues.append(Issue("metadata.name", name if name else _MISSING, "schema", problem))
+    issues += [Issue(path, value, "schema", message) for path, value, message in metadata_problems(doc.get("metadata"))]
     report = validate_spec_dict(doc.get("spec", _MISSING) if "spec" in doc else {}, catalog, profile=profile)
     if "spec" not in doc:
         return ValidationReport(None, [*issues, Issue("spec", _MISSING, "schema", "spec is required")])
@@ -145,9 +148,37 @@ def issue_from_pydantic(error: Any, raw: dict, prefix: str) -> Issue:
         message = "is not a FineTuneExperiment field; check the spelling (`ftbench crd` or kubectl explain fte.spec)"
     elif kind in ("enum", "literal_error"):
         message = error["msg"].replace("Input should be", "must be one of")
+    elif kind == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(error["ctx"]["pattern"])):
+        message = f"must be {words}"
     else:
-        message = error["msg"]
+        message = error["msg"].removeprefix("Value error, ")
     return Issue(".".join((prefix, *loc)), value, rule, message)
+
+
+def profile_issues(err: ValidationError, raw: Any) -> list[Issue]:
+    """A cluster profile's problems, each with its field, value and what it must be (as a spec's)."""
+    return [issue_from_pydantic(e, raw if isinstance(raw, dict) else {}, "profile") for e in err.errors()]
+
+
+def load_profile(path: str | Path | None) -> ClusterProfile:
+    """The profile file at `path` (defaults without one), checked as `load_checked_profile` says."""
+    if path is None:
+        return ClusterProfile()
+    return load_checked_profile(Path(path).read_text(), str(path))
+
+
+def load_checked_profile(text: str, origin: str) -> ClusterProfile:
+    """The profile in `text` (YAML, duplicate keys refused); ValueError with one line naming every bad
+    field, its value and what it must be (`ftbench validate/render --profile`, the operator at start-up)."""
+    try:
+        raw = strict_yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"cluster profile {origin} is not valid YAML: {' '.join(str(err).split())}") from err
+    try:
+        return ClusterProfile.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(str(i).removeprefix("profile.") for i in profile_issues(err, raw))
+        raise ValueError(f"cluster profile {origin} is invalid: {problems}") from err
 
 
 def _lookup(raw: Any, loc: tuple[str, ...]) -> Any:

@@ -16,8 +16,14 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+from ftbench.api import bounds
+
+DNS_SUBDOMAIN = re.compile(bounds.DNS_SUBDOMAIN)
 NAME_MAX = 253
+_DNS_LABEL, _QUALIFIED, _LABEL_VALUE = (
+    re.compile(p) for p in (bounds.DNS_LABEL, bounds.QUALIFIED_NAME, bounds.LABEL_VALUE)
+)
+ANNOTATIONS_MAX_BYTES = 256 * 1024  # the API server's limit on all of an object's annotations together
 
 
 def unknown_keys(raw: Any, model: type[BaseModel], prefix: str, what: str) -> Iterator[tuple[str, str, str]]:
@@ -51,3 +57,32 @@ def name_problem(name: Any, what: str) -> str | None:
             "digits, '-' and '.', starting and ending with a letter or digit (e.g. lora-llama-bs8)"
         )
     return None
+
+
+def metadata_problems(metadata: Any) -> Iterator[tuple[str, Any, str]]:
+    """(path, value, message) for what the API server refuses in metadata besides the name: a
+    namespace that is no DNS label, label keys and values, annotation keys and their total size."""
+    if not isinstance(metadata, Mapping):
+        return
+    namespace = metadata.get("namespace")
+    if namespace is not None and (
+        not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL.match(namespace)
+    ):
+        yield "metadata.namespace", namespace, f"must be {bounds.PATTERN_WORDS[bounds.DNS_LABEL]}, at most 63"
+    for field, values in (("labels", True), ("annotations", False)):
+        entries = metadata.get(field)
+        if entries is None:
+            continue
+        if not isinstance(entries, Mapping):
+            yield f"metadata.{field}", entries, "must be a mapping of keys to strings"
+            continue
+        for key, value in entries.items():
+            if not isinstance(key, str) or len(key) > 317 or not _QUALIFIED.match(key):
+                yield f"metadata.{field}", key, f"key must be {bounds.PATTERN_WORDS[bounds.QUALIFIED_NAME]}"
+            elif not isinstance(value, str):
+                yield f"metadata.{field}.{key}", value, "must be a string (quote it in YAML)"
+            elif values and (len(value) > 63 or not _LABEL_VALUE.match(value)):
+                yield f"metadata.{field}.{key}", value, f"must be {bounds.PATTERN_WORDS[bounds.LABEL_VALUE]}"
+        size = sum(len(str(k)) + len(str(v)) for k, v in entries.items())
+        if not values and size > ANNOTATIONS_MAX_BYTES:
+            yield "metadata.annotations", f"{size} bytes", f"may hold at most {ANNOTATIONS_MAX_BYTES} bytes in all"

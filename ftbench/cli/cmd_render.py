@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for doc in documents:
         body = doc.body
+        if args.namespace and isinstance(body, dict):  # checked with the document, as the API server would
+            meta = body.get("metadata")
+            body = {**body, "metadata": {**(meta if isinstance(meta, dict) else {}), "namespace": args.namespace}}
         if args.runtime and isinstance(body, dict) and isinstance(body.get("spec"), dict):
             spec = body["spec"]
             body = {**body, "spec": {**spec, "run": {**(spec.get("run") or {}), "runtime": args.runtime}}}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ftbench.api.effective import describe_batch
-from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
+from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import SWEEP_KIND
-from ftbench.api.validation import Issue, validate_document
+from ftbench.api.validation import Issue, load_profile, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
@@ -48,8 +48,10 @@ def catalog_from_args(args: argparse.Namespace, base: Catalog | None = None) -> 
 def profile_from_arg(path: str | None) -> ClusterProfile:
     try:
         return load_profile(path)
-    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
+    except OSError as err:
         raise UsageError(f"cluster profile {path}: {err}") from err
+    except ValueError as err:  # one line: every bad field, its value and what it must be
+        raise UsageError(str(err)) from err
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from ftbench.api.resource import API_VERSION, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
 from ftbench.api.validation import Issue, issue_from_pydantic, validate_spec_dict
-from ftbench.api.wire_keys import name_problem, unknown_keys
+from ftbench.api.wire_keys import metadata_problems, name_problem, unknown_keys
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import OomPrecheck
 
@@ -229,6 +229,7 @@ def parse_sweep_document(doc: Any) -> SweepDocument:
     problem = name_problem(name, "sweep")
     if problem:
         issues.append(Issue("metadata.name", name, "schema", problem))
+    issues += [Issue(path, value, "schema", message) for path, value, message in metadata_problems(metadata)]
     raw = doc.get("spec")
     if not isinstance(raw, dict):
         return SweepDocument(name, None, (*issues, Issue("spec", raw, "schema", "spec is required (a mapping)")))

@@ -130,7 +130,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
         found = await kube.get_config_map(opts.profile_namespace, opts.profile_config_map)
         if found is not None:
             profiles.update_from_config_map(found)
-    profiles.current()  # load the file now: a broken one is reported at startup
+    profiles.current()  # load the profile now: a broken one stops the start, with every bad field named
+    if profiles.error is not None:  # later edits that break it are logged and the last good one stays
+        logger.error("the cluster profile is invalid, so the operator does not start: %s", profiles.error)
+        raise kopf.PermanentError(f"invalid cluster profile: {profiles.error}")
     metrics = OperatorMetrics()
     metrics.start(opts.metrics_port)
     ctx = OperatorContext(settings=opts, kube=kube, profiles=profiles, metrics=metrics)

@@ -18,10 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
 from ftbench.api.profile import ClusterProfile, Features
+from ftbench.api.validation import load_checked_profile
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +28,10 @@ class ProfileError(ValueError):
     """The profile document is not valid YAML or not a ClusterProfile."""
 
 
-def parse_profile(text: str) -> ClusterProfile:
+def parse_profile(text: str, origin: str = "document") -> ClusterProfile:
     try:
-        data = yaml.safe_load(text) or {}
-        return ClusterProfile.model_validate(data)
-    except (yaml.YAMLError, ValidationError, TypeError) as err:
+        return load_checked_profile(text, origin)
+    except ValueError as err:  # one line naming each bad field, as `ftbench validate --profile` prints it
         raise ProfileError(str(err)) from err
 
 
@@ -101,7 +98,7 @@ class ProfileSource:
 
     def _set(self, text: str, origin: str) -> bool:
         try:
-            profile = parse_profile(text)
+            profile = parse_profile(text, origin)
         except ProfileError as err:
             self.error = f"{origin}: {err}"
             log.error("ignoring invalid cluster profile from %s (keeping %s): %s", origin, self.origin, err)

@@ -304,3 +304,19 @@ def test_profile_comes_from_the_operator_namespace_only(
         assert "loaded from configmap tenant/" not in operator.log()
     finally:
         operator.stop()
+
+
+def test_an_invalid_profile_stops_the_operator_at_start(
+    control_plane: Any, experiment_crd: str, tmp_path: Path, operator_process: Any
+) -> None:
+    """Issue 44.2: a profile the API server or the kubelet would refuse the objects of (an empty GPU
+    resource, a label value with a space, two volumes at one path) never starts the operator: one log
+    line names each field, its value and what it must be, and the process exits (a non-ready pod)."""
+    storage = {"models": {"claimName": "m", "mountPath": "/data"}, "data": {"claimName": "d", "mountPath": "/data"}}
+    bad = {**TEST_PROFILE, "gpuResource": "", "podLabels": {"team": "my team!"}, "storage": storage}
+    with pytest.raises(RuntimeError, match="operator exited") as caught:
+        operator_process(control_plane.kubeconfig, tmp_path, bad).start()
+    line = next(x for x in str(caught.value).splitlines() if "the operator does not start" in x)
+    assert "gpuResource (value: '')" in line and "extended resource name" in line
+    assert "podLabels.team (value: 'my team!')" in line and "label value" in line
+    assert "both mounted at /data" in line

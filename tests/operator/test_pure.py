@@ -333,8 +333,9 @@ def test_a_network_check_succeeds_with_its_figures_and_no_results():
 def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
     """status.batch spells out ado's batchSize in HF/TRL's terms; a multi-node enableRoce run on a
     profile without roce.network gets RoceConfigured=False (True with one), other runs no condition."""
-    from ftbench.api.profile import ClusterProfile, load_profile
+    from ftbench.api.profile import ClusterProfile
     from ftbench.api.spec import FineTuneExperimentSpec
+    from ftbench.api.validation import load_profile
 
     spec = FineTuneExperimentSpec.model_validate({"model": "llama3.1-70b", "modelMaxLength": 4096, "numberGpus": 16,
         "numberNodes": 2, "batchSize": 16, "gpuModel": "NVIDIA-A100-SXM4-80GB", "enableRoce": True})  # fmt: skip

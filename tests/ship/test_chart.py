@@ -3,6 +3,7 @@ an operator Deployment that matches the image, and a cluster profile that surviv
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -186,3 +187,39 @@ def test_notes_show_how_to_apply_and_read_results() -> None:
     assert "kubectl get fte" in text
     example = text.split("-f ", 1)[1].split()[0]
     assert (REPO / example).is_file(), f"NOTES.txt names {example}, which does not exist"
+
+
+def test_the_profile_part_of_the_values_schema_is_generated_and_fresh() -> None:
+    """Issue 44.2: clusterProfile's schema comes from ClusterProfile (ftbench.api.chart_schema)."""
+    import json
+
+    from ftbench.api.chart_schema import VALUES_SCHEMA, render
+
+    committed = VALUES_SCHEMA.read_text()
+    assert committed == render(json.loads(committed)), "stale: run `python -m ftbench.api.chart_schema --write`"
+
+
+@pytest.mark.parametrize(
+    ("profile", "where"),
+    [
+        ({"gpuResource": ""}, "/clusterProfile/gpuResource"),
+        ({"gpuNodeLabel": "gpu model"}, "/clusterProfile/gpuNodeLabel"),
+        ({"podLabels": {"team": "my team!"}}, "/clusterProfile/podLabels/team"),
+        ({"podLabels": {"my team!": "x"}}, "my team!"),
+        ({"defaultMemory": "lots"}, "/clusterProfile/defaultMemory"),
+        ({"serviceAccount": "Bad_SA"}, "/clusterProfile/serviceAccount"),
+        ({"images": {"repository": "Registry/My Trainer"}}, "/clusterProfile/images/repository"),
+        ({"images": {"pullPolicy": "Sometimes"}}, "/clusterProfile/images/pullPolicy"),
+        ({"storage": {"models": {"mountPath": "relative"}}}, "/clusterProfile/storage/models/mountPath"),
+        ({"gpusPerNode": 0}, "/clusterProfile/gpusPerNode"),
+    ],
+)
+def test_helm_install_refuses_a_profile_the_cluster_would_refuse(profile: dict[str, Any], where: str) -> None:
+    """What would become objects the API server or the kubelet refuses is refused by `helm install`,
+    and by the model the operator starts with (the same source)."""
+    from pydantic import ValidationError
+
+    with pytest.raises(helm().HelmError, match=re.escape(where)):
+        render({"clusterProfile": profile})
+    with pytest.raises(ValidationError):
+        ClusterProfile.model_validate(profile)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftbench.api.profile import ClusterProfile, catalog_for, load_profile
-from ftbench.api.validation import validate_document
+from ftbench.api.profile import ClusterProfile, catalog_for
+from ftbench.api.validation import load_profile, validate_document
 from ftbench.catalog import load_catalog
 from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.render.manifests import render_experiment

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from ftbench.api.profile import ClusterProfile, load_profile
+from ftbench.api.profile import ClusterProfile
+from ftbench.api.validation import load_profile
 
 
 def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any]]:
