@@ -299,6 +299,14 @@ class ClusterProfile(ApiModel):
     storage: Storage = Field(
         default_factory=Storage, description="Volumes for model weights and datasets, HF_HOME, catalog roots."
     )
+    fabric: Literal["auto", "RoCE", "InfiniBand", "none"] = Field(
+        "auto",
+        description="The network between the nodes. RoCE: enableRoce runs get the RoCE network (roce.network), RDMA "
+        "devices and NCCL settings. InfiniBand: NCCL uses it on every multi-node run (enableRoce has nothing to "
+        "attach). none: multi-node runs use TCP sockets (NCCL_IB_DISABLE=1). auto: RoCE where roce.network is set, "
+        "else unknown: NCCL uses what the nodes have. An enableRoce run on a cluster without RoCE runs on the "
+        "fabric there is, with a warning, unless run.requireRoce refuses it (docs/roce.md).",
+    )
     roce: Roce = Field(default_factory=Roce, description="RDMA over Converged Ethernet for multi-node runs (seed 002).")
     features: Features = Field(
         default_factory=Features,

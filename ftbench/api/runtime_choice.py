@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ftbench.api import effective
+from ftbench.api.fabric import roce_refusal
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
@@ -185,6 +186,8 @@ def profile_refusals(spec: FineTuneExperimentSpec, catalog: Catalog, profile: Cl
     """What this cluster cannot run of a spec that passed every rule: more GPUs per pod than its nodes
     have, the runtime it gets here, what the images lack. Validation reports them (with the profile) before anything is rendered."""
     found = []
+    if (problem := roce_refusal(spec, profile)) is not None:
+        found.append(ProfileRefusal("profile.no-roce", "run.requireRoce", problem))
     if (problem := gpus_per_node_refusal(spec, profile)) is not None:
         found.append(ProfileRefusal("profile.gpus-per-node", "numberGpus", problem))
     if (problem := runtime_refusal(spec, catalog, profile)) is not None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 
 from ftbench.api.effective import describe_batch
+from ftbench.api.fabric import roce_warning
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.validation import Issue, load_profile, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
-from ftbench.render.plan import roce_unconfigured
 from ftbench.sweep.points import expand, parse_sweep_document
 
 
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(f"{doc.source}: {name}: valid")
                 print(f"  batch: {describe_batch(report.spec)}")
-            if warning := roce_unconfigured(report.spec, profile):
+            if warning := roce_warning(report.spec, profile):
                 print(f"  warning: {warning}" if not args.quiet else f"{doc.source}: {name}: warning: {warning}")
             continue
         failed += 1

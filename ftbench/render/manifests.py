@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from ftbench.api import effective
+from ftbench.api.fabric import uses_roce
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.runtime_choice import Carry, RuntimeChoice, preferred_runtime
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -37,7 +38,7 @@ from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.render.access import pod_account, trainer_access
 from ftbench.render.names import ChildNames, child_names
 from ftbench.render.plan import PlanError, build_plan
-from ftbench.render.pods import PodInputs, uses_roce
+from ftbench.render.pods import PodInputs
 from ftbench.render.registry import RUNTIMES
 from ftbench.render.runtimes import (
     WorkloadMeta,
@@ -148,7 +149,7 @@ def render_experiment(
         queue_name=spec.run.queue_name,
         active_deadline_seconds=spec.run.active_deadline_seconds,
     )
-    roce = uses_roce(spec)
+    roce = uses_roce(spec, profile)
     inputs = PodInputs(
         spec=spec,
         plan=plan,

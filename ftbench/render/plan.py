@@ -11,6 +11,7 @@ import posixpath
 from typing import Any
 
 from ftbench.api import effective
+from ftbench.api.fabric import roce_warning
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.runtime_choice import flash_attention_refusal
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -167,24 +168,6 @@ def deepspeed_settings(spec: FineTuneExperimentSpec) -> DeepSpeedSettings | None
     )
 
 
-def roce_unconfigured(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
-    """Why a multi-node `enableRoce` run will not use RoCE on this profile, or None.
-
-    The pods get RoCE's NCCL settings (NCCL_IB_DISABLE=0, NCCL_IB_*) and RDMA devices from the
-    profile either way, but only `roce.network` attaches them to the RDMA network (the Multus
-    annotation): without it NCCL finds no RoCE interface and falls back to TCP sockets or fails,
-    and a result would be believed to be a RoCE measurement. `ftbench validate` prints this as a
-    warning and the operator sets condition RoceConfigured=False.
-    """
-    if not spec.enable_roce or spec.number_nodes < 2 or profile.roce.network:
-        return None
-    return (
-        "enableRoce is true but the cluster profile sets no roce.network: the pods get RoCE's NCCL settings "
-        "but no RDMA network attachment, so NCCL will not use RoCE (it falls back to TCP sockets or fails); "
-        "set roce.network (and roce.deviceResource) in the cluster profile, or set enableRoce to false"
-    )
-
-
 def network_preflight(spec: FineTuneExperimentSpec) -> NetworkPreflightSettings | None:
     """The collective bandwidth self-test the ranks run before training, or None (effective.network_preflight)."""
     if not effective.network_preflight(spec):
@@ -205,7 +188,7 @@ def _notes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfi
                      "loaded, nothing is trained)")  # fmt: skip
     if spec.enable_roce and spec.number_nodes == 1:
         notes.append("enableRoce is ignored: RoCE only applies to multi-node runs")
-    if roce := roce_unconfigured(spec, profile):
+    if roce := roce_warning(spec, profile):
         notes.append(roce)
     if spec.distributed_backend == DistributedBackend.NONE and spec.number_gpus > 1:
         notes.append(f"distributedBackend None: one process drives {spec.number_gpus} GPUs with DataParallel")

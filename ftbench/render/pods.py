@@ -11,6 +11,7 @@ import posixpath
 from dataclasses import dataclass, field
 
 from ftbench.api import effective
+from ftbench.api.fabric import nccl_ib_disable, uses_roce
 from ftbench.api.profile import ClusterProfile, Volume
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts import env as E
@@ -21,11 +22,6 @@ TRAINER_COMMAND = ("ftbench-trainer", "--plan", posixpath.join(PLAN_MOUNT_DIR, P
 TOPOLOGY_MOUNT_DIR = "/var/run/nvidia-topologyd"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 NCCL_DEBUG_ENV = {E.NCCL_DEBUG: "INFO", E.NCCL_DEBUG_SUBSYS: "INIT,BOOTSTRAP,ENV"}
-
-
-def uses_roce(spec: FineTuneExperimentSpec) -> bool:
-    """RoCE only applies across nodes (seed 002); single-node runs ignore enableRoce."""
-    return spec.enable_roce and spec.number_nodes > 1
 
 
 @dataclass(frozen=True)
@@ -43,7 +39,7 @@ class PodInputs:
 
     @property
     def roce(self) -> bool:
-        return uses_roce(self.spec)
+        return uses_roce(self.spec, self.profile)
 
 
 @dataclass(frozen=True)
@@ -90,12 +86,10 @@ def resources(inputs: PodInputs) -> Obj:
 
 
 def nccl_env(inputs: PodInputs) -> dict[str, str]:
-    """RoCE: the profile's NCCL settings with IB on; other multi-node runs force TCP sockets."""
-    values: dict[str, str] = {}
-    if inputs.roce:
-        values |= inputs.profile.roce.nccl_env | {E.NCCL_IB_DISABLE: "0"}
-    elif inputs.spec.number_nodes > 1:
-        values[E.NCCL_IB_DISABLE] = "1"
+    """RoCE: the profile's NCCL settings; NCCL_IB_DISABLE as the fabric says (`fabric.nccl_ib_disable`)."""
+    values: dict[str, str] = dict(inputs.profile.roce.nccl_env) if inputs.roce else {}
+    if (ib_disable := nccl_ib_disable(inputs.spec, inputs.profile)) is not None:
+        values[E.NCCL_IB_DISABLE] = ib_disable
     if inputs.spec.run.nccl_debug:
         values |= NCCL_DEBUG_ENV
     return values

@@ -17,6 +17,7 @@ from typing import Any
 
 from ftbench.api import effective
 from ftbench.api.display import rounded
+from ftbench.api.fabric import asks_roce, roce_warning
 from ftbench.api.network import NetworkExpectation, network_verdict
 from ftbench.api.prediction import PredictionReport
 from ftbench.api.profile import ClusterProfile
@@ -28,7 +29,6 @@ from ftbench.contracts.bounded import bounded
 from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.results import Metrics
 from ftbench.contracts.trainer_status import TrainerStatusReport
-from ftbench.render.plan import roce_unconfigured
 from ftbench.stats import text
 from ftbench_operator.classify import Observation
 from ftbench_operator.reasons import (
@@ -218,9 +218,9 @@ class StatusBuilder:
 
     def roce(self, spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
         """Condition RoceConfigured for a multi-node enableRoce run; the problem, if any (for an Event)."""
-        if not spec.enable_roce or spec.number_nodes < 2:
+        if not asks_roce(spec):
             return None
-        problem = roce_unconfigured(spec, profile)
+        problem = roce_warning(spec, profile)
         if problem:
             self.cond(ConditionType.ROCE_CONFIGURED, "False", "NoRoceNetwork", problem)
         else:

@@ -184,9 +184,10 @@ def test_pytorchjob_run(operator, kubelet, create_experiment, kube_api, namespac
 
 def test_roce_without_a_network_is_a_condition_and_a_warning(operator, kubelet, create_experiment, kube_api,
                                                              namespace):  # fmt: skip
-    """Issue 28 item 6: the session operator's profile sets no roce.network, so a multi-node enableRoce
-    run gets RoCE's NCCL settings but no RDMA attachment: it runs, with RoceConfigured=False and a
-    Warning Event, so nobody takes its result for a RoCE measurement. status.batch records item 5."""
+    """Issue 28 item 6: the session operator's profile describes no RoCE (fabric auto, no roce.network),
+    so a multi-node enableRoce run runs on what the nodes have (issue 44.3: no RDMA devices asked for),
+    with RoceConfigured=False and a Warning Event saying so, so nobody takes its result for a RoCE
+    measurement. status.batch records item 5."""
     install_crd(kube_api, PYTORCHJOB_CRD)
     spec = lora_spec(numberNodes=2, numberGpus=16, batchSize=16, enableRoce=True, run={"runtime": "PyTorchJob"})
     name = create_experiment(spec)["metadata"]["name"]

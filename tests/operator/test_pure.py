@@ -346,7 +346,7 @@ def test_status_records_the_accepted_batch_and_whether_roce_is_configured():
                                 "globalBatchSize": 64}  # fmt: skip
     roce = st.condition(started, ConditionType.ROCE_CONFIGURED)
     assert roce is not None and (roce["status"], roce["reason"]) == ("False", "NoRoceNetwork")
-    assert problem is not None and "sets no roce.network" in roce["message"]
+    assert problem is not None and "describes no RoCE" in roce["message"]
     FineTuneExperimentStatus.model_validate(st.strip_empty(started))
     configured = st.StatusBuilder({}, 1, NOW)
     assert configured.roce(spec, load_profile("examples/profiles/roce-cluster.yaml")) is None

@@ -35,19 +35,25 @@ def test_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_validate_states_the_batch_and_warns_about_roce_without_a_network(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Issue 28 items 5 and 6: batchSize is ado's per-pass batch, so validate spells out per device,
-    accumulation and global batch; a multi-node enableRoce run on a profile with no roce.network is
-    valid but warned about (NCCL would not use RoCE), and the RoCE profile silences the warning."""
-    assert main(["validate", "examples/multi-node-roce.yaml"]) == 0
+    accumulation and global batch; a multi-node enableRoce run on a profile that describes no RoCE is
+    valid but warned about (it runs on what the nodes have), and the RoCE profile silences the warning.
+    With run.requireRoce (the example's) it is refused on that profile instead (issue 44.3)."""
+    example = Path("examples/multi-node-roce.yaml")
+    assert main(["validate", str(example), "--profile", "examples/profiles/roce-cluster.yaml"]) == 0
     out = capsys.readouterr().out
     assert "batch: 1 per device x 16 device(s) x 4 accumulation step(s) = 64 samples per optimizer step" in out
-    assert "warning: enableRoce is true but the cluster profile sets no roce.network" in out
-    assert main(["validate", "-q", "examples/multi-node-roce.yaml"]) == 0
+    assert "warning" not in out
+    assert main(["validate", str(example)]) == 1
+    assert "[profile.no-roce]" in capsys.readouterr().out
+    lenient = tmp_path / "roce.yaml"
+    lenient.write_text(example.read_text().replace("    requireRoce: true\n", ""))
+    assert main(["validate", str(lenient)]) == 0
+    assert "warning: enableRoce is true but the cluster profile describes no RoCE" in capsys.readouterr().out
+    assert main(["validate", "-q", str(lenient)]) == 0
     assert "warning: enableRoce" in capsys.readouterr().out  # quiet still prints warnings
-    assert main(["validate", "examples/multi-node-roce.yaml", "--profile", "examples/profiles/roce-cluster.yaml"]) == 0
-    assert "warning" not in capsys.readouterr().out
 
 
 def test_validate_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ftbench.api import effective
+from ftbench.api.fabric import uses_roce
 from ftbench.api.network import NetworkExpectation
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -23,7 +24,6 @@ from ftbench.api.status import Phase
 from ftbench.catalog import load_catalog
 from ftbench.contracts.kube import Obj
 from ftbench.contracts.labels import label_value
-from ftbench.render.pods import uses_roce
 from ftbench.render.registry import workload_kind
 from ftbench_operator import children, status
 from ftbench_operator.body import ExperimentView
@@ -68,7 +68,9 @@ class FollowedSpec:
 
     def network(self, profile: ClusterProfile) -> NetworkExpectation:
         """What the network preflight should show: RoCE on a multi-node enableRoce run, the profile's busbw."""
-        return NetworkExpectation(roce=uses_roce(self.spec), bus_bandwidth_gbps=profile.expected_bus_bandwidth_gbps)
+        return NetworkExpectation(
+            roce=uses_roce(self.spec, profile), bus_bandwidth_gbps=profile.expected_bus_bandwidth_gbps
+        )
 
 
 class UnreadableSpec(ValueError):
