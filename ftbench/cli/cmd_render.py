@@ -55,9 +55,40 @@ def bare_command(plan: LaunchPlan) -> str:
     config = None
     if plan.launcher == "accelerate" and plan.accelerate_config is not None:
         config = "accelerate-config.yaml"
-        placed = {**plan.accelerate_config, "machine_rank": 0, "num_machines": plan.topology.number_nodes}
-        lines += [f"cat > {config} <<'EOF'", yaml.safe_dump(placed, sort_keys=True).rstrip(), "EOF"]
+        nodes = plan.topology.number_nodes
+        if nodes == 1:
+            placed = {**plan.accelerate_config, "machine_rank": 0, "num_machines": 1}
+            lines += [f"cat > {config} <<'EOF'", yaml.safe_dump(placed, sort_keys=True).rstrip(), "EOF"]
+        else:
+            lines += _multi_node_config(plan, config, nodes)
     return "\n".join([*lines, equivalent_command(plan, args, config)])
+
+
+def _multi_node_config(plan: LaunchPlan, config: str, nodes: int) -> list[str]:
+    """Each node runs the same snippet with its own rank and node 0's address: accelerate starts
+    that node's processes and they meet at main_process_ip:main_process_port."""
+    master = (
+        f"{plan.rendezvous.master_host} in the IndexedJob's pods" if plan.rendezvous.source == "indexedjob"
+        else "MASTER_ADDR in a PyTorchJob's pods, PET_MASTER_ADDR in a TrainJob's"
+    )  # fmt: skip
+    placed = {
+        **plan.accelerate_config,
+        "machine_rank": "@NODE_RANK@",
+        "main_process_ip": "@MASTER_ADDR@",
+        "main_process_port": plan.rendezvous.port,
+        "num_machines": nodes,
+    }
+    text = yaml.safe_dump(placed, sort_keys=True).rstrip()
+    text = text.replace("'@NODE_RANK@'", "${NODE_RANK}").replace("'@MASTER_ADDR@'", "${MASTER_ADDR}")
+    return [
+        f"# {nodes} nodes: run this on every node, with NODE_RANK its rank (0 to {nodes - 1}) and MASTER_ADDR the "
+        f"address of node 0 ({master}); each node starts its {plan.topology.processes_per_node} processes",
+        f': "${{NODE_RANK:?set NODE_RANK to the rank of this node, 0 to {nodes - 1}}}" '
+        '"${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}"',
+        f"cat > {config} <<EOF",
+        text,
+        "EOF",
+    ]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -82,3 +82,29 @@ def test_a_queued_pytorchjob_is_warned_about(
     assert ("# warning: spec.run.queueName 'gpu-queue' with runtime PyTorchJob" in out) == warned
     kinds = {o["kind"] for o in _objects(out)}
     assert {"PyTorchJob": "PyTorchJob", "TrainJob": "TrainJob", "IndexedJob": "Job"}[runtime] in kinds
+
+
+def test_the_command_of_a_multi_node_spec_runs_on_each_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 44.5: `render --command` of two nodes is a snippet each node runs with its rank and node 0's
+    address (it used to print machine_rank 0 and no main_process_ip); without them it stops and says so."""
+    import subprocess
+
+    import yaml
+
+    path = tmp_path / "mn.yaml"
+    path.write_text(
+        "apiVersion: ftbench.io/v1alpha1\nkind: FineTuneExperiment\nmetadata: {name: mn}\nspec: {model: llama3.1-8b, "
+        "modelMaxLength: 2048, numberGpus: 16, numberNodes: 2, batchSize: 16, gpuModel: NVIDIA-A100-SXM4-80GB, "
+        "engine: fms-hf-tuning, run: {runtime: IndexedJob}}\n"
+    )
+    assert main(["render", str(path), "--command"]) == 0
+    snippet = capsys.readouterr().out
+    assert "mn-a0-0.mn-a0 in the IndexedJob's pods" in snippet
+    setup = snippet.rsplit("\naccelerate launch", 1)[0]  # everything but the launch itself
+    env = {"PATH": "/usr/bin:/bin", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.7"}
+    subprocess.run(["bash", "-euc", setup], cwd=tmp_path, env=env, check=True)
+    config = yaml.safe_load((tmp_path / "accelerate-config.yaml").read_text())
+    assert (config["machine_rank"], config["main_process_ip"], config["num_machines"]) == (1, "10.0.0.7", 2)
+    assert config["main_process_port"] == 29500 and config["num_processes"] == 16
+    missing = subprocess.run(["bash", "-euc", setup], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, capture_output=True)
+    assert missing.returncode != 0 and b"set NODE_RANK to the rank of this node" in missing.stderr
