@@ -72,7 +72,7 @@ def _multi_node_config(plan: LaunchPlan, config: str, nodes: int) -> list[str]:
         else "MASTER_ADDR in a PyTorchJob's pods, PET_MASTER_ADDR in a TrainJob's"
     )  # fmt: skip
     placed = {
-        **plan.accelerate_config,
+        **(plan.accelerate_config or {}),
         "machine_rank": "@NODE_RANK@",
         "main_process_ip": "@MASTER_ADDR@",
         "main_process_port": plan.rendezvous.port,
