@@ -24,6 +24,7 @@ from ftbench.api.status import Stability
 from ftbench.catalog import Catalog, load_catalog
 from ftbench.contracts.enums import Engine
 from ftbench.contracts.environment import RunEnvironment
+from ftbench.contracts.export import json_schemas
 from ftbench.contracts.results import EXIT_FAILED, EXIT_GPU_OOM, EXIT_INVALID_PLAN, EXIT_OK, Metrics
 from ftbench.generated.crd_docs import crd_reference, sweep_reference
 from ftbench.generated.markdown import HEADER, cell, code, schema_sections, table
@@ -247,4 +248,8 @@ def generate_all(catalog: Catalog | None = None) -> dict[str, str]:
         f"{REFERENCE_DIR}/measured-properties.md": measured_properties_reference(),
         f"{REFERENCE_DIR}/cluster-profile.md": cluster_profile_reference(),
         f"{REFERENCE_DIR}/fms-releases.md": fms_releases_reference(),
+        **{
+            f"{REFERENCE_DIR}/schemas/{name}": json.dumps(schema, indent=2) + "\n"
+            for name, schema in json_schemas().items()
+        },
     }

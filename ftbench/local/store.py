@@ -20,6 +20,7 @@ from typing import Any
 
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.ado_names import ADO_COLUMNS, ado_rows
+from ftbench.contracts.export import EXPORT_COLUMNS, EXPORT_SCHEMA_VERSION
 from ftbench.contracts.results import TrainerResult
 
 SCHEMA = """
@@ -69,23 +70,6 @@ CREATE TABLE IF NOT EXISTS ado_runs (
 )
 """
 
-# Columns of `ftbench results` and of the CSV export, in order.
-EXPORT_COLUMNS = (
-    "id",
-    "name",
-    "started_at",
-    "finished_at",
-    "experiment",
-    "engine",
-    "model",
-    "number_gpus",
-    "batch_size",
-    "model_max_length",
-    "status",
-    "is_valid",
-    "train_tokens_per_second",
-)
-
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -119,8 +103,10 @@ class RunRecord:
         return None
 
     def as_dict(self) -> dict[str, Any]:
+        """The run as `ExportedRun` (ftbench.contracts.export) writes it: its schema is published."""
         extra = {"sweep": self.sweep, "point": self.point, "repeat": self.repeat} if self.sweep else {}
-        return {**{c: getattr(self, c) for c in EXPORT_COLUMNS}, **extra, "spec": self.spec, "results": self.results}
+        columns = {c: getattr(self, c) for c in EXPORT_COLUMNS}
+        return {"schema_version": EXPORT_SCHEMA_VERSION, **columns, **extra, "spec": self.spec, "results": self.results}
 
 
 @dataclass(frozen=True)

@@ -267,3 +267,36 @@ def test_ctrl_c_stops_the_run_cleanly(home: Path, tmp_path: Path) -> None:
     assert stored.status == "Interrupted"
     leftover = subprocess.run(["pgrep", "-f", str(runs)], capture_output=True, text=True).stdout.strip()
     assert not leftover, f"trainer processes left behind: {leftover}"
+
+
+def test_real_results_validate_against_the_published_schemas(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 48.3: a real run's result, its metrics (status.results) and `ftbench results --export json`
+    validate against docs/reference/schemas/, which `ftbench docs` generates from the models."""
+    pytest.importorskip("trl")
+    import jsonschema
+
+    from ftbench.contracts.export import EXPORT_SCHEMA_VERSION
+    from ftbench.contracts.results import RESULT_SCHEMA_VERSION
+
+    schemas = Path(__file__).resolve().parents[2] / "docs" / "reference" / "schemas"
+
+    def check(document: object, name: str) -> None:
+        schema = json.loads((schemas / name).read_text())
+        jsonschema.Draft202012Validator(schema).validate(document)
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT.format(name="schema", steps=3))
+    assert main(["run", str(path), "-o", "json", "--quiet", "--dataset-entries", "32"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["schemaVersion"] == RESULT_SCHEMA_VERSION and result["outcome"] == "Succeeded"
+    check(result, "result.v1.schema.json")
+    check(result["metrics"], "metrics.v1.schema.json")
+    assert main(["results", "--export", "json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert [r["schema_version"] for r in exported] == [EXPORT_SCHEMA_VERSION]
+    check(exported, "export-list.v1.schema.json")
+    broken = [{**exported[0], "results": [{**result, "outcome": "Sideways"}]}]
+    with pytest.raises(jsonschema.ValidationError):
+        check(broken, "export-list.v1.schema.json")
