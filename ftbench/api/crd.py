@@ -52,10 +52,16 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.results.trainTokensPerSecond"},
     {
         # Beside the number it qualifies, in the default view: a throughput without its spread is half a number.
-        "name": "CI95±",
+        "name": "CI95±%",
         "type": "number",
-        "jsonPath": ".status.results.throughputCi95Relative",
-        "description": "95% interval half-width / steady-state tokens/s (status.results.throughputCi95Relative)",
+        "jsonPath": ".status.results.throughputCi95Percent",
+        "description": "95% interval half-width in % of steady-state tokens/s (status.results.throughputCi95Percent)",
+    },
+    {
+        "name": "CI",
+        "type": "string",
+        "jsonPath": ".status.results.throughputCi95Scope",
+        "description": "which kind of sure: withinRun (one run's steps: repeat to confirm) or acrossRepeats",
     },
     {
         "name": "Noise",

@@ -69,6 +69,14 @@ class NoiseFlag(StrEnum):
     GPU_THROTTLED = "gpuThrottled"  # NVML reported thermal or hardware clock throttling, or a lowered power cap
 
 
+class IntervalScope(StrEnum):
+    """Which kind of sure an interval is: one run's steps only cover the run's own speed (each process
+    lands on its own: docs/benchmarks.md, "How sure"), repeats in fresh processes cover the setup's."""
+
+    WITHIN_RUN = "withinRun"  # batch means over one run's measured steps: repeat to confirm
+    ACROSS_REPEATS = "acrossRepeats"  # t interval over repeats, each in a fresh process
+
+
 class MeasurementQuality(StrEnum):
     """What `kubectl get fte` shows in its Noise column."""
 
@@ -228,6 +236,14 @@ class Metrics(WireModel):
         None,
         description="Half-width / estimate of that interval: the +- fraction of every per-second rate of the "
         "steady window (per GPU and MFU alike).",
+    )
+    throughput_ci95_percent: NonNegative | None = Field(
+        None, description="throughputCi95Relative in percent (the +- a column shows), rounded to 0.01."
+    )
+    throughput_ci95_scope: IntervalScope | None = Field(
+        None,
+        description="Which kind of sure the interval is: withinRun (batch means over one run's steps; a repeat "
+        "lands elsewhere more often than it says, so repeat to confirm) or acrossRepeats (fresh processes).",
     )
     step_time_mean_seconds: NonNegative = Field(0.0, description="Mean of the measured step times.")
     step_time_mean_ci95_low_seconds: NonNegative | None = Field(

@@ -17,6 +17,7 @@ from typing import Any
 from ftbench.contracts.results import Metrics, TrainerResult
 from ftbench.local.store import RunRecord
 from ftbench.stats.intervals import Interval, repeats_interval, separated
+from ftbench.stats.text import REPEAT_TO_CONFIRM
 
 # The metrics shown (wire names): throughput, time per step, utilization, memory, then the run's size.
 HEADLINE_METRICS = (
@@ -56,7 +57,7 @@ INTERVALS: dict[str, tuple[str, str, str]] = {
 WITHIN_NOISE, BEYOND_NOISE, NO_INTERVAL = "within noise", "beyond noise", "no interval"
 # One run's interval sees its step-to-step noise only; differences between processes (bench/noise.py
 # measures them) need repeats, so a separation of single runs is said with that caveat.
-BEYOND_RUN_NOISE = "beyond one run's noise (repeat to confirm)"
+BEYOND_RUN_NOISE = f"beyond one run's noise ({REPEAT_TO_CONFIRM})"
 
 
 class RunLookupError(LookupError):

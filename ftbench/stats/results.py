@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ftbench.contracts.results import MeasurementQuality, Metrics, NoiseFlag
+from ftbench.contracts.results import IntervalScope, MeasurementQuality, Metrics, NoiseFlag
 from ftbench.stats.intervals import Interval, repeats_interval
 
 
@@ -28,6 +28,30 @@ def metric_interval(metrics: Sequence[Metrics], metric: str) -> Interval | None:
     return Interval(values[0], values[0] * (1 - rel), values[0] * (1 + rel), 1)
 
 
+def steady_interval_fields(steady: Interval | None, scope: IntervalScope) -> dict[str, object]:
+    """The steady-state throughput's interval as Metrics holds it: its ends (the low one never below
+    0), its +- as a fraction and in percent, and which kind of sure it is; all None without one."""
+    if steady is None:
+        names = ("low", "high", "relative", "percent", "scope")
+        return dict.fromkeys(_STEADY_FIELDS[n] for n in names)
+    return {
+        _STEADY_FIELDS["low"]: max(0.0, steady.low),
+        _STEADY_FIELDS["high"]: steady.high,
+        _STEADY_FIELDS["relative"]: steady.relative_half_width,
+        _STEADY_FIELDS["percent"]: round(100 * steady.relative_half_width, 2),
+        _STEADY_FIELDS["scope"]: scope,
+    }
+
+
+_STEADY_FIELDS = {
+    "low": "steady_state_tokens_per_second_ci95_low",
+    "high": "steady_state_tokens_per_second_ci95_high",
+    "relative": "throughput_ci95_relative",
+    "percent": "throughput_ci95_percent",
+    "scope": "throughput_ci95_scope",
+}
+
+
 def mean_of_repeats(metrics: Sequence[Metrics]) -> Metrics:
     """One result for repeats of the same work: every number the mean over them (counts rounded),
     the noise flags of any repeat, the per-rank lists of the first, and the intervals of the
@@ -47,9 +71,7 @@ def mean_of_repeats(metrics: Sequence[Metrics]) -> Metrics:
     update |= {
         "noise_flags": flags,
         "measurement_quality": MeasurementQuality.FLAGGED if flags else MeasurementQuality.CLEAN,
-        "steady_state_tokens_per_second_ci95_low": max(0.0, steady.low) if steady else None,
-        "steady_state_tokens_per_second_ci95_high": steady.high if steady else None,
-        "throughput_ci95_relative": steady.relative_half_width if steady else None,
+        **steady_interval_fields(steady, IntervalScope.ACROSS_REPEATS),
         "step_time_mean_ci95_low_seconds": max(0.0, step.low) if step else None,
         "step_time_mean_ci95_high_seconds": step.high if step else None,
     }

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from ftbench.contracts.results import Metrics
+from ftbench.contracts.results import IntervalScope, Metrics
 from ftbench.stats.noise import describe
+
+# What a single run's interval cannot say: each process lands on its own speed (docs/benchmarks.md).
+REPEAT_TO_CONFIRM = "repeat to confirm"
 
 
 def steady_throughput(m: Metrics) -> str:
-    """`12,345 tokens/s ±2.1% (95% CI 12,086-12,604, 180 steps)`, or why there is no interval."""
+    """`12,345 tokens/s ±2.1% within this run (95% CI 12,086-12,604, 180 steps; repeat to confirm)`, or
+    `... ±2.1% across repeats (95% CI ...)`, or why there is no interval."""
     value = f"{m.steady_state_tokens_per_second:,.0f}"
     low, high = m.steady_state_tokens_per_second_ci95_low, m.steady_state_tokens_per_second_ci95_high
     if low is None or high is None or m.throughput_ci95_relative is None:
         return f"{value} (no interval: {m.measured_steps} measured steps, at least 4 needed)"
-    return f"{value} ±{m.throughput_ci95_relative:.1%} (95% CI {low:,.0f}-{high:,.0f}, {m.measured_steps} steps)"
+    ci = f"95% CI {low:,.0f}-{high:,.0f}"
+    if m.throughput_ci95_scope == IntervalScope.ACROSS_REPEATS:
+        return f"{value} ±{m.throughput_ci95_relative:.1%} across repeats ({ci})"
+    return f"{value} ±{m.throughput_ci95_relative:.1%} within this run ({ci}, {m.measured_steps} steps; {REPEAT_TO_CONFIRM})"
 
 
 def steady_short(m: Metrics) -> str:
-    """`12,345 ±2.1%` (a table cell); the bare value without an interval."""
+    """`12,345 ±2.1% (run)` or `12,345 ±2.1% (repeats)` (a table cell); the bare value without an interval."""
     value = f"{m.steady_state_tokens_per_second:,.1f}"
-    return value if m.throughput_ci95_relative is None else f"{value} ±{m.throughput_ci95_relative:.1%}"
+    if m.throughput_ci95_relative is None:
+        return value
+    scope = "repeats" if m.throughput_ci95_scope == IntervalScope.ACROSS_REPEATS else "run"
+    return f"{value} ±{m.throughput_ci95_relative:.1%} ({scope})"
 
 
 def flag_names(m: Metrics | None) -> str:

@@ -112,7 +112,8 @@ def test_names_and_printer_columns() -> None:
         "GPUs",
         "Batch",
         "Tokens/s",
-        "CI95±",
+        "CI95±%",
+        "CI",
         "Noise",
         "PeakMem%",
         "BusBW",
@@ -121,7 +122,9 @@ def test_names_and_printer_columns() -> None:
     ):
         assert name in columns and "priority" not in columns[name]
     order = list(columns)
-    assert order.index("CI95±") == order.index("Tokens/s") + 1  # a throughput is shown with its spread
+    # A throughput is shown with its spread, in percent, and which kind of sure that spread is (issue 47.2).
+    assert order.index("CI95±%") == order.index("Tokens/s") + 1 and order.index("CI") == order.index("CI95±%") + 1
+    assert columns["CI95±%"]["jsonPath"] == ".status.results.throughputCi95Percent"
     assert doc["spec"]["versions"][0]["subresources"] == {"status": {}}
 
 

@@ -260,3 +260,27 @@ def test_only_thermal_hardware_and_lowered_power_cap_throttling_counts() -> None
     assert not throttled(_Nvml(0x1 | 0x2 | 0x10), None)  # idle, application clocks, sync boost
     assert not throttled(_Nvml(RuntimeError("not supported")), None)
     assert not throttled(object(), None)
+
+
+def test_an_interval_says_which_kind_of_sure_it_is() -> None:
+    """Issue 47.2: one run's interval is within-run (repeat to confirm), repeats' is across them; both
+    carry their +- in percent for columns (kubectl get fte showed a raw fraction, 0.02698)."""
+    from ftbench.contracts.results import IntervalScope
+    from ftbench.stats.intervals import Interval
+    from ftbench.stats.results import mean_of_repeats, steady_interval_fields
+    from ftbench.stats.text import steady_short, steady_throughput
+
+    run = RankReport(window=step_window(_timer([1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 1.0]), None))
+    one = combine([run], RunFacts(1, "float32", 10.0))
+    assert one.throughput_ci95_scope == IntervalScope.WITHIN_RUN and one.throughput_ci95_relative is not None
+    assert one.throughput_ci95_percent == round(100 * one.throughput_ci95_relative, 2)
+    assert "within this run" in steady_throughput(one) and "repeat to confirm" in steady_throughput(one)
+    assert steady_short(one).endswith("(run)")
+    repeats = [one.model_copy(update={"steady_state_tokens_per_second": v}) for v in (100.0, 104.0, 98.0)]
+    across = mean_of_repeats(repeats)
+    assert across.throughput_ci95_scope == IntervalScope.ACROSS_REPEATS
+    assert "across repeats" in steady_throughput(across) and steady_short(across).endswith("(repeats)")
+    assert steady_interval_fields(None, IntervalScope.WITHIN_RUN)["throughput_ci95_scope"] is None
+    assert (
+        steady_interval_fields(Interval(100.0, 98.0, 102.0), IntervalScope.WITHIN_RUN)["throughput_ci95_percent"] == 2.0
+    )

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ftbench.contracts.results import RANK_MEMORY_LIMIT, MeasurementQuality, Metrics, RankMemory
+from ftbench.contracts.results import RANK_MEMORY_LIMIT, IntervalScope, MeasurementQuality, Metrics, RankMemory
 from ftbench.stats.intervals import Interval, mean_interval, rate_interval
 from ftbench.stats.noise import HostLoad, WindowFacts, noise_flags
+from ftbench.stats.results import steady_interval_fields
 from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
 from ftbench_trainer.measure.system import GpuSummary
 from ftbench_trainer.measure.timing import coefficient_of_variation, percentile
@@ -146,9 +147,6 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         warmup_steps=r0.steady_start,
         measured_steps=len(measured),
         measured_seconds=sum(measured),
-        steady_state_tokens_per_second_ci95_low=_low(throughput),
-        steady_state_tokens_per_second_ci95_high=_high(throughput),
-        throughput_ci95_relative=throughput.relative_half_width if throughput else None,
         step_time_mean_seconds=step_time.estimate if step_time else 0.0,
         step_time_mean_ci95_low_seconds=_low(step_time),
         step_time_mean_ci95_high_seconds=_high(step_time),
@@ -170,7 +168,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
             for i, r in enumerate(reports[:RANK_MEMORY_LIMIT])
         ],
         stopped_by=run.stopped_by,
-    )
+    ).model_copy(update=steady_interval_fields(throughput, IntervalScope.WITHIN_RUN))
 
 
 def _low(interval: Interval | None) -> float | None:
