@@ -47,6 +47,6 @@ echo "[test] mypy"
 # matrix, stay on one worker). Tests hold no wall-clock assertions, and each worker has its own control
 # plane, FTBENCH_HOME and ports; the shared caches (engine environments, images, the ado peer) are built
 # above or under a lock.
-WORKERS="${FTBENCH_TEST_WORKERS:-$(nproc)}"
+WORKERS="${FTBENCH_TEST_WORKERS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"  # nproc honours OMP_NUM_THREADS (1 above)
 echo "[test] pytest (${WORKERS} workers)"
 exec .venv/bin/python -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadfile "$@"
