@@ -71,6 +71,15 @@ def world_size(spec: FineTuneExperimentSpec) -> int:
     return processes_per_node(spec) * spec.number_nodes
 
 
+def devices_label(spec: FineTuneExperimentSpec) -> str:
+    """What a run trains on, for tables and plots: `8 GPUs`, `2 CPU ranks` (device cpu: ranks stand in
+    for GPUs and must not be called GPUs), `1 CPU rank` for numberGpus 0."""
+    if uses_cpu(spec):
+        ranks = world_size(spec)
+        return f"{ranks} CPU rank" + ("s" if ranks > 1 else "")
+    return f"{spec.number_gpus} GPU" + ("s" if spec.number_gpus > 1 else "")
+
+
 def network_preflight(spec: FineTuneExperimentSpec) -> bool:
     """Whether the collective bandwidth self-test runs: spec.run.networkPreflight, auto meaning multi-node;
     never for a single rank (nothing to measure between ranks)."""

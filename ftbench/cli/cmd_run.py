@@ -147,6 +147,8 @@ def repeats_table(results: list[TrainerResult]) -> str:
 
 
 def _fmt(value: object) -> str:
+    if value is None:
+        return text.NOT_APPLICABLE  # a figure of this result that does not apply to the run
     return f"{value:,.3f}" if isinstance(value, float) else str(value)
 
 

@@ -27,6 +27,7 @@ from ftbench.local.runner import LocalRunError, execute, prepare, trainer_profil
 from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.local.sweeps import LocalSweep, local_sweep
 from ftbench.render.names import sweep_child_name
+from ftbench.stats import text
 from ftbench.sweep.points import parse_sweep_document
 from ftbench.sweep.schedule import NewRun
 
@@ -142,7 +143,9 @@ def _print(state: LocalSweep, fmt: str) -> None:
     rows = [
         (row.point, *(json.dumps(row.values.get(k)) for k in varied), row.phase.value,
          _cell(row.train_tokens_per_second), _cell(row.dataset_tokens_per_second),
-         _cell(row.gpu_memory_peak_percent), _cell(row.mfu_percent), _cell(row.step_time_cv_across_repeats),
+         text.figure(row.gpu_memory_peak_percent, 2, measured=row.train_tokens_per_second is not None),
+         text.figure(row.mfu_percent, 2, measured=row.train_tokens_per_second is not None),
+         _cell(row.step_time_cv_across_repeats),
          *((row.transport or "", _cell(row.peak_bus_bandwidth_gbps)) if network else ()), row.message[:60])
         for row in plan.rows
     ]  # fmt: skip

@@ -121,6 +121,8 @@ def ado_rows(
         row.update(
             {name: _cell(metrics.get(_camel(field))) for name, field in (ADO_PROPERTIES | FTBENCH_EXTRAS).items()}
         )
+        if metrics:  # seed 001: ado's GPU properties are 0.0 where no GPU was used (ftbench leaves them absent)
+            row.update({name: 0.0 for name in ADO_PROPERTIES if name.startswith("gpu_") and row[name] is None})
         row.update(zip(RUN_COLUMNS, (run_id, status, engine, ran), strict=True))
         rows.append(row)
     return rows

@@ -102,31 +102,52 @@ class RankMemory(WireModel):
 class Metrics(WireModel):
     """Measured properties of one successful run (seed 001 plus ftbench's extras)."""
 
-    # GPU (0.0 when no GPU is used, as the seed says). Each GPU is averaged over the run;
-    # min/avg/max are taken across GPUs (seed note 1).
-    gpu_compute_utilization_min_percent: Percent = Field(0.0, description="Least busy GPU's mean compute utilization.")
-    gpu_compute_utilization_avg_percent: Percent = Field(0.0, description="Mean over GPUs of mean compute utilization.")
-    gpu_compute_utilization_max_percent: Percent = Field(0.0, description="Busiest GPU's mean compute utilization.")
-    gpu_memory_utilization_min_percent: Percent = Field(0.0, description="Lowest per-GPU mean memory used / total.")
-    gpu_memory_utilization_avg_percent: Percent = Field(0.0, description="Mean over GPUs of mean memory used / total.")
-    gpu_memory_utilization_max_percent: Percent = Field(0.0, description="Highest per-GPU mean memory used / total.")
-    gpu_memory_utilization_peak_percent: Percent = Field(
-        0.0, description="Highest memory used / total seen on any GPU at any sample."
+    # GPU: absent (None) where no GPU was used, so nothing reads as a measured 0 (the seed's 0.0 is what
+    # ado's names carry in `ftbench results --names ado`). Each GPU is averaged over the run; min/avg/max
+    # are taken across GPUs (seed note 1).
+    gpu_compute_utilization_min_percent: Percent | None = Field(
+        None, description="Least busy GPU's mean compute utilization."
     )
-    gpu_power_min_percent: Percent = Field(0.0, description="Lowest per-GPU mean power as % of the enforced limit.")
-    gpu_power_avg_percent: Percent = Field(0.0, description="Mean over GPUs of mean power as % of the enforced limit.")
-    gpu_power_max_percent: Percent = Field(0.0, description="Highest per-GPU mean power as % of the enforced limit.")
-    gpu_power_min_watts: NonNegative = Field(0.0, description="Lowest per-GPU mean power draw.")
-    gpu_power_avg_watts: NonNegative = Field(0.0, description="Mean over GPUs of mean power draw.")
-    gpu_power_max_watts: NonNegative = Field(0.0, description="Highest per-GPU mean power draw.")
-    gpu_max_memory_allocated_bytes: Count = Field(
-        0, description="Largest torch.cuda.max_memory_allocated() over ranks."
+    gpu_compute_utilization_avg_percent: Percent | None = Field(
+        None, description="Mean over GPUs of mean compute utilization."
     )
-    gpu_max_memory_reserved_bytes: Count = Field(0, description="Largest torch.cuda.max_memory_reserved() over ranks.")
+    gpu_compute_utilization_max_percent: Percent | None = Field(
+        None, description="Busiest GPU's mean compute utilization."
+    )
+    gpu_memory_utilization_min_percent: Percent | None = Field(
+        None, description="Lowest per-GPU mean memory used / total."
+    )
+    gpu_memory_utilization_avg_percent: Percent | None = Field(
+        None, description="Mean over GPUs of mean memory used / total."
+    )
+    gpu_memory_utilization_max_percent: Percent | None = Field(
+        None, description="Highest per-GPU mean memory used / total."
+    )
+    gpu_memory_utilization_peak_percent: Percent | None = Field(
+        None, description="Highest memory used / total seen on any GPU at any sample."
+    )
+    gpu_power_min_percent: Percent | None = Field(
+        None, description="Lowest per-GPU mean power as % of the enforced limit."
+    )
+    gpu_power_avg_percent: Percent | None = Field(
+        None, description="Mean over GPUs of mean power as % of the enforced limit."
+    )
+    gpu_power_max_percent: Percent | None = Field(
+        None, description="Highest per-GPU mean power as % of the enforced limit."
+    )
+    gpu_power_min_watts: NonNegative | None = Field(None, description="Lowest per-GPU mean power draw.")
+    gpu_power_avg_watts: NonNegative | None = Field(None, description="Mean over GPUs of mean power draw.")
+    gpu_power_max_watts: NonNegative | None = Field(None, description="Highest per-GPU mean power draw.")
+    gpu_max_memory_allocated_bytes: Count | None = Field(
+        None, description="Largest torch.cuda.max_memory_allocated() over ranks."
+    )
+    gpu_max_memory_reserved_bytes: Count | None = Field(
+        None, description="Largest torch.cuda.max_memory_reserved() over ranks."
+    )
     cpu_peak_rss_bytes: Count = Field(
         0,
         description="Largest peak resident set size of a training process (getrusage ru_maxrss, from its start: "
-        "loading included): the memory figure of CPU runs, where the GPU ones are 0.",
+        "loading included): the memory figure of CPU runs, where the GPU ones are absent.",
     )
     # Tensor memory, the quantity the memory predictor predicts (docs/measurements.md, "Predicted memory").
     cpu_tensor_peak_bytes: Count = Field(
@@ -260,16 +281,17 @@ class Metrics(WireModel):
     measurement_quality: MeasurementQuality = Field(
         MeasurementQuality.CLEAN, description="clean without noise flags, flagged with any."
     )
-    mfu_percent: NonNegative = Field(
-        0.0,
+    mfu_percent: NonNegative | None = Field(
+        None,
         description="Model FLOPs utilization: 100 x trainModelFlops / trainRuntimeSeconds / (numberGpus x "
-        "gpuPeakFlops); 0 where gpuPeakFlops is 0. Formula in docs/measurements.md.",
+        "gpuPeakFlops); absent where gpuPeakFlops is (CPU ranks, a GPU without a known peak). Formula in "
+        "docs/measurements.md.",
     )
-    gpu_peak_flops: NonNegative = Field(
-        0.0,
+    gpu_peak_flops: NonNegative | None = Field(
+        None,
         description="The peak dense FLOP/s of one GPU that mfuPercent divides by: the vendor data sheet's "
-        "tensor-core figure for the GPU's name and torchDtype (docs/measurements.md). 0 on CPU and for a GPU "
-        "ftbench has no figure for: mfuPercent is then 0, and trainModelFlops lets you divide by your own.",
+        "tensor-core figure for the GPU's name and torchDtype (docs/measurements.md). Absent on CPU and for a GPU "
+        "ftbench has no figure for (mfuPercent is then absent too; trainModelFlops lets you divide by your own).",
     )
     train_model_flops: NonNegative = Field(
         0.0,
@@ -307,12 +329,11 @@ class Metrics(WireModel):
         measured = self.measured_tensor_peak_bytes
         error = round(100.0 * (predicted_peak_bytes - measured) / measured, 1) if measured else None
         update: dict[str, object] = {"predicted_peak_bytes": predicted_peak_bytes, "prediction_error_percent": error}
-        if device_percent is not None and self.gpu_memory_utilization_peak_percent > 0:
+        peak = self.gpu_memory_utilization_peak_percent
+        if device_percent is not None and peak:
             update |= {
                 "predicted_gpu_memory_peak_percent": device_percent,
-                "gpu_memory_prediction_error_points": round(
-                    device_percent - self.gpu_memory_utilization_peak_percent, 1
-                ),
+                "gpu_memory_prediction_error_points": round(device_percent - peak, 1),
             }
         return self.model_copy(update=update)
 

@@ -202,10 +202,10 @@ def _notes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfi
     if exp.max_steps is not None:
         notes.append(f"{exp.name.value} runs {exp.trials} trial(s) of {exp.max_steps} steps")
     if spec.number_gpus == 0:
-        notes.append("numberGpus is 0: training runs on CPU and GPU metrics are 0.0")
+        notes.append("numberGpus is 0: training runs on CPU and the GPU metrics do not apply (absent, n/a)")
     elif effective.uses_cpu(spec):
         notes.append(
-            f"device cpu: {spec.number_gpus} CPU rank(s) (gloo) stand in for the GPUs; GPU metrics are 0.0 and the "
+            f"device cpu: {spec.number_gpus} CPU rank(s) (gloo) stand in for the GPUs; the GPU metrics do not apply (absent, n/a) and the "
             "figures are CPU figures"
         )
     return tuple(notes)

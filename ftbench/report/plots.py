@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ftbench.api.effective import per_device_batch_size
+from ftbench.api.effective import devices_label, per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.results import Metrics
 from ftbench.report.data import RunMeasurement, SweepData
-from ftbench.stats.results import metric_interval
+from ftbench.stats.results import applicable, metric_interval
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -31,8 +31,8 @@ FORMATS = ("png", "svg")
 X_FIELDS = frozenset({"batchSize", "numberGpus"})
 OUT_OF_MEMORY = ("GpuOom", "Skipped")
 
-BATCH_LABEL = "per-device batch (samples per GPU per step)"
-TOKENS_LABEL = "train tokens/s (all GPUs)"
+BATCH_LABEL = "per-device batch (samples per GPU or CPU rank per step)"
+TOKENS_LABEL = "train tokens/s (all devices)"
 MEMORY_LABEL = "peak GPU memory (% of device memory)"
 MFU_LABEL = "model FLOPs utilization, MFU (%)"
 POINT_LABEL = "point (numbered as in the table)"
@@ -68,13 +68,9 @@ class Figure:
     data: bytes
 
 
-def _gpus(count: int) -> str:
-    return "CPU" if count == 0 else f"{count} GPU" + ("s" if count > 1 else "")
-
-
 def _series(spec: FineTuneExperimentSpec, values: dict[str, Any]) -> str:
     others = [f"{k}={v}" for k, v in values.items() if k not in X_FIELDS]
-    return ", ".join([_gpus(spec.number_gpus), *others])
+    return ", ".join([devices_label(spec), *others])
 
 
 def sweep_points(sweep: SweepData) -> list[PlotPoint]:
@@ -121,7 +117,7 @@ def run_points(runs: Iterable[RunMeasurement]) -> list[PlotPoint]:
     for group in groups.values():
         spec = group[0][1]
         measured = [r.metrics for r, _ in group if r.metrics is not None and r.phase == "Succeeded"]
-        series = f"{_gpus(spec.number_gpus)}, {spec.model}, {spec.experiment.value.removeprefix('finetune_')}, " \
+        series = f"{devices_label(spec)}, {spec.model}, {spec.experiment.value.removeprefix('finetune_')}, " \
                  f"seq {spec.model_max_length}"  # fmt: skip
         found.append(
             PlotPoint(
@@ -130,8 +126,10 @@ def run_points(runs: Iterable[RunMeasurement]) -> list[PlotPoint]:
                 batch=per_device_batch_size(spec),
                 phase="Succeeded" if measured else group[-1][0].phase,
                 tokens_per_second=_mean([m.train_tokens_per_second for m in measured]),
-                memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in measured), default=None),
-                mfu_percent=_mean([m.mfu_percent for m in measured]),
+                memory_peak_percent=max(
+                    applicable(m.gpu_memory_utilization_peak_percent for m in measured), default=None
+                ),
+                mfu_percent=_mean(applicable(m.mfu_percent for m in measured)),
                 step_times=tuple(m.step_time_p50_seconds for m in measured),
                 tokens_ci95=_tokens_ci95(measured),
             )

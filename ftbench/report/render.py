@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ftbench.api.effective import per_device_batch_size
+from ftbench.api.effective import devices_label, per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
 from ftbench.report import network as net
@@ -88,16 +88,17 @@ def _sweep_table(sweep: SweepData) -> Table:
         rows.append((
             str(r.point), *(str(r.values.get(k, "")) for k in varied),
             str(per_device_batch_size(spec)) if spec else "",
-            *([] if "numberGpus" in varied else [str(spec.number_gpus) if spec else ""]),
+            *([] if "numberGpus" in varied else [devices_label(spec) if spec else ""]),
             str(r.phase), f"{r.repeats_done}", _num(r.train_tokens_per_second), _ci(r),
             _num(r.dataset_tokens_per_second),
-            *([_num(r.predicted_memory_percent)] if predicted else []), _num(r.gpu_memory_peak_percent),
-            _num(r.mfu_percent, 2),
+            *([_num(r.predicted_memory_percent)] if predicted else []),
+            text.figure(r.gpu_memory_peak_percent, measured=r.train_tokens_per_second is not None),
+            text.figure(r.mfu_percent, 2, measured=r.train_tokens_per_second is not None),
             "" if r.step_time_cv_across_repeats is None else f"{r.step_time_cv_across_repeats:.1%}",
             *(net.point_columns(r) if network else ()),
             _cut(r.message), ", ".join(r.experiments),
         ))  # fmt: skip
-    gpus = () if "numberGpus" in varied else ("GPUs",)
+    gpus = () if "numberGpus" in varied else ("devices",)
     headers = ("point", *varied, "per-device batch", *gpus, "phase", "repeats", "tokens/s",
                f"{sweep.objective} 95% CI", "dataset tokens/s",
                *(("predicted GPU mem % (estimate)",) if predicted else ()), "peak GPU mem %", "MFU %", "step-time CV", *(net.COLUMN_HEADERS if network else ()), "note",
@@ -123,14 +124,15 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
         m = run.metrics
         rows.append((
             run.name, spec.experiment.value.removeprefix("finetune_") if spec else "", spec.model if spec else "",
-            str(spec.number_gpus) if spec else "", str(spec.batch_size) if spec else "",
+            devices_label(spec) if spec else "", str(spec.batch_size) if spec else "",
             str(per_device_batch_size(spec)) if spec else "", str(spec.model_max_length) if spec else "", run.phase,
-            _num(m.train_tokens_per_second if m else None), _num(m.gpu_memory_utilization_peak_percent if m else None),
-            _num(m.mfu_percent if m else None, 2), _num(m.step_time_p50_seconds if m else None, 3),
+            _num(m.train_tokens_per_second if m else None),
+            text.figure(m.gpu_memory_utilization_peak_percent if m else None, measured=m is not None),
+            text.figure(m.mfu_percent if m else None, 2, measured=m is not None), _num(m.step_time_p50_seconds if m else None, 3),
             text.steady_short(m) if m else "", text.flag_names(m), *(prediction.run_columns(m) if predicted else ()),
             *(net.run_columns(run) if network else ()),
         ))  # fmt: skip
-    headers = ("run", "experiment", "model", "GPUs", "batch", "per-device batch", "seq length", "phase", "tokens/s",
+    headers = ("run", "experiment", "model", "devices", "batch", "per-device batch", "seq length", "phase", "tokens/s",
                "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise",
                *(prediction.COLUMN_HEADERS if predicted else ()), *(net.COLUMN_HEADERS if network else ()))  # fmt: skip
     return Table(headers, tuple(rows))

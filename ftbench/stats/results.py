@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ftbench.contracts.results import IntervalScope, MeasurementQuality, Metrics, NoiseFlag
 from ftbench.stats.intervals import Interval, repeats_interval
+
+
+def applicable(values: Iterable[float | None]) -> list[float]:
+    """The figures that apply (GPU figures of GPU runs, MFU where the GPU's peak is known): a figure
+    that does not apply is absent (None), never averaged in as a 0."""
+    return [float(v) for v in values if v is not None]
 
 
 def field_name(metric: str) -> str:
@@ -19,11 +25,11 @@ def metric_interval(metrics: Sequence[Metrics], metric: str) -> Interval | None:
     throughputCi95Relative where the metric is a per-second rate or MFU (they scale with the step
     time); None where nothing says how sure the number is."""
     name = field_name(metric)
-    values = [float(getattr(m, name)) for m in metrics]
+    values = applicable(getattr(m, name) for m in metrics)
     if len(values) > 1:
         return repeats_interval(values)
     rel = metrics[0].throughput_ci95_relative if metrics else None
-    if rel is None or not (name.endswith("_per_second") or name == "mfu_percent"):
+    if rel is None or not values or not (name.endswith("_per_second") or name == "mfu_percent"):
         return None
     return Interval(values[0], values[0] * (1 - rel), values[0] * (1 + rel), 1)
 

@@ -5,6 +5,19 @@ from __future__ import annotations
 from ftbench.contracts.results import IntervalScope, Metrics
 from ftbench.stats.noise import describe
 
+# A figure that does not apply to a run (GPU figures of CPU ranks, MFU without a known peak): absent
+# in the result and the status, this in a table; never a 0, which reads as a measurement.
+NOT_APPLICABLE = "n/a"
+
+
+def figure(value: float | None, digits: int = 1, *, measured: bool = True) -> str:
+    """A table cell: the value; n/a where a measured run has none (it does not apply); empty where
+    nothing was measured (a failed or pending run)."""
+    if value is None:
+        return NOT_APPLICABLE if measured else ""
+    return f"{value:,.{digits}f}"
+
+
 # What a single run's interval cannot say: each process lands on its own speed (docs/benchmarks.md).
 REPEAT_TO_CONFIRM = "repeat to confirm"
 

@@ -31,7 +31,7 @@ from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
 from ftbench.contracts.results import Metrics, Outcome
 from ftbench.stats.intervals import Interval, separated
-from ftbench.stats.results import metric_interval
+from ftbench.stats.results import applicable, metric_interval
 from ftbench.sweep.frontier import memory_order, needs_at_least
 from ftbench.sweep.points import SweepPoint
 
@@ -137,7 +137,7 @@ _IS_VALID = {
 def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunState], metrics: Sequence[Metrics],
          objective: str, names: Sequence[str]) -> PointRow:  # fmt: skip
     def mean_of(name: str) -> float | None:
-        return _mean([float(getattr(m, name)) for m in metrics])
+        return _mean(applicable(getattr(m, name) for m in metrics))
 
     dumped = [m.model_dump(by_alias=True) for m in metrics]
     interval = metric_interval(metrics, objective)
@@ -151,7 +151,7 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
         repeats_done=sum(1 for r in runs if r.finished),
         train_tokens_per_second=mean_of("train_tokens_per_second"),
         dataset_tokens_per_second=mean_of("dataset_tokens_per_second"),
-        gpu_memory_peak_percent=max((m.gpu_memory_utilization_peak_percent for m in metrics), default=None),
+        gpu_memory_peak_percent=max(applicable(m.gpu_memory_utilization_peak_percent for m in metrics), default=None),
         predicted_memory_percent=max(
             (r.predicted_memory_percent for r in runs if r.predicted_memory_percent is not None), default=None
         ),

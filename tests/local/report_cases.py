@@ -34,7 +34,7 @@ OOM_AT = {1: 8, 2: 16}
 START = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
 
-def metrics(tokens_per_second: float, memory: float, mfu: float, step: float) -> dict[str, Any]:
+def metrics(tokens_per_second: float, memory: float | None, mfu: float | None, step: float) -> dict[str, Any]:
     return {
         "trainRuntimeSeconds": 20 * step, "trainSteps": 20, "trainSamples": 80, "trainTokens": 81920,
         "trainNonPaddingTokens": 80000, "trainSamplesPerSecond": 4 / step, "trainStepsPerSecond": 1 / step,
@@ -68,7 +68,7 @@ def gpu_measure(spec: FineTuneExperimentSpec, repeat: int) -> TrainerResult | No
 
 
 def cpu_measure(spec: FineTuneExperimentSpec, repeat: int) -> TrainerResult:
-    return succeeded(metrics(100.0 * spec.batch_size, 0.0, 0.0, 0.25))
+    return succeeded(metrics(100.0 * spec.batch_size, None, None, 0.25))  # CPU ranks: no GPU memory, no MFU
 
 
 def table(md: str, heading: str) -> list[dict[str, str]]:

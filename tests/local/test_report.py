@@ -119,7 +119,9 @@ def test_report_tables_and_plot_files(recorded: Recorder, tmp_path: Path, capsys
     assert rows["8"]["trainTokensPerSecond 95% CI"] and rows["2"]["trainTokensPerSecond 95% CI"] == ""
     assert "with trainTokensPerSecond 5,713.4 (95% interval 4,994.7-6,432.2)." in md  # ahead beyond the noise
     cpu = table(md, "## Sweep cpu-sweep")
-    assert [r["peak GPU mem %"] for r in cpu] == ["0.0", "0.0"] and cpu[1]["tokens/s"] == "400.0"
+    # Issue 45.7: a figure that does not apply to CPU ranks reads n/a, never 0.0.
+    assert [r["peak GPU mem %"] for r in cpu] == ["n/a", "n/a"] and [r["MFU %"] for r in cpu] == ["n/a", "n/a"]
+    assert cpu[1]["tokens/s"] == "400.0"
     plain = table(md, "## Runs outside sweeps")
     assert [r["tokens/s"] for r in plain] == ["400.0", "440.0"]
     assert [r["noise"] for r in plain] == ["clean", "clean"]  # the runs' noise flags and intervals have columns
@@ -128,7 +130,7 @@ def test_report_tables_and_plot_files(recorded: Recorder, tmp_path: Path, capsys
     # 4 plots per sweep and for the runs outside sweeps, 2 of the scaling section (gpu-sweep varies numberGpus)
     assert len(images) == 14 and all((out / file).stat().st_size > 5000 for _, file in images)
     assert ("Peak GPU memory and the OOM frontier: peak GPU memory (% of device memory) vs per-device batch "
-            "(samples per GPU per step)", "gpu-sweep-memory.png") in images  # fmt: skip
+            "(samples per GPU or CPU rank per step)", "gpu-sweep-memory.png") in images  # fmt: skip
     page = (out / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 14
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing outside the file

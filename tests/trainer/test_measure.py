@@ -100,7 +100,7 @@ def test_mfu_formula() -> None:
     assert peak_flops("NVIDIA A100-SXM4-80GB", "float32") == 156e12
     assert peak_flops("", "bfloat16") == 0.0
     assert mfu_percent(989e12, 1.0, 2, 989e12) == pytest.approx(50.0)
-    assert mfu_percent(1.0, 1.0, 0, 0.0) == 0.0
+    assert mfu_percent(1.0, 1.0, 0, 0.0) is None and mfu_percent(1.0, 1.0, 1, 0.0) is None  # n/a, never 0
 
 
 def test_system_sampler_on_cpu_reports_zero_gpu_and_real_cpu() -> None:

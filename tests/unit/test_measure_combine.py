@@ -133,7 +133,7 @@ def test_mfu_counts_frozen_weights_and_attention() -> None:
     # The result carries both sides of the division, so MFU can be checked, or made for another peak.
     assert (m.train_model_flops, m.gpu_peak_flops) == (flops, 989e12)
     unknown = combine([RankReport(window=r.window, gpu_name="Some GPU") for r in _two_ranks()], RUN)
-    assert (unknown.mfu_percent, unknown.gpu_peak_flops, unknown.train_model_flops) == (0.0, 0.0, flops)
+    assert (unknown.mfu_percent, unknown.gpu_peak_flops, unknown.train_model_flops) == (None, None, flops)  # n/a
     fp32 = combine(_two_ranks(), RunFacts(number_gpus=2, torch_dtype="float32", dataset_tokens_per_sample=0.0,
                                           model=RUN.model))  # fmt: skip
     assert fp32.mfu_percent == pytest.approx(100.0 * flops / 5.0 / (2 * 494e12))
@@ -144,9 +144,9 @@ def test_zero_steps_report_zeros_not_divisions_by_zero() -> None:
     assert m.train_steps == 0 and m.train_runtime_seconds == 0.0 and m.stopped_by == "completed"
     rates = (m.train_samples_per_second, m.train_steps_per_second, m.train_tokens_per_second,
              m.train_tokens_per_gpu_per_second, m.dataset_tokens_per_second, m.steady_state_tokens_per_second,
-             m.step_time_p50_seconds, m.step_time_cv, m.mfu_percent, m.gpu_power_avg_watts,
-             m.cpu_compute_utilization_percent)  # fmt: skip
+             m.step_time_p50_seconds, m.step_time_cv, m.cpu_compute_utilization_percent)  # fmt: skip
     assert all(v == 0.0 for v in rates)
+    assert m.mfu_percent is None and m.gpu_power_avg_watts is None  # no GPU: n/a, never a measured-looking 0
 
 
 def test_one_cpu_rank_divides_per_gpu_rates_by_one() -> None:
@@ -155,7 +155,9 @@ def test_one_cpu_rank_divides_per_gpu_rates_by_one() -> None:
                                                       dataset_tokens_per_sample=2.5))  # fmt: skip
     assert m.train_tokens_per_second == m.train_tokens_per_gpu_per_second == pytest.approx(16 / 4.0)
     assert m.dataset_tokens_per_second == m.dataset_tokens_per_second_per_gpu == pytest.approx(8 * 2.5 / 4.0)
-    assert m.gpu_compute_utilization_max_percent == 0.0 and m.mfu_percent == 0.0
+    # Issue 45.7: figures that do not apply to CPU ranks are absent (n/a), never 0.
+    assert m.gpu_compute_utilization_max_percent is None and m.mfu_percent is None
+    assert m.gpu_max_memory_allocated_bytes is None and m.gpu_memory_utilization_peak_percent is None
 
 
 def test_the_formulas_import_without_torch_or_transformers() -> None:

@@ -118,9 +118,9 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
     )
     return Metrics(
         **gpu_spread(gpu),  # type: ignore[arg-type]  # floats only; mypy checks them against every field
-        gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=0.0),
-        gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports),
-        gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports),
+        gpu_memory_utilization_peak_percent=max((g.memory_peak_percent for g in gpu), default=None),
+        gpu_max_memory_allocated_bytes=max(r.max_memory_allocated for r in reports) or None,  # 0: no CUDA
+        gpu_max_memory_reserved_bytes=max(r.max_memory_reserved for r in reports) or None,
         cpu_peak_rss_bytes=max(r.peak_rss for r in reports),
         cpu_tensor_peak_bytes=max(r.tensor_peak for r in reports),
         peak_batch_shape=_largest_batch(reports),
@@ -153,7 +153,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         noise_flags=flags,
         measurement_quality=MeasurementQuality.FLAGGED if flags else MeasurementQuality.CLEAN,
         mfu_percent=mfu_percent(flops, runtime, run.number_gpus, peak),
-        gpu_peak_flops=peak,
+        gpu_peak_flops=peak or None,
         train_model_flops=flops,
         model_parameters=run.model.parameters,
         trainable_parameters=run.model.trainable,
@@ -194,8 +194,11 @@ _GPU_FIELDS = (
 
 
 def gpu_spread(gpus: Sequence[GpuSummary]) -> dict[str, float]:
-    """Seed note 1: min/avg/max across GPUs of each GPU's mean over the run (0.0 without GPUs)."""
+    """Seed note 1: min/avg/max across GPUs of each GPU's mean over the run (nothing without GPUs: the
+    fields stay absent, never a measured-looking 0)."""
     out: dict[str, float] = {}
+    if not gpus:
+        return out
     for stem, attr, unit in _GPU_FIELDS:
         values = [getattr(g, attr) for g in gpus]
         out[f"{stem}_min_{unit}"] = min(values, default=0.0)

@@ -55,7 +55,10 @@ def training_flops(
     return (4 * parameters + 2 * trainable) * tokens + 12 * layers * hidden * length_squared
 
 
-def mfu_percent(flops: float, seconds: float, gpus: int, peak: float) -> float:
-    if seconds <= 0 or gpus <= 0 or peak <= 0:
+def mfu_percent(flops: float, seconds: float, gpus: int, peak: float) -> float | None:
+    """None where it does not apply: no GPU, or a GPU whose peak ftbench does not know (peak 0)."""
+    if gpus <= 0 or peak <= 0:
+        return None
+    if seconds <= 0:
         return 0.0
     return 100.0 * flops / seconds / (gpus * peak)

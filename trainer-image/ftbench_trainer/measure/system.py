@@ -12,8 +12,9 @@ appends to lists; statistics are computed after training over the samples inside
 window, so warmup samples can be excluded. NVML calls take ~10-100 us and never synchronise the
 GPU stream, so sampling at 1 s costs far below 1% of any step.
 
-Without NVML (no driver, CPU runs) the GPU part records nothing and the GPU metrics stay 0.0,
-as seed 001 says; a failing NVML call is logged once and disables GPU sampling, never the run.
+Without NVML (no driver, CPU runs) the GPU part records nothing and the GPU metrics stay absent
+("n/a"; ado-named exports write seed 001's 0.0); a failing NVML call is logged once and disables GPU
+sampling, never the run.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ class SystemSampler:
             self.gpu_name = self.gpu_name or (name.decode() if isinstance(name, bytes) else str(name))
             self._nvml = pynvml
             self._gpus.append(handle)
-        except NVML_ERRORS as exc:  # no driver / no GPU / no package: GPU metrics stay 0.0
+        except NVML_ERRORS as exc:  # no driver / no GPU / no package: GPU metrics stay absent
             log.info("NVML unavailable, GPU metrics will be 0.0: %s", exc)
 
     def _init_psutil(self) -> None:
