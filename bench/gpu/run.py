@@ -76,6 +76,10 @@ def matrix_document(
     spec = doc["spec"]
     n = DRY_RANKS if dry_run else gpus
     spec["matrix"]["numberGpus"] = sorted({1, n})
+    multi = [e for e in spec.get("exclude") or [] if e.get("numberGpus", 1) != 1]  # the N-GPU excludes
+    spec["exclude"] = [e for e in spec.get("exclude") or [] if e not in multi] + (
+        [e | {"numberGpus": n} for e in multi] if n > 1 else []
+    )
     if dry_run:
         _dry(spec)
     spec["repeats"] = (overrides or {}).get("repeats", spec["repeats"])

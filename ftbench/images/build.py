@@ -10,6 +10,7 @@ trust otherwise. The Dockerfiles themselves are built unchanged, with the bases 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -119,8 +120,23 @@ def build(image: plan.ImageBuild) -> bool:
 
 def build_all(releases: Sequence[str] | None = None, *, only: Sequence[str] = ()) -> list[plan.ImageBuild]:
     """Both bases, then every planned image (``only``: those whose name contains one of these);
-    then what the rebuilt ones left behind is pruned. One build at a time: working containers
-    of a concurrent build would be pruned."""
+    then, when one was rebuilt, what it left behind is pruned. One build at a time (a lock on the
+    storage; test sessions build concurrently): working containers of a concurrent build would be
+    pruned."""
+    with _build_lock():
+        return _build_all(releases, only)
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """An exclusive lock beside buildah's storage, held for a whole build."""
+    path = Path(store.buildah("info", "--format", "{{.store.GraphRoot}}").strip() or tempfile.gettempdir())
+    with open(path / "ftbench-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build_all(releases: Sequence[str] | None, only: Sequence[str]) -> list[plan.ImageBuild]:
     t0 = time.monotonic()
     python_key = python_base()
     log.info("%s ready (%.0f s)", plan.PYTHON_BASE, time.monotonic() - t0)
@@ -129,9 +145,12 @@ def build_all(releases: Sequence[str] | None = None, *, only: Sequence[str] = ()
     log.info("%s ready (%.0f s)", plan.torch_base(), time.monotonic() - t0)
     keys = {plan.PYTHON_BASE: python_key, plan.torch_base(): torch_key}
     wanted = [b for b in plan.builds(keys, releases=releases) if not only or any(o in b.ref for o in only)]
+    rebuilt = False
     for image in wanted:
         t0 = time.monotonic()
         built = build(image)
+        rebuilt |= built
         log.info("%s: %s (%.0f s)", image.ref, "built" if built else "current", time.monotonic() - t0)
-    store.prune()
+    if rebuilt:
+        store.prune()
     return wanted

@@ -89,11 +89,16 @@ def rootfs(ref: str) -> Path:
 def prune() -> None:
     """Drop what rebuilt images leave behind in the (full-copy, vfs) storage: the kubelet's root
     file system containers of images no longer tagged, leftover working containers, then the
-    untagged images. A pod still running on such an old image loses its root file system."""
-    tagged = {i["id"] for i in json.loads(buildah("images", "--json") or "[]") or [] if i.get("names")}
+    untagged images. A pod still running on such an old image loses its root file system.
+
+    `buildah images` shortens IDs to 12 characters unless told not to, while `containers` gives
+    them whole: compared short, every root file system looked stale, and a build in one test
+    session pulled the root file system from under the pods of another (files vanished mid-import)."""
+    listed = json.loads(buildah("images", "--json", "--no-trunc") or "[]") or []
+    tagged = {str(i["id"]).removeprefix("sha256:") for i in listed if i.get("names")}
     for c in json.loads(buildah("containers", "--json") or "[]") or []:
         name = str(c.get("containername", ""))
-        stale_rootfs = name.startswith(ROOTFS_CONTAINER_PREFIX) and c.get("imageid") not in tagged
+        stale_rootfs = name.startswith(ROOTFS_CONTAINER_PREFIX) and str(c.get("imageid")) not in tagged
         if stale_rootfs or name.endswith(WORKING_CONTAINER_SUFFIXES):
             with contextlib.suppress(ImageError):
                 buildah("rm", c["id"])

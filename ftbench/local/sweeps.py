@@ -86,9 +86,12 @@ class LocalSweep:
     plan: SweepPlan | None  # None when the sweep is structurally invalid
 
 
-def local_sweep(store: ResultsStore, name: str, spec: FineTuneSweepSpec, catalog: Catalog) -> LocalSweep:
-    """Plan `spec` against the store. Locally runs go one at a time (parallelism 1): one machine."""
-    expansion = expand(spec, catalog)
+def local_sweep(
+    store: ResultsStore, name: str, spec: FineTuneSweepSpec, catalog: Catalog, *, ran: bool = False
+) -> LocalSweep:
+    """Plan `spec` against the store. Locally runs go one at a time (parallelism 1): one machine.
+    `ran`: a stored sweep being reported (see `expand`)."""
+    expansion = expand(spec, catalog, ran=ran)
     if not expansion.ok:
         return LocalSweep(name, spec, expansion, None)
     reuse = reuse_candidates(store, name, expansion.points) if spec.reuse else {}
@@ -102,4 +105,4 @@ def stored_sweep(store: ResultsStore, name: str, catalog: Catalog) -> LocalSweep
     record = store.sweep(name)
     if record is None:
         return None
-    return local_sweep(store, name, FineTuneSweepSpec.model_validate(record.spec), catalog)
+    return local_sweep(store, name, FineTuneSweepSpec.model_validate(record.spec), catalog, ran=True)

@@ -142,8 +142,10 @@ def _matches(values: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
     return all(k in values and values[k] == v for k, v in entry.items())
 
 
-def expand(spec: FineTuneSweepSpec, catalog: Catalog) -> Expansion:
-    """Every point of the sweep, validated; or the structural issues and no point."""
+def expand(spec: FineTuneSweepSpec, catalog: Catalog, *, ran: bool = False) -> Expansion:
+    """Every point of the sweep, validated; or the structural issues and no point. `ran`: the sweep
+    already ran (a report of a stored one), so that no point passes today's validation is no reason
+    to hide what its points measured."""
     issues = structural_issues(spec)
     if issues:
         return Expansion(issues=tuple(issues))
@@ -174,7 +176,7 @@ def expand(spec: FineTuneSweepSpec, catalog: Catalog) -> Expansion:
         values = {k: _get(full, k) for k in varied}
         refused = (*report.issues, *_not_a_measurement(report.spec))
         points.append(SweepPoint(index, values, wire, report.spec if report.ok and not refused else None, refused))
-    if not any(p.valid for p in points):  # every point would be refused: the sweep would measure nothing
+    if not ran and not any(p.valid for p in points):  # every point would be refused: the sweep would measure nothing
         first = points[0]
         why = "; ".join(str(i) for i in first.issues[:2])
         return Expansion(issues=(Issue("spec", f"{len(points)} points", "sweep.no-runnable-point",

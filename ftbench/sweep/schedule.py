@@ -125,6 +125,19 @@ def _point_phase(runs: Sequence[RunState], repeats: int) -> tuple[PointPhase, st
     return PointPhase.SUCCEEDED, ""
 
 
+def _refused_phase(runs: Sequence[RunState], repeats: int, point: SweepPoint) -> tuple[PointPhase, str]:
+    """A point validation refuses now: Invalid, unless it ran before (a store or a sweep from an
+    ftbench whose validation let it through). What it measured stays in the table, under the
+    phase it ended with and the reason it would be refused today; it never runs again."""
+    why = "; ".join(str(i) for i in point.issues)
+    phase, message = _point_phase(runs, repeats) if runs else (PointPhase.INVALID, "")
+    if phase in (PointPhase.PENDING, PointPhase.RUNNING) and all(r.finished for r in runs):
+        return PointPhase.INVALID, why  # its remaining repeats would be refused
+    if phase == PointPhase.INVALID and not runs:
+        return PointPhase.INVALID, why
+    return phase, "; ".join(filter(None, [f"ran before validation refused it ({why})", message]))
+
+
 _IS_VALID = {
     PointPhase.SUCCEEDED: True,
     PointPhase.REUSED: True,
@@ -195,7 +208,7 @@ def plan_sweep(
     for point in points:
         mine = by_point.get(point.index, [])
         if not point.valid:
-            phases[point.index] = (PointPhase.INVALID, "; ".join(str(i) for i in point.issues))
+            phases[point.index] = _refused_phase(mine, spec.repeats, point)
         elif mine:
             phases[point.index] = _point_phase(mine, spec.repeats)
         elif point.index in reuse:
@@ -222,7 +235,7 @@ def plan_sweep(
             break
         phase = phases[point.index][0]
         mine = by_point.get(point.index, [])
-        if phase not in (PointPhase.PENDING, PointPhase.RUNNING) or len(mine) >= spec.repeats:
+        if not point.valid or phase not in (PointPhase.PENDING, PointPhase.RUNNING) or len(mine) >= spec.repeats:
             continue
         if spec.oom_pruning and any(
             phases[q.index][0] not in FINISHED_POINT_PHASES and needs_at_least(point, q) for q in order

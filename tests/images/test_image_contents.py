@@ -84,6 +84,17 @@ def test_every_image_is_current(images: list[plan.ImageBuild]) -> None:
     assert {i.ref: store.label(i.ref, C.CACHE_KEY_LABEL) for i in images} == {i.ref: i.key for i in images}
 
 
+def test_pruning_keeps_the_root_file_systems_of_current_images(images: list[plan.ImageBuild]) -> None:
+    """CI's e2e pods lost files mid-import ("No module named 'pickletools'"): each test session's
+    build pruned every kubelet root file system, `buildah images` IDs being short and the
+    containers' whole. Now a prune leaves a current image's mounted root alone."""
+    ref = next(trainers(images)).ref
+    root = store.rootfs(ref)
+    store.prune()
+    assert (root / "usr" / "lib" / "python3.11" / "pickletools.py").exists()
+    assert store.rootfs(ref) == root
+
+
 def test_trainer_tags_and_labels_are_what_an_experiment_renders_to(images: list[plan.ImageBuild]) -> None:
     for image in trainers(images):
         engine = image.args[C.ARG_ENGINE]

@@ -35,7 +35,7 @@ def test_the_gpu_matrix_is_what_a_gpu_node_runs() -> None:
     spec = doc["spec"]
     assert spec["matrix"]["numberGpus"] == [1, 8] and spec["repeats"] == 3
     assert spec["template"]["model"] == "llama-7b" and spec["template"]["gpuModel"]
-    assert len(spec["matrix"]["experiment"]) == 4 and spec["matrix"]["distributedBackend"] == ["DDP", "FSDP"]
+    assert len(spec["matrix"]["experiment"]) == 4 and spec["matrix"]["distributedBackend"] == ["None", "DDP", "FSDP"]
     oom = spec["include"][0]
     assert (oom["numberGpus"], oom["batchSize"], oom["modelMaxLength"]) == (1, 128, 4096)
     from ftbench.catalog import load_catalog
@@ -82,7 +82,7 @@ def test_the_dry_run_writes_every_point_the_results_and_the_docs_table(tmp_path:
     assert (oom["experiment"], oom["gpus"]) == ("finetune_full_benchmark-v1.0.0", 1)
     text = docs.read_text()
     assert text.startswith("# Benchmarks\n\nbefore\n\n<!-- gpu-matrix:start -->\nMeasured ") and "old table" not in text
-    assert text.endswith("<!-- gpu-matrix:end -->\n\nafter\n") and text.count("| 12 | full | 1 | FSDP |") == 1
+    assert text.endswith("<!-- gpu-matrix:end -->\n\nafter\n") and text.count("| 12 | full | 1 | None |") == 1
 
 
 def test_a_lent_single_gpu_machine_runs_the_matrix_with_its_overrides() -> None:
@@ -106,7 +106,7 @@ def test_a_lent_single_gpu_machine_runs_the_matrix_with_its_overrides() -> None:
     parsed = parse_sweep_document(doc)
     assert parsed.spec is not None and not parsed.issues
     points = expand(parsed.spec, load_catalog()).points
-    assert len(points) == 5  # 4 experiments on one GPU (FSDP; DDP excluded) and the OOM point
+    assert len(points) == 5  # 4 experiments on one GPU (one process: no backend) and the OOM point
     invalid = {p.wire["experiment"]: [i.message for i in p.issues] for p in points if not p.valid}
     assert set(invalid) <= {"finetune_gtpq-lora_benchmark-v1.0.0"}, invalid
     argv = [

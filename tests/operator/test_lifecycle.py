@@ -74,12 +74,10 @@ def test_valid_experiment_succeeds_with_results_in_columns(
     row = out.splitlines()[1].split()
     assert row[:2] == [name, "Succeeded"] and "1234.5" in row and "87.5" in row and "true" in row
     wait_for(lambda: {"Started", "ResultsRecorded"} <= events(kube_api, namespace, name), 10, what="events")
-    metrics = operator.metrics()
-    assert (
-        f'ftbench_result_train_tokens_per_second{{experiment="finetune_lora_benchmark-v1.0.0",gpus="1",model="llama3.1-8b",name="{name}",namespace="{namespace}"}} 1234.5'
-        in metrics
-    )
-    assert 'ftbench_experiments{phase="Succeeded"}' in metrics
+    # The operator observes the status it patched when the watch brings it back: a moment after the API has it.
+    series = f'ftbench_result_train_tokens_per_second{{experiment="finetune_lora_benchmark-v1.0.0",gpus="1",model="llama3.1-8b",name="{name}",namespace="{namespace}"}} 1234.5'  # fmt: skip
+    wait_for(lambda: series in operator.metrics(), 10, what="result metrics")
+    assert 'ftbench_experiments{phase="Succeeded"}' in operator.metrics()
 
 
 def test_invalid_spec_creates_nothing(operator, kubelet, create_experiment, kube_api, namespace):
@@ -336,10 +334,11 @@ def test_the_network_preflight_reaches_status(operator, kubelet, create_experime
     cond = conditions(fte)["NetworkAsExpected"]  # one node, no enableRoce: sockets are what was asked for
     assert (cond["status"], cond["reason"]) == ("True", "AsExpected") and "nccl over socket" in cond["message"]
     namespace = fte["metadata"]["namespace"]
-    assert (
+    series = (
         'ftbench_network_peak_bus_bandwidth_gbps{backend="nccl",experiment="finetune_lora_benchmark-v1.0.0",gpus="1",'
         f'link_layer="",model="llama3.1-8b",name="{name}",namespace="{namespace}",transport="socket"}} 1.118'
-    ) in operator.metrics()
+    )
+    wait_for(lambda: series in operator.metrics(), 10, what="network metrics")
 
     name = create_experiment(lora_spec())["metadata"]["name"]
     unfit = _with_network(failed_result(), Outcome.NETWORK_UNFIT).model_copy(update={"reason": "RoceNotInEffect"})

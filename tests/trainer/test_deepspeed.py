@@ -25,6 +25,30 @@ from ftbench.contracts.results import EXIT_OK, Outcome
 
 pytestmark = [pytest.mark.training, pytest.mark.slow]
 PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
+# DeepSpeed compiles its CPU ops (Adam for the offloads, the shared-memory collectives) on first use,
+# minutes on CI's two cores: once here, before any run's clock starts. In CI the first offload run
+# compiled inside its 600 s budget, was killed holding torch's build lock, and the next one waited on it.
+BUILD_OPS = """
+from deepspeed.accelerator import get_accelerator
+for name in ("CPUAdamBuilder", "ShareMemCommBuilder"):
+    get_accelerator().create_op_builder(name).load()
+"""
+
+
+@pytest.fixture(scope="module")
+def deepspeed_ops() -> None:
+    """The CPU ops built (or found built) under a lock the xdist workers share."""
+    pytest.importorskip("deepspeed")
+    import fcntl
+    import os
+    import subprocess
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / "ftbench-deepspeed-ops.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+        done = subprocess.run([str(PYTHON), "-c", BUILD_OPS], env=env, capture_output=True, text=True, timeout=1800)
+        assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -38,9 +62,8 @@ PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
     ids=["zero2", "zero2-offload-optimizer", "zero3-offload"],
 )  # fmt: skip
 def test_deepspeed_zero_on_two_cpu_ranks(
-    tmp_path: Path, tiny_model_dir: Path, stage: int, offload: str, expected: DeepSpeedInEffect
+    tmp_path: Path, tiny_model_dir: Path, deepspeed_ops: None, stage: int, offload: str, expected: DeepSpeedInEffect
 ) -> None:
-    pytest.importorskip("deepspeed")
     data = tmp_path / "data"
     plan = two_processes_one_node(tmp_path, tiny_model_dir, data, distributedBackend="DeepSpeed", maxSteps=-1,
                                   numTrainEpochs=1.0, deepspeedZeroStage=stage, deepspeedOffload=offload)  # fmt: skip

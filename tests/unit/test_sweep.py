@@ -381,3 +381,25 @@ def test_a_sweep_whose_every_point_is_invalid_is_refused_as_a_whole() -> None:
     assert "batchSize 1 is not divisible by numberGpus 2" in expansion.issues[0].message
     runnable = spec.model_copy(update={"matrix": {"batchSize": [1, 2]}})
     assert [p.valid for p in expand(runnable, load_catalog()).points] == [False, True]  # one bad point is a measurement
+
+
+def test_a_point_that_ran_before_validation_refused_it_keeps_what_it_measured() -> None:
+    """The lent GPUs' stores hold 1-GPU FSDP points that ran before applied.backend-one-process
+    refused them: a report of such a store shows their figures with today's reason, never runs them
+    again, and a sweep no point of which passes today is still reported (expand(ran=True))."""
+    spec = FineTuneSweepSpec.model_validate(
+        {
+            "template": TEMPLATE | {"distributedBackend": "FSDP", "batchSize": 2},
+            "matrix": {"modelMaxLength": [512, 1024]},
+            "repeats": 2,
+        }
+    )
+    assert [i.rule for i in expand(spec, CATALOG).issues] == ["sweep.no-runnable-point"]
+    points = expand(spec, CATALOG, ran=True).points
+    assert [p.valid for p in points] == [False, False]
+    plan = plan_sweep(spec, points, [done(0), done(0, 1), done(1)])
+    assert not plan.to_create  # point 1's second repeat would be refused
+    first, second = plan.rows
+    assert first.phase == PointPhase.SUCCEEDED and first.train_tokens_per_second == 100.0
+    assert first.message.startswith("ran before validation refused it (") and "backend-one-process" in first.message
+    assert second.phase == PointPhase.INVALID and "backend-one-process" in second.message
