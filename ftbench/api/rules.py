@@ -18,6 +18,7 @@ from ftbench.api.rules_data import data_rules
 from ftbench.api.rules_distributed import distributed_rules
 from ftbench.api.rules_engines import engine_rules
 from ftbench.api.rules_experiments import experiment_rules
+from ftbench.api.rules_modules import module_rules
 from ftbench.api.rules_options import option_rules
 from ftbench.api.rules_runtime import runtime_rules
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -243,6 +244,7 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
 def all_rules(catalog: Catalog) -> list[Rule]:
     rules = [*_seed_rules(), *_general_rules(catalog), *engine_rules(catalog), *distributed_rules()]
     rules += [*bound_rules(), *data_rules(), *applied_rules(), *option_rules(), *runtime_rules(catalog)]
+    rules += [*module_rules()]
     for exp in catalog.experiments.values():
         rules.extend(experiment_rules(exp))
     return rules
