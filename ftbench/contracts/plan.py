@@ -232,6 +232,11 @@ class OutputSettings(WireModel):
     termination_message_path: str = DEFAULT_TERMINATION_MESSAGE_PATH
     progress_interval_seconds: float = 10.0
     report_progress_to_kubernetes: bool = False
+    metrics_port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
+        None,
+        description="Each rank serves its live training metrics for Prometheus on this port "
+        "(ftbench.contracts.live_metrics); None: not served (local runs).",
+    )
     events_file: str | None = Field(
         None,
         description="A file only ftbench writes: rank 0 appends its progress lines and the node its result lines "

@@ -34,6 +34,7 @@ from ftbench.contracts.labels import (
     RUNTIME_ANNOTATION,
     label_value,
 )
+from ftbench.contracts.live_metrics import TRAINER_METRICS_PORT
 from ftbench.contracts.plan import PLAN_FILENAME, ExperimentRef, LaunchPlan
 from ftbench.render.access import pod_account, trainer_access
 from ftbench.render.names import ChildNames, child_names
@@ -140,6 +141,7 @@ def render_experiment(
         master_host=names.master_host,
         dataset_entries=dataset_entries,
         report_progress_to_kubernetes=profile.report_progress,
+        metrics_port=TRAINER_METRICS_PORT,  # on a cluster every rank serves its live metrics
     )
     common = labels(name, attempt)
     meta = WorkloadMeta(

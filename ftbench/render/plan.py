@@ -222,6 +222,7 @@ def build_plan(
     output_dir: str = "/tmp/ftbench-output",
     dataset_entries: int | None = None,
     report_progress_to_kubernetes: bool = False,
+    metrics_port: int | None = None,
 ) -> LaunchPlan:
     """Everything the trainer needs, resolved from the spec, the catalog and the profile: the trainer
     reads this plan and nothing else, so what ran is what the plan (in status, in the run folder) says."""
@@ -266,6 +267,7 @@ def build_plan(
             dir=output_dir,
             result_file=posixpath.join(output_dir, "result.json"),
             report_progress_to_kubernetes=report_progress_to_kubernetes,
+            metrics_port=metrics_port,
         ),
         notes=_notes(spec, catalog, profile),
     )

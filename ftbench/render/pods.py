@@ -16,6 +16,7 @@ from ftbench.api.profile import ClusterProfile, Volume
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts import env as E
 from ftbench.contracts.kube import Obj
+from ftbench.contracts.live_metrics import METRICS_PORT_NAME
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 
 TRAINER_COMMAND = ("ftbench-trainer", "--plan", posixpath.join(PLAN_MOUNT_DIR, PLAN_FILENAME))
@@ -211,8 +212,11 @@ def pod_template(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
         "terminationMessagePath": inputs.plan.output.termination_message_path,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if slot.ports:
-        container["ports"] = list(slot.ports)
+    ports = list(slot.ports)
+    if inputs.plan.output.metrics_port is not None:  # every rank serves its live metrics (the trainer PodMonitor's)
+        ports.append({"name": METRICS_PORT_NAME, "containerPort": inputs.plan.output.metrics_port, "protocol": "TCP"})
+    if ports:
+        container["ports"] = ports
     spec: Obj = {
         "restartPolicy": "Never",
         **scheduling(inputs),

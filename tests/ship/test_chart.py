@@ -84,6 +84,39 @@ def test_monitors_select_the_metrics_port() -> None:
     assert not by_kind(render(), "ServiceMonitor"), "monitors need prometheus-operator: off by default"
 
 
+def test_the_trainer_pod_monitor_scrapes_what_the_operator_renders() -> None:
+    """The trainers' live metrics (ftbench.contracts.live_metrics): the PodMonitor's selector matches the
+    pods an experiment renders to, in any namespace, on the port their container declares."""
+    from ftbench.api.spec import FineTuneExperimentSpec
+    from ftbench.catalog import load_catalog
+    from ftbench.contracts.labels import EXPERIMENT_LABEL
+    from ftbench.contracts.live_metrics import METRICS_PORT_NAME, TRAINER_METRICS_PORT
+    from ftbench.render.manifests import render_experiment
+
+    values = {"metrics": {"enabled": True, "trainerPodMonitor": {"enabled": True}}}
+    [monitor] = [m for m in by_kind(render(values), "PodMonitor") if m["metadata"]["name"].endswith("-trainers")]
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    [expression] = monitor["spec"]["selector"]["matchExpressions"]
+    assert expression == {"key": EXPERIMENT_LABEL, "operator": "Exists"}
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == METRICS_PORT_NAME
+    spec = FineTuneExperimentSpec.model_validate(
+        {
+            "model": "llama3.1-8b",
+            "modelMaxLength": 1024,
+            "batchSize": 2,
+            "numberGpus": 1,
+            "gpuModel": "NVIDIA-A100-SXM4-80GB",
+        }
+    )
+    rendered = render_experiment(spec, load_catalog(), ClusterProfile(), name="x", namespace="team-a")
+    [job] = [o for o in rendered.objects if o["kind"] == "Job"]
+    template = job["spec"]["template"]
+    assert EXPERIMENT_LABEL in template["metadata"]["labels"]
+    ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+    assert ports[METRICS_PORT_NAME] == TRAINER_METRICS_PORT
+    assert not [m for m in by_kind(render(), "PodMonitor")], "off by default"
+
+
 def _container(objects: list[dict]) -> dict[str, Any]:
     (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     return container

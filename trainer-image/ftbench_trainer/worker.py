@@ -28,6 +28,7 @@ from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.results import REASON_NETWORK_CHECKED, Outcome, RunError, TrainerResult, classify_exception
 from ftbench_trainer.inputs import resolve_dataset, resolve_model
+from ftbench_trainer.live_metrics import LiveMetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,9 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
         per_sample = 0.0
     kubeflow = KubeflowStatusReporter.from_environ(progress_interval_seconds=plan.output.progress_interval_seconds)
     progress = TeeProgressSink(ProgressReporter.from_plan(plan), events_file=plan.output.events_file, kubeflow=kubeflow)
-    callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress)
+    # One server per pod, the node's first rank's: the pod declares one metrics port.
+    live = LiveMetricsServer.from_plan(plan, distributed.rank()) if distributed.local_rank() == 0 else None
+    callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress, live=live)
     if plan.use_cpu and plan.distributed_backend == DistributedBackend.FSDP:
         from ftbench_trainer import cpu_fsdp
 
@@ -242,6 +245,8 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
             kubeflow.finish(callback.metrics, loss=callback.last_loss)
     finally:
         progress.close()
+        if live is not None:
+            live.close()
     if callback.metrics is None:
         raise RuntimeError("training ended without running on_train_end: no metrics")
     check_fsdp(plan, callback.fsdp)

@@ -57,12 +57,14 @@ class MeasureCallback(TrainerCallback):
         *,
         dataset_tokens_per_sample: float,
         progress: ProgressSink | None = None,
+        live: ProgressSink | None = None,
         sample_interval: float | None = None,
         clock: Any = time.monotonic,
     ) -> None:
         self.plan = plan
         self.dataset_tokens_per_sample = dataset_tokens_per_sample
-        self.progress = progress
+        self.progress = progress  # rank 0's: the progress line, status.progress
+        self.live = live  # each node's first rank's: its live metrics (ftbench_trainer.live_metrics)
         self.clock = clock
         self.tokens = TokenCounter()
         self.timer = StepTimer()
@@ -168,12 +170,20 @@ class MeasureCallback(TrainerCallback):
         self._report_progress(state, last)
 
     def _report_progress(self, state: Any, last: bool) -> None:
-        if self.progress is None or distributed.rank() != 0:
+        sink = self.progress if distributed.rank() == 0 else None
+        if sink is None and self.live is None:
             return
         now = self.clock()
-        if not last and now - self._last_progress < self.plan.output.progress_interval_seconds:
-            return
-        self._last_progress = now
+        due = last or now - self._last_progress >= self.plan.output.progress_interval_seconds
+        if sink is not None and due:
+            self._last_progress = now
+        update = self._progress_update(state, now)
+        if self.live is not None:
+            self.live.update(update)
+        if sink is not None and due:
+            sink.update(update)
+
+    def _progress_update(self, state: Any, now: float) -> ProgressUpdate:
         elapsed = self.timer.elapsed(now)
         step = state.global_step
         total = self._max_steps
@@ -181,18 +191,16 @@ class MeasureCallback(TrainerCallback):
         tokens = self.tokens.committed.padded_tokens * self.world_size
         eta = (elapsed / step) * (total - step) if step and total else None
         peak, kind = peak_memory(self.plan.use_cpu)
-        self.progress.update(
-            ProgressUpdate(
-                step=step,
-                total_steps=total,
-                elapsed_seconds=elapsed,
-                tokens_per_second=tokens / elapsed if elapsed > 0 else 0.0,
-                eta_seconds=eta,
-                loss=self.last_loss,
-                step_time_seconds=elapsed / step if step else None,
-                peak_memory_bytes=peak,
-                memory_kind=kind,
-            )
+        return ProgressUpdate(
+            step=step,
+            total_steps=total,
+            elapsed_seconds=elapsed,
+            tokens_per_second=tokens / elapsed if elapsed > 0 else 0.0,
+            eta_seconds=eta,
+            loss=self.last_loss,
+            step_time_seconds=elapsed / step if step else None,
+            peak_memory_bytes=peak,
+            memory_kind=kind,
         )
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
