@@ -129,6 +129,23 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
             f"use at most {s.max_steps - 1}, or raise maxSteps"
         )
 
+    @family.rule("steps.warmup-epochs", "warmupSteps", "an epoch-based run has steps left after warmupSteps")
+    def warmup_within_epochs(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        dataset = c.datasets.get(s.dataset_id)
+        if s.warmup_steps is None or effective.max_steps(s, c) >= 1 or dataset is None:
+            return None
+        # At most every entry trains (fewer when rows are dropped): transformers' step count for the epochs.
+        batch = effective.global_batch_size(s)
+        per_epoch = -(-dataset.entries // batch)
+        steps = -(-int(per_epoch * s.num_train_epochs * 1000) // 1000)  # ceil, robust to float epochs
+        if s.warmup_steps < steps:
+            return None
+        return (
+            f"warmupSteps {s.warmup_steps} leaves no measured step: {s.num_train_epochs:g} epoch(s) of {s.dataset_id} "
+            f"are at most {steps} optimizer steps ({dataset.entries} entries / {batch} samples per step), so the steady "
+            f"window would be empty; use warmupSteps below {steps}, or raise numTrainEpochs"
+        )
+
     @family.rule(
         "repeats.one-node",
         "repeats",

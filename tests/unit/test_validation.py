@@ -181,3 +181,16 @@ def test_a_value_that_reads_as_a_flag_never_reaches_the_command_line() -> None:
     forged = plan.model_copy(update={"training": plan.training.model_copy(update={"peft": peft})})
     with pytest.raises(ValueError, match="read as a flag"):
         sft_trainer_args(forged, dataset_path="/data/d.jsonl")
+
+
+def test_an_epoch_run_keeps_steps_after_its_warmup() -> None:
+    """Issue 45: a warmupSteps beyond an epoch-based run's steps became 0 and the "steady" rate was one step.
+    The steps are at most entries / global batch x epochs (fewer where rows are dropped)."""
+    epochs = {"maxSteps": -1, "numTrainEpochs": 1.0, "datasetId": "news-chars-512-entries-4096", "batchSize": 16}
+    # 16 per pass x 4 accumulation steps (the seed's default) = 64 samples per step: 4096 / 64 = 64 steps at most
+    found = validate_spec_dict({**OK, **epochs, "warmupSteps": 64}).issues
+    [issue] = [i for i in found if i.rule == "steps.warmup-epochs"]
+    assert "at most 64 optimizer steps (4096 entries / 64 samples per step)" in issue.message
+    assert "steps.warmup-epochs" not in rules(**epochs, warmupSteps=63)  # the fix it names validates
+    assert "steps.warmup-epochs" not in rules(**{**epochs, "numTrainEpochs": 2.0}, warmupSteps=64)
+    assert "steps.warmup-epochs" in rules(**{**epochs, "numTrainEpochs": 1.5}, warmupSteps=96)
