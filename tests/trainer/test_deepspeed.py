@@ -28,7 +28,15 @@ PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
 # DeepSpeed compiles its CPU ops (Adam for the offloads, the shared-memory collectives) on first use,
 # minutes on CI's two cores: once here, before any run's clock starts. In CI the first offload run
 # compiled inside its 600 s budget, was killed holding torch's build lock, and the next one waited on it.
+# torch marks a build in progress with a `lock` file that a killed build leaves behind, and every later build
+# then waits for it forever; the ops are built under the fixture's own lock (released when its holder dies),
+# so a `lock` file found there is such a leftover.
 BUILD_OPS = """
+import os, pathlib
+from torch.utils.cpp_extension import get_default_build_root
+root = pathlib.Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+for stale in [*root.glob("*/cpu_adam/lock"), *root.glob("*/deepspeed_shm_comm/lock")]:
+    stale.unlink()
 from deepspeed.accelerator import get_accelerator
 for name in ("CPUAdamBuilder", "ShareMemCommBuilder"):
     get_accelerator().create_op_builder(name).load()
