@@ -18,7 +18,7 @@ from ftbench.contracts.enums import (
     NetworkPreflight,
     TorchDtype,
 )
-from ftbench.engines.releases import load_releases
+from ftbench.engines.releases import load_releases, stack_of
 
 DEFAULT_LORA_R = 4
 DEFAULT_LORA_ALPHA = 16
@@ -32,6 +32,12 @@ DEFAULT_DATASET_TEXT_FIELD = "output"
 
 def experiment_of(spec: FineTuneExperimentSpec, catalog: Catalog) -> ExperimentEntry:
     return catalog.experiments[spec.experiment]
+
+
+def engine_stack(spec: FineTuneExperimentSpec) -> str:
+    """The engine stack the run trains on (ftbench.engines.releases.stack_of): what the generated
+    tables of optimizers and module names are keyed by."""
+    return stack_of(spec.engine.value, spec.fms_hf_tuning_version)
 
 
 def model_of(spec: FineTuneExperimentSpec, catalog: Catalog) -> ModelEntry | None:

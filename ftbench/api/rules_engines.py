@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ftbench.api import effective
 from ftbench.api.rule import Rule, RuleFamily, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import AttentionImplementation, Engine, Experiment, experiment_spellings
 from ftbench.engines.flags import releases_knowing
-from ftbench.engines.optimizers import TRL, load_optimizers, why_not
-from ftbench.engines.releases import load_releases, version_tuple
+from ftbench.engines.optimizers import load_optimizers, why_not
+from ftbench.engines.releases import TRL_STACK, load_releases, stack_label, version_tuple
 
 FMS = "self.engine != 'fms-hf-tuning' || "
 
@@ -79,25 +80,24 @@ def _optimizer_rule() -> Rule:
     stacks = load_optimizers()
 
     def optimizer(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
-        stack = TRL if s.engine == Engine.TRL else s.fms_hf_tuning_version
+        stack = effective.engine_stack(s)
         why = why_not(s.optim, stack)
         if why is None:
             return None
         runs = stacks[stack]["runs"]
-        where = "engine trl" if stack == TRL else f"fms-hf-tuning {stack}"
-        return f"optim {s.optim} {why} ({where}); use one of {', '.join(runs)}"
+        return f"optim {s.optim} {why} ({stack_label(stack)}); use one of {', '.join(runs)}"
 
     per_release = [
         f"(self.fmsHfTuningVersion == '{stack}' && !(self.optim in {cel_list(table['runs'])}))"
         for stack, table in stacks.items()
-        if stack != TRL
+        if stack != TRL_STACK
     ]
     return Rule(
         "engine.optimizer",
         "optim",
         "the engine's stack runs the optimizer (its transformers has it, its package is installed)",
         optimizer,
-        f"self.engine == 'trl' ? self.optim in {cel_list(stacks[TRL]['runs'])} : !("
+        f"self.engine == 'trl' ? self.optim in {cel_list(stacks[TRL_STACK]['runs'])} : !("
         + " || ".join(per_release or ["false"])
         + ")",
     )

@@ -16,18 +16,13 @@ from ftbench.api import effective
 from ftbench.api.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
-from ftbench.contracts.enums import Engine
-from ftbench.engines.modules import TRL, model_modules, stack_transformers, targets
-
-
-def _stack(s: FineTuneExperimentSpec) -> str:
-    return TRL if s.engine == Engine.TRL else s.fms_hf_tuning_version
+from ftbench.engines.modules import model_modules, stack_transformers, targets
+from ftbench.engines.releases import stack_label
 
 
 def _where(s: FineTuneExperimentSpec) -> str:
-    stack = _stack(s)
-    engine = "engine trl" if stack == TRL else f"fms-hf-tuning {stack}"
-    return f"{s.model} under {engine} (transformers {stack_transformers(stack)})"
+    stack = effective.engine_stack(s)
+    return f"{s.model} under {stack_label(stack)} (transformers {stack_transformers(stack)})"
 
 
 def _short(paths: list[str]) -> list[str]:
@@ -42,7 +37,7 @@ def module_rules() -> Iterator[Rule]:
     def target_modules(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         if not s.target_modules or not effective.experiment_of(s, c).lora:
             return None
-        entry = model_modules(_stack(s), s.model, c)
+        entry = model_modules(effective.engine_stack(s), s.model, c)
         if entry is None:
             return None
         missing = [t for t in s.target_modules if not any(targets(t, p) for p in entry["targets"])]
@@ -61,7 +56,7 @@ def module_rules() -> Iterator[Rule]:
     )
     def layer_class(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         wanted = s.accelerate_config_fsdp_transformer_layer_cls_to_wrap
-        entry = model_modules(_stack(s), s.model, c) if wanted else None
+        entry = model_modules(effective.engine_stack(s), s.model, c) if wanted else None
         if wanted is None or entry is None:
             return None
         missing = [name for name in wanted.split(",") if name not in entry["classes"]]

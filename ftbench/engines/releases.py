@@ -7,16 +7,20 @@ entry plus its generated lock file (docs/engines.md says how).
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 from datetime import date
 from functools import cache
 from importlib.resources import files
+from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field
 
 from ftbench.contracts.wire import WireModel
+from ftbench.host.files import sync_generated
 
 # The API classes of `tuning.sft_trainer`: the release where `parse_arguments`/`train` changed shape.
 ApiClass = Literal["2.0", "2.3", "2.4", "2.5", "3.0", "3.1"]
@@ -141,3 +145,30 @@ def load_releases() -> FmsReleases:
 # The fms-hf-tuning releases offered, newest first (the API's enum); 2.1.2 is the seed's default.
 FMS_HF_TUNING_VERSIONS: tuple[str, ...] = load_releases().versions
 DEFAULT_FMS_HF_TUNING_VERSION = load_releases().default
+
+# The engine stacks the generated tables are keyed by: "trl" (this environment, which the trl image
+# mirrors) or an fms-hf-tuning release's version (its environment and image).
+TRL_STACK = "trl"
+
+
+def stack_of(engine: str, fms_hf_tuning_version: str) -> str:
+    """The stack a run of `engine` trains on (the release only matters for fms-hf-tuning)."""
+    return TRL_STACK if engine == TRL_STACK else fms_hf_tuning_version
+
+
+def stack_label(stack: str) -> str:
+    """A stack as a refusal names it: "engine trl" or "fms-hf-tuning 3.1.0"."""
+    return "engine trl" if stack == TRL_STACK else f"fms-hf-tuning {stack}"
+
+
+def table_main(
+    module: str, doc: str | None, data_file: str, generate: Callable[[], str], argv: list[str] | None
+) -> int:
+    """The command line of a table generated into data/ from every stack (`python -m <module> --write`
+    regenerates it; `--check`, the default, exits 1 when it is stale)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0])
+    parser.add_argument("--check", action="store_true", help=f"exit 1 if data/{data_file} is stale")
+    parser.add_argument("--write", action="store_true", help=f"regenerate data/{data_file}")
+    args = parser.parse_args(argv)
+    path = Path(str(DATA.joinpath(data_file)))
+    return sync_generated({path: generate()}, check=not args.write, regenerate=f"python -m {module} --write")

@@ -16,8 +16,8 @@ pytest.importorskip("torch")
 
 from ftbench.catalog import load_catalog
 from ftbench.engines.locks import lock_path
-from ftbench.engines.modules import TRL, architectures, load_modules, probe
-from ftbench.engines.releases import load_releases, parse_lock
+from ftbench.engines.modules import architectures, load_modules, probe
+from ftbench.engines.releases import TRL_STACK, load_releases, parse_lock
 
 REGENERATE = "python -m ftbench.engines.modules --write"
 
@@ -37,5 +37,5 @@ def test_the_trl_stack_builds_what_the_table_says() -> None:
     models = {k: v for k, v in architectures(load_catalog()).items() if k in ("llama3.2-1b", "mixtral-8x7b-instruct-v0.1", "granite-4.0-h-tiny")}  # fmt: skip
     probed = probe(sys.executable, models)
     table = load_modules()
-    assert table["stacks"][TRL] == probed["transformers"], REGENERATE
+    assert table["stacks"][TRL_STACK] == probed["transformers"], REGENERATE
     assert {k: table["transformers"][probed["transformers"]][k] for k in models} == probed["models"], REGENERATE

@@ -20,8 +20,8 @@ pytest.importorskip("torch")
 
 from ftbench.api.validation import validate_spec_dict
 from ftbench.engines.locks import lock_path
-from ftbench.engines.optimizers import PACKAGES, PROBE, TRL, load_optimizers
-from ftbench.engines.releases import load_releases, parse_lock, version_tuple
+from ftbench.engines.optimizers import PACKAGES, PROBE, load_optimizers
+from ftbench.engines.releases import TRL_STACK, load_releases, parse_lock, version_tuple
 
 # One step of each named optimizer, as the stack's Trainer builds it; prints the names that stepped.
 STEP = """
@@ -55,8 +55,8 @@ def test_the_table_is_read_from_the_stacks_that_run():
     probed = json.loads(subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                                        check=True).stdout.strip().splitlines()[-1])  # fmt: skip
     table = load_optimizers()
-    assert table[TRL]["transformers"] == probed["transformers"], "python -m ftbench.engines.optimizers --write"
-    assert sorted(table[TRL]["runs"] + list(table[TRL]["needsPackage"])) == sorted(probed["names"])
+    assert table[TRL_STACK]["transformers"] == probed["transformers"], "python -m ftbench.engines.optimizers --write"
+    assert sorted(table[TRL_STACK]["runs"] + list(table[TRL_STACK]["needsPackage"])) == sorted(probed["names"])
     for release in load_releases().installable:
         locked = parse_lock(lock_path(release).read_text())["transformers"]
         assert table[release.version]["transformers"] == locked, (release.version, "regenerate the table")
@@ -76,7 +76,7 @@ def test_what_a_stack_cannot_run_is_refused_with_the_reason():
         ("2.4.0", "schedule_free_adamw"): "needs the Python package schedulefree",
     }
     for (stack, optim), words in cases.items():
-        engine = {"engine": "trl"} if stack == TRL else {"engine": "fms-hf-tuning", "fmsHfTuningVersion": stack}
+        engine = {"engine": "trl"} if stack == TRL_STACK else {"engine": "fms-hf-tuning", "fmsHfTuningVersion": stack}
         report = validate_spec_dict({**base, **engine, "optim": optim})
         assert [i.rule for i in report.issues] == ["engine.optimizer"] and words in report.issues[0].message, (
             stack, optim, report.summary())  # fmt: skip
@@ -87,7 +87,7 @@ def test_what_a_stack_cannot_run_is_refused_with_the_reason():
 def test_every_optimizer_trl_runs_takes_a_step():
     import sys
 
-    runs = load_optimizers()[TRL]["runs"]
+    runs = load_optimizers()[TRL_STACK]["runs"]
     assert run_steps(sys.executable, runs) == runs
 
 
