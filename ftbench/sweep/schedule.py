@@ -130,11 +130,11 @@ def _refused_phase(runs: Sequence[RunState], repeats: int, point: SweepPoint) ->
     ftbench whose validation let it through). What it measured stays in the table, under the
     phase it ended with and the reason it would be refused today; it never runs again."""
     why = "; ".join(str(i) for i in point.issues)
-    phase, message = _point_phase(runs, repeats) if runs else (PointPhase.INVALID, "")
-    if phase in (PointPhase.PENDING, PointPhase.RUNNING) and all(r.finished for r in runs):
-        return PointPhase.INVALID, why  # its remaining repeats would be refused
-    if phase == PointPhase.INVALID and not runs:
+    if not runs:
         return PointPhase.INVALID, why
+    phase, message = _point_phase(runs, repeats)
+    if phase == PointPhase.RUNNING and all(r.finished for r in runs):
+        return PointPhase.INVALID, why  # its remaining repeats would be refused
     return phase, "; ".join(filter(None, [f"ran before validation refused it ({why})", message]))
 
 
