@@ -234,5 +234,10 @@ def is_repeated(spec: FineTuneExperimentSpec, catalog: Catalog) -> bool:
     return experiment_of(spec, catalog).trials == 1 and trials(spec, catalog) > 1
 
 
+def precision_target(spec: FineTuneExperimentSpec) -> float | None:
+    """spec.targetPrecisionPercent as the fraction the interval's half-width / estimate is held to."""
+    return spec.target_precision_percent / 100 if spec.target_precision_percent else None
+
+
 def dataset_text_field(spec: FineTuneExperimentSpec) -> str:
     return spec.dataset_text_field or DEFAULT_DATASET_TEXT_FIELD

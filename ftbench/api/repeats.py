@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Sequence
 
 from ftbench.api.status import RepeatsStatus
-from ftbench.contracts.results import Outcome, TrainerResult
+from ftbench.contracts.results import STOPPED_BY_PRECISION, Outcome, TrainerResult
 from ftbench.stats.intervals import repeats_interval
 from ftbench.stats.results import mean_of_repeats
 
@@ -39,10 +39,21 @@ def combined_result(results: Sequence[TrainerResult]) -> TrainerResult:
     )
 
 
-def repeats_status(planned: int, results: Sequence[TrainerResult]) -> RepeatsStatus:
-    """status.repeats from the repeats finished so far."""
+def precise_repeats(results: Sequence[TrainerResult], target: float | None) -> bool:
+    """Whether the repeats finished so far need no more: every one succeeded, at least 2, and the 95 %
+    interval of their mean is at most +- `target` (spec.targetPrecisionPercent as a fraction). The
+    operator and `ftbench run` start no further repeat then."""
+    if target is None or len(results) < 2 or any(r.outcome != Outcome.SUCCEEDED for r in results):
+        return False
+    interval = repeats_interval([r.metrics.steady_state_tokens_per_second for r in results if r.metrics])
+    return interval is not None and interval.batches == len(results) and interval.relative_half_width <= target
+
+
+def repeats_status(planned: int, results: Sequence[TrainerResult], target: float | None = None) -> RepeatsStatus:
+    """status.repeats from the repeats finished so far (`target`: the precision that may end them early)."""
     values = [r.metrics.steady_state_tokens_per_second for r in results if r.metrics is not None]
     interval = repeats_interval(values)
+    early = len(results) < planned and precise_repeats(results, target)
     mean = statistics.fmean(values) if values else None
     return RepeatsStatus(
         planned=planned,
@@ -52,4 +63,5 @@ def repeats_status(planned: int, results: Sequence[TrainerResult]) -> RepeatsSta
         ci95_low=max(0.0, interval.low) if interval else None,  # None with fewer than 2 repeats
         ci95_high=interval.high if interval else None,
         cv=statistics.stdev(values) / mean if len(values) > 1 and mean else None,
+        stopped_by=STOPPED_BY_PRECISION if early else None,
     )

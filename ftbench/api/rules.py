@@ -147,6 +147,41 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
         )
 
     @family.rule(
+        "stop.precision-steps",
+        "precisionMinSteps",
+        "a precision target can end the run before maxSteps",
+        cel="!has(self.targetPrecisionPercent) || self.maxSteps < 1 || "
+        "(has(self.warmupSteps) ? self.warmupSteps : 0) + self.precisionMinSteps < self.maxSteps",
+    )
+    def precision_before_max_steps(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        warmup = s.warmup_steps or 0
+        if s.target_precision_percent is None or s.max_steps < 1 or warmup + s.precision_min_steps < s.max_steps:
+            return None
+        return (
+            f"targetPrecisionPercent could never stop the run: maxSteps {s.max_steps} ends it before the "
+            f"{warmup} warmup and {s.precision_min_steps} minimum steady steps (precisionMinSteps) are done; "
+            f"raise maxSteps above {warmup + s.precision_min_steps}, lower precisionMinSteps, or drop the target"
+        )
+
+    @family.rule(
+        "stop.precision-seconds",
+        "precisionMinSeconds",
+        "a precision target can end the run before stopAfterSeconds",
+        cel="!has(self.targetPrecisionPercent) || self.stopAfterSeconds <= 0 || "
+        "self.precisionMinSeconds < self.stopAfterSeconds",
+    )
+    def precision_before_time(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
+        if s.target_precision_percent is None or s.stop_after_seconds <= 0:
+            return None
+        if s.precision_min_seconds < s.stop_after_seconds:
+            return None
+        return (
+            f"targetPrecisionPercent could never stop the run: stopAfterSeconds {s.stop_after_seconds:g} ends it "
+            f"before precisionMinSeconds {s.precision_min_seconds:g} of steady steps; raise stopAfterSeconds, lower "
+            "precisionMinSeconds, or drop the target"
+        )
+
+    @family.rule(
         "repeats.one-node",
         "repeats",
         "repeats run on one node",

@@ -13,7 +13,13 @@ from collections.abc import Iterator
 from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile, Features
 from ftbench.api.rule import Rule, RuleFamily, cel_list
-from ftbench.api.runtime_choice import Carry, job_refusal, pytorch_job_refusal, train_job_refusal
+from ftbench.api.runtime_choice import (
+    Carry,
+    indexed_job_repeats_refusal,
+    job_refusal,
+    pytorch_job_refusal,
+    train_job_refusal,
+)
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Runtime
@@ -55,6 +61,17 @@ def runtime_rules(catalog: Catalog) -> Iterator[Rule]:
     def pytorch_job_one_trial(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         carry = _named(s, c, Runtime.PYTORCH_JOB)
         return None if carry is None else pytorch_job_refusal(carry)
+
+    @family.rule(
+        "runtime.indexedjob-precise-repeats",
+        "run.runtime",
+        "repeats that may stop at targetPrecisionPercent need one Job each, not an Indexed Job",
+        cel=f"{_RUNTIME.format('IndexedJob')} || !has(self.targetPrecisionPercent) || !has(self.repeats) "
+        "|| self.repeats <= 1",
+    )
+    def indexed_job_precise_repeats(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        carry = _named(s, c, Runtime.INDEXED_JOB)
+        return None if carry is None else indexed_job_repeats_refusal(carry)
 
     @family.rule(
         "runtime.trainjob-priority",

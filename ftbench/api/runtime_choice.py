@@ -46,6 +46,8 @@ def preferred_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: C
     features = profile.features
     if spec.number_nodes == 1 and effective.trials(spec, catalog) == 1:
         return RuntimeChoice(Runtime.JOB, "auto: one node")
+    if spec.number_nodes == 1 and spec.target_precision_percent and effective.is_repeated(spec, catalog):
+        return RuntimeChoice(Runtime.JOB, "auto: repeats that may stop at targetPrecisionPercent run one Job each")
     if spec.number_nodes > 1 and features.trainer_v2:
         runtime = profile.train_job.runtime_name
         return RuntimeChoice(
@@ -105,7 +107,19 @@ def job_refusal(c: Carry) -> str | None:
     )
 
 
+def indexed_job_repeats_refusal(c: Carry) -> str | None:
+    """Repeats that may stop at their precision target need one Job each; an Indexed Job runs them all."""
+    if not (c.spec.target_precision_percent and (c.spec.repeats or 1) > 1):
+        return None
+    return (
+        f"{c.chosen}, which runs all {c.spec.repeats} repeats in one Job, so they could not stop at "
+        "targetPrecisionPercent; set spec.run.runtime to auto or Job (one Job per repeat)"
+    )
+
+
 def indexed_job_refusal(c: Carry) -> str | None:
+    if (refused := indexed_job_repeats_refusal(c)) is not None:
+        return refused
     if c.profile.features.indexed_jobs:
         return None
     return (

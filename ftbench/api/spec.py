@@ -171,6 +171,25 @@ class FineTuneExperimentSpec(ApiModel):
         "120 s or 10 optimization steps, and excludes the warmup from throughput and system metrics. "
         "Unset: no automatic stop.",
     )
+    target_precision_percent: Annotated[float, Field(gt=0, le=50)] | None = Field(
+        default=None,
+        description="Measure just long enough: stop once the steady-state tokens/s 95% interval (batch means over "
+        "the steady steps, valid for correlated steps) is at most +- this percent, after precisionMinSteps steady "
+        "steps and precisionMinSeconds; maxSteps, numTrainEpochs, stopAfterSeconds and autoStopMethod stay the "
+        "budget (status.results.stoppedBy says which ended the run: precisionTarget when this did). A within-run "
+        "interval covers one process's speed only, so with repeats > 1 the repeats also stop once the interval "
+        "across the finished ones (2 or more) is this tight (status.repeats.stoppedBy). Unset: no precision stop.",
+    )
+    precision_min_steps: Annotated[int, Field(ge=4, le=MAX_STEPS)] = Field(
+        default=20,
+        description="targetPrecisionPercent: steady steps measured before the interval may stop the run (a lucky "
+        "short stretch can look tight; 20 steps give 5 batch means).",
+    )
+    precision_min_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = Field(
+        default=30.0,
+        description="targetPrecisionPercent: seconds of steady steps measured before the interval may stop the run "
+        "(slower effects, such as clocks settling, span more than a few fast steps).",
+    )
     repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] | None = Field(
         default=None,
         description="Run the same work this many times, one after another on one node, each in a fresh "

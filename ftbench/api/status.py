@@ -95,6 +95,11 @@ class RepeatsStatus(ApiModel):
     )
     ci95_high: float | None = Field(None, description="Upper end of that interval.")
     cv: float | None = Field(None, description="Sample stdev / mean across repeats (2 or more succeeded).")
+    stopped_by: BoundedReason | None = Field(
+        None,
+        description="precisionTarget when the repeats stopped before `planned` because the interval across the "
+        "finished ones reached spec.targetPrecisionPercent; unset otherwise.",
+    )
 
 
 class BatchStatus(ApiModel):

@@ -86,7 +86,9 @@ HEADLINE = (
 )
 
 
-def results_table(outcome: RunOutcome, repeated: bool = False) -> str:
+def results_table(outcome: RunOutcome, repeated: bool = False, planned: int = 0, target: float | None = None) -> str:
+    """The run's table; with `repeated`, each repeat first (`planned` of them, `target`: the precision
+    that may stop them early)."""
     if len(outcome.results) > 1 and not repeated:
         stability = aggregate_trials(
             [trial_outcome(r.trial if r.trial is not None else i, r) for i, r in enumerate(outcome.results)],
@@ -117,7 +119,7 @@ def results_table(outcome: RunOutcome, repeated: bool = False) -> str:
     table = format_table(("PROPERTY", "VALUE"), rows)
     if result.environment and result.environment.network:
         table += "\n\n" + network_table(result.environment.network)
-    return repeats_table(outcome.results) + "\n" + table if repeated else table
+    return repeats_table(outcome.results, planned, target) + "\n" + table if repeated else table
 
 
 def network_table(network: NetworkInEffect) -> str:
@@ -131,18 +133,20 @@ def network_table(network: NetworkInEffect) -> str:
     return head + "\n" + format_table(("COLLECTIVE", "SIZE (B)", "TIME (ms)", "ALGBW GB/s", "BUSBW GB/s"), rows)
 
 
-def repeats_table(results: list[TrainerResult]) -> str:
+def repeats_table(results: list[TrainerResult], planned: int = 0, target: float | None = None) -> str:
     """Each repeat's outcome and steady throughput, then the mean, interval and CV across them."""
     rows = [
         (i, r.outcome.value, text.steady_throughput(r.metrics) if r.metrics else "", text.flag_names(r.metrics))
         for i, r in enumerate(results)
     ]
-    across = repeats_status(len(results), results)
+    across = repeats_status(max(planned, len(results)), results, target)
     line = "across repeats: no successful repeat"
     if across.mean is not None:
         line = f"across repeats: mean {across.mean:,.0f} tokens/s"
         if across.ci95_low is not None and across.ci95_high is not None and across.cv is not None:
             line += f" (95% CI {across.ci95_low:,.0f}-{across.ci95_high:,.0f}, CV {across.cv:.1%})"
+    if across.stopped_by:
+        line += f"; {across.finished} of {across.planned} repeats ran: the interval across them reached the target"
     return format_table(("REPEAT", "OUTCOME", "STEADY TOKENS/S", "NOISE"), rows) + "\n" + line + "\n"
 
 
@@ -255,7 +259,7 @@ def _report(local: LocalRun, outcome: RunOutcome, fmt: str) -> int:
     elif fmt == "yaml":
         print(yaml.safe_dump(payload if len(payload) > 1 else payload[0], sort_keys=False), end="")
     else:
-        print(results_table(outcome, local.repeated))
+        print(results_table(outcome, local.repeated, local.plan.trials, local.plan.stop.target_precision))
     # run_dir is <home>/runs/<id>.
     print(f"{outcome.status}: run {local.run_id} stored in {results_db(local.run_dir.parent.parent)}",
           file=sys.stderr)  # fmt: skip

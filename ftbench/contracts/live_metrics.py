@@ -52,7 +52,13 @@ PEAK_MEMORY = LiveMetric(
     "gauge",
     "This rank's peak memory so far; label kind: gpuMaxMemoryAllocated (torch) or cpuPeakRss (the process).",
 )
-ALL = (STEPS, PLANNED_STEPS, ELAPSED, TOKENS_PER_SECOND, STEP_TIME, ETA, LOSS, PEAK_MEMORY)
+STEADY_CI95 = LiveMetric(
+    "ftbench_trainer_steady_tokens_per_second_ci95_ratio",
+    "gauge",
+    "Half-width / estimate of this rank's steady-state tokens/s 95% interval so far (batch means over its steady "
+    "steps; within this run only, so it says nothing of run-to-run spread).",
+)
+ALL = (STEPS, PLANNED_STEPS, ELAPSED, TOKENS_PER_SECOND, STEP_TIME, ETA, LOSS, PEAK_MEMORY, STEADY_CI95)
 
 
 def _escape(value: str) -> str:
@@ -78,6 +84,7 @@ def exposition(update: ProgressUpdate | None, labels: Mapping[str, str]) -> str:
             ETA: update.eta_seconds,
             LOSS: update.loss,
             PEAK_MEMORY: update.peak_memory_bytes,
+            STEADY_CI95: update.steady_ci95_relative,
         }
     lines = []
     for metric in ALL:

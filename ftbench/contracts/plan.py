@@ -202,6 +202,10 @@ class StopSettings(WireModel):
     auto_stop_warmup_seconds: float = 60.0
     auto_stop_stable_seconds: float = 120.0
     auto_stop_stable_steps: int = 10
+    # spec.targetPrecisionPercent as a fraction (None: no precision stop) and its minimum window.
+    target_precision: float | None = None
+    precision_min_steps: int = 20
+    precision_min_seconds: float = 30.0
     # Steps left out of the steady state at the window's start (None: the first 10%); not a stop
     # control, but read at the same place (the callback's window).
     warmup_steps: int | None = None

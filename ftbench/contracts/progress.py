@@ -48,6 +48,8 @@ class ProgressUpdate:
       steady window's).
     - ``peak_memory_bytes``: rank 0's peak so far, of ``memory_kind``: MEMORY_GPU_ALLOCATED
       (torch.cuda.max_memory_allocated) or MEMORY_CPU_RSS (the process's peak resident set).
+    - ``steady_ci95_relative``: the half-width / estimate of this rank's steady-state tokens/s 95 %
+      interval so far (batch means; within this run only); None before 4 steady steps.
     """
 
     step: int
@@ -59,6 +61,7 @@ class ProgressUpdate:
     step_time_seconds: float | None = None
     peak_memory_bytes: int | None = None
     memory_kind: str = ""
+    steady_ci95_relative: float | None = None
 
     def to_dict(self) -> dict[str, float | int | str]:
         """The line's JSON object (camelCase, like the status; a value not known yet is left out)."""
@@ -72,8 +75,10 @@ class ProgressUpdate:
             "etaSeconds": self.eta_seconds,
             "loss": self.loss,
             "stepTimeSeconds": self.step_time_seconds,
+            "steadyCi95Relative": self.steady_ci95_relative,
         }
-        out |= {k: round(v, 6 if k == "loss" else 3) for k, v in optional.items() if v is not None}
+        digits = {"loss": 6, "steadyCi95Relative": 4}
+        out |= {k: round(v, digits.get(k, 3)) for k, v in optional.items() if v is not None}
         if self.peak_memory_bytes is not None:
             out |= {"peakMemoryBytes": self.peak_memory_bytes, "memoryKind": self.memory_kind}
         return out

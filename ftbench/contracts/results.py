@@ -69,6 +69,10 @@ class NoiseFlag(StrEnum):
     GPU_THROTTLED = "gpuThrottled"  # NVML reported thermal or hardware clock throttling, or a lowered power cap
 
 
+# stoppedBy of a run (and status.repeats.stoppedBy of repeats) that its precision target ended.
+STOPPED_BY_PRECISION = "precisionTarget"
+
+
 class IntervalScope(StrEnum):
     """Which kind of sure an interval is: one run's steps only cover the run's own speed (each process
     lands on its own: docs/benchmarks.md, "How sure"), repeats in fresh processes cover the setup's."""
@@ -315,7 +319,8 @@ class Metrics(WireModel):
     )
     stopped_by: BoundedReason = Field(
         "completed",
-        description="What ended training: completed, maxSteps, stopAfterSeconds or autoStop.",
+        description="What ended training: completed, maxSteps, stopAfterSeconds, autoStop or precisionTarget "
+        "(the steady tokens/s interval reached spec.targetPrecisionPercent).",
     )
 
     @property

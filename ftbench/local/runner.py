@@ -24,7 +24,7 @@ from typing import Any
 
 from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile
-from ftbench.api.repeats import combined_result
+from ftbench.api.repeats import combined_result, precise_repeats
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Engine, Runtime
@@ -254,6 +254,8 @@ def execute(
             except KeyboardInterrupt:
                 _stop(proc)
                 return RunOutcome("Interrupted", results, 130)
+            if run.repeated and precise_repeats(results, run.plan.stop.target_precision):
+                break  # the interval across the repeats so far is as tight as asked (api.repeats)
     return RunOutcome(_status(results, run.repeated), results, returncode or 0)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from ftbench.api import stability
-from ftbench.api.repeats import combined_result
+from ftbench.api.repeats import combined_result, precise_repeats
 from ftbench.api.status import Phase, TrialOutcome
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.results import Outcome, TrainerResult
@@ -34,9 +34,9 @@ def trial_outcome(pod: PodSummary, index: int, result: TrainerResult | None) -> 
 
 
 def repeats_verdict(
-    done: tuple[TrialOutcome, ...], results: tuple[TrainerResult, ...], start: str | None
+    done: tuple[TrialOutcome, ...], results: tuple[TrainerResult, ...], start: str | None, planned: int = 0
 ) -> Observation:
-    """Every repeat ended: the first that ran out of GPU memory makes the experiment Invalid (the
+    """Every repeat ended (or, with fewer than `planned`, those that ran reached the precision target): the first that ran out of GPU memory makes the experiment Invalid (the
     configuration does not fit), else the first that failed makes it Failed, else it succeeded with
     the mean over the repeats (api.repeats)."""
     for outcome in (Outcome.GPU_OOM, Outcome.FAILED):
@@ -47,7 +47,8 @@ def repeats_verdict(
     return Observation(
         Phase.SUCCEEDED,
         REPEATS_COMPLETED,
-        f"{len(done)} repeats finished",
+        f"{len(done)} repeats finished"
+        + (f" of {planned}: the interval across them reached targetPrecisionPercent" if len(done) < planned else ""),
         result=combined_result(results) if results else None,
         start_time=start,
         trials=done,
@@ -65,13 +66,15 @@ def classify_trials(
     now: datetime,
     image_pull_grace_seconds: float = 300.0,
     repeated: bool = False,
+    precision: float | None = None,
 ) -> Observation:
     """`trials` sequential single-node runs, aggregated as they finish: the stability experiment's
     trials, or with `repeated` an experiment's repeats.
 
     A trial that fails is a measurement, not the end of the experiment; repeats end as their worst
     outcome (`repeats_verdict`). With one Job per trial (clusters without Indexed Jobs) `next_trial`
-    tells the caller which Job to create next.
+    tells the caller which Job to create next, unless the repeats so far reached `precision` (the
+    interval across them, api.repeats.precise_repeats; such repeats run one Job each).
     """
     if workload_missing:
         return Observation(Phase.FAILED, CHILD_DELETED, "a trial workload was deleted by hand; retry to run again")
@@ -81,6 +84,8 @@ def classify_trials(
     done = tuple(outcome for i, r in parsed.items() if (outcome := trial_outcome(by_trial[i], i, r)) is not None)
     start = min((p.start_time for p in by_trial.values() if p.start_time), default=None)
     results = tuple(r for r in parsed.values() if r is not None)
+    if repeated and len(done) < trials and len(results) == len(done) and precise_repeats(results, precision):
+        return repeats_verdict(done, results, start, trials)
     if len(done) >= trials:
         if repeated:
             return repeats_verdict(done, results, start)

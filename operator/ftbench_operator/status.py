@@ -261,7 +261,13 @@ class StatusBuilder:
         return patch(observed_generation=self.generation, conditions=self.conditions)
 
     def observed(
-        self, obs: Observation, *, trials: int, repeated: bool = False, network: NetworkExpectation | None = None
+        self,
+        obs: Observation,
+        *,
+        trials: int,
+        repeated: bool = False,
+        precision: float | None = None,
+        network: NetworkExpectation | None = None,
     ) -> Status:
         """Status for what the children show (`classify`); `network`: what the network preflight should show."""
         fields: dict[str, Any] = {"phase": obs.phase, "message": bounded(obs.message)}
@@ -296,7 +302,7 @@ class StatusBuilder:
                     verdict = network_verdict(obs.result.environment.network, network or NetworkExpectation())
                     self.cond(ConditionType.NETWORK_AS_EXPECTED, verdict.status, verdict.reason, verdict.message)
         if trials > 1:
-            fields["repeats"] = repeats_status(trials, obs.trial_results)
+            fields["repeats"] = repeats_status(trials, obs.trial_results, precision)
             if not repeated:
                 fields["stability"] = stability(obs.trials, trials)
         fields["conditions"] = self.conditions

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ftbench.api.repeats import repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.cli import main
@@ -195,6 +196,29 @@ def test_repeats_run_in_fresh_processes_and_report_across_them(
     assert stored.train_tokens_per_second == pytest.approx(sum(tps) / 2)  # the headline is their mean
     # two trainer processes, one after another: each printed its own result into the one log
     assert (stored_log := Path(stored.run_dir) / "trainer.log").read_text().count("FTBENCH_RESULT ") == 2, stored_log
+
+
+def test_repeats_and_runs_stop_at_the_precision_target(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """targetPrecisionPercent ends each repeat's measured window once its interval is tight (long before its
+    400-step budget), and the repeats once the interval across them is: a third repeat runs exactly when
+    the first two disagree by more than the target allows (the machine decides which; both are checked)."""
+    pytest.importorskip("trl")
+    path = tmp_path / "exp.yaml"
+    extra = "  repeats: 3\n  warmupSteps: 2\n  targetPrecisionPercent: 30\n  precisionMinSteps: 6\n"
+    path.write_text(EXPERIMENT.format(name="precise", steps=400) + extra + "  precisionMinSeconds: 0\n")
+    assert main(["run", str(path), "--dataset-entries", "32"]) == 0
+    out, _ = capsys.readouterr()
+    [stored] = ResultsStore(home / "results.db").runs()
+    results = [TrainerResult.model_validate(r) for r in stored.results]
+    assert all(r.metrics and r.metrics.stopped_by == "precisionTarget" for r in results), out
+    assert all(r.metrics and r.metrics.train_steps < 400 for r in results)
+    first_two = repeats_status(3, results[:2], 0.30)
+    assert first_two.ci95_high is not None and first_two.mean
+    tight = (first_two.ci95_high - first_two.mean) / first_two.mean <= 0.30
+    assert len(results) == (2 if tight else 3), out
+    assert ("2 of 3 repeats ran: the interval across them reached the target" in out) == tight, out
 
 
 @pytest.mark.training

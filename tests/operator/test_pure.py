@@ -206,6 +206,33 @@ def test_repeats_end_with_the_mean_and_an_interval_across_them():
     FineTuneExperimentStatus.model_validate(done)  # the CRD's schema
 
 
+def test_repeats_stop_at_the_precision_target_and_say_so():
+    """One Job per repeat: once two repeats agree within the target (+-5 %: 1000 and 1004 give +-2.5 %),
+    no third Job is asked for and the experiment succeeds with what ran; apart by 10 %, the next runs."""
+    jobs = [WorkloadSummary("Job", f"x-a0-t{i}", succeeded=True, trial_label=i) for i in range(2)]
+    close = _repeat_pods(success_result(0, 1000.0), success_result(1, 1004.0))
+    obs = classify_trials(jobs, close, trials=4, workload_missing=False, one_job_per_trial=True, now=NOW,
+                          repeated=True, precision=0.05)  # fmt: skip
+    assert (obs.phase, obs.reason, obs.next_trial) == (Phase.SUCCEEDED, "RepeatsCompleted", None)
+    assert obs.message == "2 repeats finished of 4: the interval across them reached targetPrecisionPercent"
+    done = st.StatusBuilder({}, 1, NOW).observed(obs, trials=4, repeated=True, precision=0.05)
+    repeats = done["repeats"]
+    assert (repeats["planned"], repeats["finished"], repeats["stoppedBy"]) == (4, 2, "precisionTarget")
+    FineTuneExperimentStatus.model_validate(done)
+    apart = _repeat_pods(success_result(0, 1000.0), success_result(1, 1100.0))
+    obs = classify_trials(jobs, apart, trials=4, workload_missing=False, one_job_per_trial=True, now=NOW,
+                          repeated=True, precision=0.05)  # fmt: skip
+    assert obs.phase == Phase.RUNNING and obs.next_trial == 2
+    assert (
+        "stoppedBy"
+        not in st.StatusBuilder({}, 1, NOW).observed(obs, trials=4, repeated=True, precision=0.05)["repeats"]
+    )
+    # Without a target every planned repeat runs, however close they are.
+    obs = classify_trials(jobs, close, trials=4, workload_missing=False, one_job_per_trial=True, now=NOW,
+                          repeated=True)  # fmt: skip
+    assert obs.next_trial == 2
+
+
 def test_a_repeat_out_of_memory_makes_the_experiment_invalid():
     pods = _repeat_pods(success_result(0), oom_result(1), failed_result(2))
     obs = classify_trials([], pods, trials=3, workload_missing=False, one_job_per_trial=False, now=NOW, repeated=True)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import random
 
 import pytest
 
 from ftbench.contracts.plan import StopSettings
 from ftbench.contracts.progress import ProgressUpdate, parse_progress_line
 from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
-from ftbench_trainer.measure.stop import AUTO_STOP_METHOD, StopController
+from ftbench_trainer.measure.stop import AUTO_STOP_METHOD, Steady, StopController
 from ftbench_trainer.measure.system import SystemSampler
 from ftbench_trainer.measure.timing import StepTimer, coefficient_of_variation, percentile, steady_state_start
 from ftbench_trainer.report import StdoutProgressSink
@@ -59,14 +60,67 @@ def test_ranks_agree_on_the_earliest_decision() -> None:
     """With agreement (all-reduce MAX), a rank whose own clock is behind stops with the others."""
     settings = StopSettings(stop_after_seconds=5.0)
     other_rank_says_stop_at = 2
-    calls: list[tuple[bool, bool]] = []
+    calls: list[tuple[bool, ...]] = []
 
-    def agree(flags: tuple[bool, bool]) -> tuple[bool, bool]:
+    def agree(flags: tuple[bool, ...]) -> tuple[bool, ...]:
         calls.append(flags)
-        return flags[0], flags[1] or len(calls) - 1 >= other_rank_says_stop_at
+        return flags[0], flags[1] or len(calls) - 1 >= other_rank_says_stop_at, flags[2]
 
     c = StopController(settings, agree=agree)
     assert _run(c, [1.0] * 10)[0] == 3  # this rank alone would have run 5 steps
+
+
+def _run_precise(controller: StopController, tokens: list[float], seconds: list[float]) -> tuple[int | None, str]:
+    """Feed steps whose whole window is steady (warmupSteps 0); (steps run when it stopped, reason)."""
+    elapsed = 0.0
+    for i, dt in enumerate(seconds):
+        elapsed += dt
+        decision = controller.on_step_end(i, elapsed, Steady(tokens[: i + 1], seconds[: i + 1]))
+        if decision.stop:
+            return i + 1, decision.reason
+    return None, ""
+
+
+PRECISE = StopSettings(target_precision=0.02, precision_min_steps=20, precision_min_seconds=30.0, warmup_steps=0)
+
+
+def test_a_precision_target_stops_once_the_interval_is_tight_and_the_minimum_window_has_passed() -> None:
+    """Steady steps (tokens/s within +-1 % of each other) meet +-2 % at once, but the run goes on to the
+    minimum window: 20 steps and 30 s, whichever comes later."""
+    seconds = [1.0 + 0.01 * ((i * 7) % 3 - 1) for i in range(200)]
+    tokens = [1000.0] * 200
+    c = StopController(PRECISE)
+    assert c.needs_agreement
+    assert _run_precise(c, tokens, seconds) == (30, "precisionTarget")  # 30 s after 30 steps of ~1 s
+    fast = [0.5] * 200
+    assert _run_precise(StopController(PRECISE), tokens, fast) == (60, "precisionTarget")
+    slow = [3.0] * 200
+    assert _run_precise(StopController(PRECISE), tokens, slow) == (20, "precisionTarget")
+
+
+def test_a_noisy_run_goes_on_to_its_budget_and_the_budget_still_stops_it() -> None:
+    """Steps whose times spread +-50 % (log-normal) leave a +-8 % interval at 400 steps: no precision stop;
+    the clock budget (stopAfterSeconds) ends the run and says so."""
+    draw = random.Random(7)
+    seconds = [draw.lognormvariate(0.0, 0.5) for _ in range(400)]
+    tokens = [1000.0] * 400
+    assert _run_precise(StopController(PRECISE), tokens, seconds) == (None, "")
+    budget = PRECISE.model_copy(update={"stop_after_seconds": 100.0})
+    steps, reason = _run_precise(StopController(budget), tokens, seconds)
+    assert reason == "stopAfterSeconds" and steps is not None and steps < 100
+
+
+def test_every_rank_must_reach_the_precision_target() -> None:
+    """The flag a rank sends is 'not yet': one rank whose interval is still wide keeps all ranks going."""
+    other_rank_ready_at = 50
+
+    def agree(flags: tuple[bool, ...]) -> tuple[bool, ...]:
+        agree.calls += 1  # type: ignore[attr-defined]
+        return flags[0], flags[1], flags[2] or agree.calls <= other_rank_ready_at  # type: ignore[attr-defined]
+
+    agree.calls = 0  # type: ignore[attr-defined]
+    c = StopController(PRECISE, agree=agree)
+    assert _run_precise(c, [1000.0] * 200, [1.0] * 200) == (51, "precisionTarget")
 
 
 def test_step_timer_tiles_the_run() -> None:

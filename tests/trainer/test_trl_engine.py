@@ -102,6 +102,24 @@ def test_two_processes_on_cpu_sum_their_tokens(tmp_path: Path, tiny_model_dir: P
     assert m.train_non_padding_tokens == sum(lengths)
 
 
+def test_two_cpu_ranks_stop_together_at_the_precision_target(
+    tmp_path: Path, tiny_model_dir: Path, data_dir: Path
+) -> None:
+    """spec.targetPrecisionPercent on two real ranks: both stop on the same step, well before the step
+    budget, on a window whose interval is as tight as asked (the result's interval is the decision's)."""
+    plan = two_processes_one_node(
+        tmp_path, tiny_model_dir, data_dir, distributedBackend="DDP", maxSteps=400, warmupSteps=1,
+        targetPrecisionPercent=25.0, precisionMinSteps=8, precisionMinSeconds=0.0,
+    )  # fmt: skip
+    assert plan.stop.target_precision == 0.25
+    result, _ = train(PYTHON, plan, tmp_path)
+    m = result.metrics
+    assert m is not None and result.environment is not None and result.environment.world_size == 2
+    assert m.stopped_by == "precisionTarget", m.stopped_by
+    assert m.measured_steps >= 8 and m.train_steps < 400
+    assert m.throughput_ci95_relative is not None and m.throughput_ci95_relative <= 0.25
+
+
 def test_two_nodes_indexed_job_rendezvous(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:
     """Two 'pods' of an Indexed Job on this machine: JOB_COMPLETION_INDEX is each one's node rank."""
     import os

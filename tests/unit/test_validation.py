@@ -194,3 +194,31 @@ def test_an_epoch_run_keeps_steps_after_its_warmup() -> None:
     assert "steps.warmup-epochs" not in rules(**epochs, warmupSteps=63)  # the fix it names validates
     assert "steps.warmup-epochs" not in rules(**{**epochs, "numTrainEpochs": 2.0}, warmupSteps=64)
     assert "steps.warmup-epochs" in rules(**{**epochs, "numTrainEpochs": 1.5}, warmupSteps=96)
+
+
+def test_a_precision_target_that_could_never_stop_the_run_is_refused_with_a_fix_that_validates() -> None:
+    target = {"targetPrecisionPercent": 1.0, "precisionMinSteps": 20}
+    [issue] = [i for i in validate_spec_dict({**OK, **target, "maxSteps": 25, "warmupSteps": 5}).issues]
+    assert issue.rule == "stop.precision-steps" and "raise maxSteps above 25" in issue.message
+    assert "stop.precision-steps" not in rules(**target, maxSteps=26, warmupSteps=5)  # the fix it names
+    assert "stop.precision-steps" not in rules(**target, maxSteps=-1)  # epochs: the target may end them
+    found = rules(**target, maxSteps=-1, stopAfterSeconds=30.0, precisionMinSeconds=30.0)
+    assert "stop.precision-seconds" in found
+    assert "stop.precision-seconds" not in rules(**target, maxSteps=-1, stopAfterSeconds=31.0)
+    assert rules(targetPrecisionPercent=60.0) and rules(targetPrecisionPercent=0) and rules(precisionMinSteps=3)
+
+
+def test_repeats_with_a_precision_target_run_one_job_each() -> None:
+    """An Indexed Job would run every repeat; auto picks one Job per repeat, an explicit IndexedJob is refused."""
+    from ftbench.api.profile import ClusterProfile
+    from ftbench.api.runtime_choice import preferred_runtime
+    from ftbench.api.spec import FineTuneExperimentSpec
+    from ftbench.catalog import load_catalog
+    from ftbench.contracts.enums import Runtime
+
+    spec = FineTuneExperimentSpec.model_validate({**OK, "repeats": 3, "targetPrecisionPercent": 2.0})
+    assert preferred_runtime(spec, load_catalog(), ClusterProfile()).runtime == Runtime.JOB
+    plain = spec.model_copy(update={"target_precision_percent": None})
+    assert preferred_runtime(plain, load_catalog(), ClusterProfile()).runtime == Runtime.INDEXED_JOB
+    found = validate_spec_dict({**OK, "repeats": 3, "targetPrecisionPercent": 2.0, "run": {"runtime": "IndexedJob"}})
+    assert any("could not stop at targetPrecisionPercent" in i.message for i in found.issues), found.issues

@@ -51,6 +51,11 @@ class FollowedSpec:
     trials: int
     repeated: bool  # the trials are spec.repeats (their worst outcome is the experiment's), not stability trials
 
+    @property
+    def precision(self) -> float | None:
+        """The interval across repeats that ends them early (spec.targetPrecisionPercent), repeats only."""
+        return effective.precision_target(self.spec) if self.repeated else None
+
     @classmethod
     def of(cls, experiment: ExperimentView) -> FollowedSpec:
         """Raises `UnreadableSpec` where status.acceptedSpec no longer reads as a spec of this operator."""
@@ -99,6 +104,7 @@ def observe(
     trials: int,
     failed_create: Sequence[Mapping[str, Any]] | None = None,
     repeated: bool = False,
+    precision: float | None = None,
 ) -> Observation:
     """Classify one attempt from its workloads, pods and the workloads' FailedCreate Events
     (pure apart from the clock)."""
@@ -127,6 +133,7 @@ def observe(
             now=now,
             image_pull_grace_seconds=grace,
             repeated=repeated,
+            precision=precision,
         )
         if obs.trials:
             return obs
@@ -155,19 +162,19 @@ async def sync_once(ctx: OperatorContext, namespace: str, name: str, experiment:
     except UnreadableSpec as err:
         await _record(ctx, experiment, Observation(Phase.FAILED, UNREADABLE_SPEC, err.message()))
         return
-    trials, repeated = followed.trials, followed.repeated
+    trials, repeated, precision = followed.trials, followed.repeated, followed.precision
     selector = children.attempt_selector(name, attempt)
     workloads = await ctx.kube.list(job.api_version, job.kind, namespace, selector)
     index: Mapping[Any, Any] = ctx.pods or {}
     pods = list(index.get(pod_index_key(namespace, label_value(name), str(attempt)), ()))
     failed_create = await _failed_create(ctx, experiment, workloads) if not pods else []
-    obs = observe(ctx, experiment, workloads, pods, trials, failed_create, repeated)
+    obs = observe(ctx, experiment, workloads, pods, trials, failed_create, repeated, precision)
     if obs.finished:
         # A verdict is final, so it is made on what the API server holds: the Job's watch can be
         # ahead of the pods' (a completed Job seen before its pod's termination message).
         listed = await ctx.kube.list("v1", "Pod", namespace, selector)
         pods = [summarize_pod(p) for p in listed]
-        obs = observe(ctx, experiment, workloads, pods, trials, failed_create, repeated)
+        obs = observe(ctx, experiment, workloads, pods, trials, failed_create, repeated, precision)
     log.debug(
         "sync %s/%s: %d workloads, %d pods -> %s (%s)",
         namespace,
@@ -214,7 +221,8 @@ async def _record(
     profile = ctx.profiles.current()
     network = followed.network(profile) if followed else NetworkExpectation(False, profile.expected_bus_bandwidth_gbps)
     trials, repeated = (followed.trials, followed.repeated) if followed else (1, False)
-    desired = builder.observed(obs, trials=trials, repeated=repeated, network=network)
+    precision = followed.precision if followed else None
+    desired = builder.observed(obs, trials=trials, repeated=repeated, precision=precision, network=network)
     await write_status(ctx, experiment, desired, announce)
 
 

@@ -20,10 +20,11 @@ from ftbench.contracts.environment import DeepSpeedInEffect, FsdpInEffect
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.progress import MEMORY_CPU_RSS, MEMORY_GPU_ALLOCATED
 from ftbench.contracts.results import LOSS_CURVE_LIMIT, Metrics
+from ftbench.stats.intervals import rate_interval
 from ftbench.stats.noise import HostLoad
 from ftbench_trainer.measure import distributed, shards
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
-from ftbench_trainer.measure.stop import StopController
+from ftbench_trainer.measure.stop import Steady, StopController
 from ftbench_trainer.measure.system import SystemSampler
 from ftbench_trainer.measure.tensor_peak import TensorPeakProbe
 from ftbench_trainer.measure.timing import StepRecord, StepTimer
@@ -32,6 +33,9 @@ from ftbench_trainer.measure.window import step_window
 from ftbench_trainer.report import ProgressSink, ProgressUpdate
 
 log = logging.getLogger(__name__)
+
+# How often (seconds, at most) the live steady-state interval is recomputed from the whole window.
+LIVE_INTERVAL_SECONDS = 5.0
 
 # What asking accelerate for its state raises where no Accelerator was built (ValueError in 1.x),
 # in older releases (AttributeError, RuntimeError), or without accelerate at all.
@@ -91,12 +95,13 @@ class MeasureCallback(TrainerCallback):
         self.attention_implementation = ""
         self.liger_kernel = False
         self._last_progress = float("-inf")
+        self._last_interval = float("-inf")
+        self._steady_relative: float | None = None  # this rank's steady tokens/s interval so far, +- fraction
         self._max_steps = 0
 
     @staticmethod
-    def _agree(flags: tuple[bool, bool]) -> tuple[bool, bool]:
-        warm, stop = distributed.any_true(flags)
-        return warm, stop
+    def _agree(flags: tuple[bool, ...]) -> tuple[bool, ...]:
+        return distributed.any_true(flags)
 
     # ------------------------------------------------------------------ events
 
@@ -152,7 +157,9 @@ class MeasureCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.tensor_peak.step_end(self.tokens.committed.largest)
-        decision = self.stop.on_step_end(len(self.timer.steps), self.timer.elapsed(self.clock()))
+        decision = self.stop.on_step_end(
+            len(self.timer.steps), self.timer.elapsed(self.clock()), self._steady(self.stop.precise, ending=True)
+        )
         last = decision.stop or (self._max_steps > 0 and state.global_step >= self._max_steps)
         if last:
             # The GPU may still be running this step's kernels: wait once, at the very end only.
@@ -169,14 +176,35 @@ class MeasureCallback(TrainerCallback):
             self.stopped_by = "maxSteps"
         self._report_progress(state, last)
 
+    def _steady(self, needed: bool, ending: bool = False) -> Steady | None:
+        """The steady window so far, cut as the result's is, or None when not `needed`. `ending`: this
+        step is ending and not recorded yet; it counts as ending now, so a run that stops here reports
+        the very window the decision was made on."""
+        if not needed:
+            return None
+        timer = self.timer
+        if ending:
+            c = self.tokens.committed
+            now = StepRecord(self.clock(), c.samples, c.padded_tokens, c.non_padding_tokens, c.padded_length_squared)
+            timer = StepTimer(timer.start, [*timer.steps, now])
+        window = step_window(timer, self.stop.warmup_end_step, self.plan.stop.warmup_steps)
+        return Steady(window.steady_step_tokens, window.steady_step_times)
+
     def _report_progress(self, state: Any, last: bool) -> None:
         sink = self.progress if distributed.rank() == 0 else None
         if sink is None and self.live is None:
             return
         now = self.clock()
-        due = last or now - self._last_progress >= self.plan.output.progress_interval_seconds
+        every = self.plan.output.progress_interval_seconds
+        due = last or now - self._last_progress >= every
         if sink is not None and due:
             self._last_progress = now
+        if last or now - self._last_interval >= min(every, LIVE_INTERVAL_SECONDS):
+            # Recomputed from the whole window now and then, not on every step of a long run.
+            self._last_interval = now
+            steady = self._steady(True)
+            found = rate_interval(steady.tokens, steady.seconds) if steady else None
+            self._steady_relative = found.relative_half_width if found else None
         update = self._progress_update(state, now)
         if self.live is not None:
             self.live.update(update)
@@ -201,6 +229,7 @@ class MeasureCallback(TrainerCallback):
             step_time_seconds=elapsed / step if step else None,
             peak_memory_bytes=peak,
             memory_kind=kind,
+            steady_ci95_relative=self._steady_relative,
         )
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:

@@ -7,26 +7,53 @@
   both >= `stable_seconds` have passed since the warmup ended and >= `stable_steps` steps ran
   after it ("the longer of 120 seconds or the duration of 10 optimization steps"). Metrics then
   cover only the steps after the warmup.
+- `target_precision` (spec.targetPrecisionPercent): stop at the end of the first step at which the
+  steady window measured so far (`Steady`: its steps' tokens and seconds, the same window the result
+  reports) has at least `precision_min_steps` steps and `precision_min_seconds` seconds and its
+  batch-means tokens/s interval (ftbench.stats.intervals.rate_interval) is at most +- the target.
+  The other controls stay the budget: whichever fires first ends the run.
 
 Each rank decides locally; `agree` (an all-reduce MAX in distributed runs) makes every rank act
-on the earliest rank to decide, so all ranks stop on the same step.
+on the earliest rank to decide, so all ranks stop on the same step. The precision flag goes the
+other way round (a rank sends "not yet"), so the run stops only when every rank's interval is tight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ftbench.contracts.plan import StopSettings
+from ftbench.contracts.results import STOPPED_BY_PRECISION
+from ftbench.stats.intervals import rate_interval
 
 AUTO_STOP_METHOD = "WARMUP_60S_STABLE_120S_OR_10_STEPS"
 
-# all-reduce MAX over ranks of (warmup_done, stop) flags
-Agree = Callable[[tuple[bool, bool]], tuple[bool, bool]]
+# all-reduce MAX over ranks of (warmup_done, stop, precision_not_reached) flags
+Agree = Callable[[tuple[bool, ...]], tuple[bool, ...]]
 
 
-def agree_locally(flags: tuple[bool, bool]) -> tuple[bool, bool]:
+def agree_locally(flags: tuple[bool, ...]) -> tuple[bool, ...]:
     return flags
+
+
+@dataclass(frozen=True)
+class Steady:
+    """The steady-state steps measured so far on this rank: each step's padded tokens and seconds."""
+
+    tokens: Sequence[float] = ()
+    seconds: Sequence[float] = ()
+
+
+def precise_enough(settings: StopSettings, steady: Steady) -> bool:
+    """Whether the steady window meets the precision target and its minimum window."""
+    target = settings.target_precision
+    if target is None or len(steady.seconds) < settings.precision_min_steps:
+        return False
+    if sum(steady.seconds) < settings.precision_min_seconds:
+        return False
+    interval = rate_interval(steady.tokens, steady.seconds)
+    return interval is not None and interval.relative_half_width <= target
 
 
 @dataclass
@@ -43,16 +70,18 @@ class StopController:
         self.agree = agree
         self.auto = settings.auto_stop_method == AUTO_STOP_METHOD
         self.timed = settings.stop_after_seconds > 0
+        self.precise = settings.target_precision is not None
         # Index (0-based) of the first step *after* the warmup, once known.
         self.warmup_end_step: int | None = None
         self.warmup_end_seconds: float = 0.0
 
     @property
     def needs_agreement(self) -> bool:
-        """Whether each step needs the cross-rank flag exchange (only for clock-based stops)."""
-        return self.auto or self.timed
+        """Whether each step needs the cross-rank flag exchange (only for clock- and precision-based stops)."""
+        return self.auto or self.timed or self.precise
 
-    def on_step_end(self, step_index: int, elapsed: float) -> StopDecision:
+    def on_step_end(self, step_index: int, elapsed: float, steady: Steady | None = None) -> StopDecision:
+        """`steady`: the steady window up to this step's end (read only with a precision target)."""
         if not self.needs_agreement:
             return StopDecision(False)
         warm_local = self.auto and (
@@ -67,11 +96,14 @@ class StopController:
                 stable_seconds >= self.settings.auto_stop_stable_seconds
                 and stable_steps >= self.settings.auto_stop_stable_steps
             )
-        warm, stop = self.agree((warm_local, stop_time or stop_auto))
+        unsure = self.precise and not precise_enough(self.settings, steady or Steady())
+        warm, stop, any_unsure = self.agree((warm_local, stop_time or stop_auto, unsure))
         if warm and self.warmup_end_step is None:
             self.warmup_end_step = step_index + 1
             self.warmup_end_seconds = elapsed
         if not stop:
+            if self.precise and not any_unsure:
+                return StopDecision(True, STOPPED_BY_PRECISION)
             return StopDecision(False)
         # Name the rule that fired here; another rank may have fired first (same rule, its clock).
         if stop_time or (self.timed and not stop_auto):
