@@ -22,6 +22,7 @@ from ftbench.contracts.numbers import Count
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.progress import Progress
 from ftbench.contracts.results import Metrics, Outcome
+from ftbench.stats.device_time import DeviceTime
 
 # The generations both kinds' status record (FineTuneExperiment and FineTuneSweep), stated once.
 ObservedGeneration = Annotated[Count | None, Field(description="metadata.generation the operator last acted on.")]
@@ -102,6 +103,28 @@ class RepeatsStatus(ApiModel):
     )
 
 
+class DeviceTimeStatus(ApiModel):
+    """Device-seconds (devices x seconds) the run spent, split where they went (ftbench.stats.device_time);
+    with repeats, over every repeat that finished."""
+
+    device_seconds: Annotated[float, Field(ge=0)] = Field(
+        description="From the trainer's start to the end of training (scheduling and image pulls not included)."
+    )
+    setup: Annotated[float, Field(ge=0)] = Field(description="Before the first step: model and data loading.")
+    warmup: Annotated[float, Field(ge=0)] = Field(description="Steps outside the steady window.")
+    measured: Annotated[float, Field(ge=0)] = Field(description="The steady window the throughput rests on.")
+    saved_estimate: Annotated[float, Field(ge=0)] | None = Field(
+        None,
+        description="Estimate: what the step or time budget would have cost more where the precision target "
+        "stopped the run (unset otherwise).",
+    )
+
+    @classmethod
+    def of(cls, split: DeviceTime) -> DeviceTimeStatus:
+        return cls(device_seconds=split.total, setup=split.setup, warmup=split.warmup, measured=split.measured,
+                   saved_estimate=split.saved_estimate)  # fmt: skip
+
+
 class BatchStatus(ApiModel):
     """The batch of the accepted spec in HF/TRL's terms (spec.batchSize is ado's batch_size)."""
 
@@ -152,6 +175,9 @@ class FineTuneExperimentStatus(ApiModel):
     stability: Stability | None = Field(None, description="Trial aggregation (stability experiment only).")
     repeats: RepeatsStatus | None = Field(
         None, description="Throughput of each repeat with the mean, 95% interval and CV across them (repeats > 1)."
+    )
+    device_time: DeviceTimeStatus | None = Field(
+        None, description="Device-seconds the run spent: set-up, warm-up and measured apart (Succeeded runs)."
     )
     environment: RunEnvironment | None = Field(None, description="What actually ran.")
     prediction: PredictionReport | None = Field(

@@ -253,6 +253,35 @@ class BestPoint(ApiModel):
     experiments: list[str] = Field(default_factory=list, description="Its child experiments.")
 
 
+class DeviceHours(ApiModel):
+    """Device time (GPUs, or CPU ranks, x hours) the sweep spent and saved, from its runs' deviceSeconds."""
+
+    spent: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="Sum of deviceSeconds of the sweep's runs that left a result, in hours."
+    )
+    runs_without_result: Annotated[int, Field(ge=0)] = Field(
+        0, description="Finished runs that left no result (out of memory, failed): their device time is not in spent."
+    )
+    saved_by_early_stops_estimate: Annotated[float, Field(ge=0)] = Field(
+        0.0,
+        description="Estimate: sum of deviceSecondsSavedEstimate of the runs the precision target stopped before "
+        "their budget.",
+    )
+    saved_by_reuse: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="deviceSeconds of the reused results (spec.reuseResults): measured once, not again."
+    )
+    saved_by_skips_estimate: Annotated[float, Field(ge=0)] = Field(
+        0.0,
+        description="Estimate: points skipped for a predicted or a pruned OOM x their devices x the sweep's mean "
+        "set-up time per device (what a run costs until it runs out of memory on its first step).",
+    )
+    with_fixed_stops_estimate: Annotated[float, Field(ge=0)] = Field(
+        0.0,
+        description="Estimate: the same sweep measured with fixed stops and no pruning, skips or reuse: spent plus "
+        "every saving.",
+    )
+
+
 class FineTuneSweepStatus(ApiModel):
     """What the operator observed: the table of points, the best one, conditions. Operator-written."""
 
@@ -267,6 +296,9 @@ class FineTuneSweepStatus(ApiModel):
         None, description="trainTokensPerSecond of the best point (for the printer column)."
     )
     points: list[PointRow] = Field(default_factory=list, description="One row per point, in point order.")
+    device_hours: DeviceHours | None = Field(
+        None, description="Device time spent, and saved by early stops, reuse and OOM skips (estimates say so)."
+    )
     start_time: datetime | None = Field(None, description="When the first child was created.")
     completion_time: datetime | None = Field(None, description="When the last point ended.")
     accepted_spec: FineTuneSweepSpec | None = Field(

@@ -28,6 +28,7 @@ from ftbench.local.home import ftbench_home, local_profile, results_db
 from ftbench.local.runner import LocalRun, LocalRunError, RunOutcome, execute, prepare, trainer_profile, trainer_python
 from ftbench.local.store import ResultsStore
 from ftbench.stats import text
+from ftbench.stats.device_time import DeviceTime, device_time
 from ftbench.stats.results import metric_interval
 
 
@@ -112,6 +113,7 @@ def results_table(outcome: RunOutcome, repeated: bool = False, planned: int = 0,
             ("measured", f"{result.metrics.measured_steps} steps, {result.metrics.measured_seconds:.1f} s "
                          f"after {result.metrics.warmup_steps} warmup steps"),
             ("noise", text.noise(result.metrics)),
+            ("device time", device_time_text(device_time(result.metrics, runs=len(outcome.results)))),
         ]  # fmt: skip
     if result.environment:
         env = result.environment
@@ -120,6 +122,17 @@ def results_table(outcome: RunOutcome, repeated: bool = False, planned: int = 0,
     if result.environment and result.environment.network:
         table += "\n\n" + network_table(result.environment.network)
     return repeats_table(outcome.results, planned, target) + "\n" + table if repeated else table
+
+
+def device_time_text(split: DeviceTime) -> str:
+    """Device-seconds spent and where they went (the estimate of a precision stop's saving says so)."""
+    line = (
+        f"{split.total:,.1f} device-s (set-up {split.setup:,.1f}, warm-up {split.warmup:,.1f}, "
+        f"measured {split.measured:,.1f})"
+    )
+    if split.saved_estimate is not None:
+        line += f"; ~{split.saved_estimate:,.1f} saved by the precision target (estimate)"
+    return line
 
 
 def network_table(network: NetworkInEffect) -> str:

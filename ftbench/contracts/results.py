@@ -317,6 +317,18 @@ class Metrics(WireModel):
         description=f"Training loss as the Trainer logged it (mean over ranks) for the first {LOSS_CURVE_LIMIT} "
         "optimizer steps, 6 significant digits: compares runs of the same work on different ranks or backends.",
     )
+    # Device time (issue 47): the facts its split rests on (ftbench.stats.device_time derives the split).
+    devices: Count = Field(
+        0, description="Devices the run held: its GPUs (numberGpus), or its ranks on CPU (one process each)."
+    )
+    setup_seconds: NonNegative = Field(
+        0.0,
+        description="Seconds from the trainer's start (rank 0's process) to its first step: loading the model and "
+        "data, building the engine. Device time before training; scheduling and image pulls are not in it.",
+    )
+    train_steps_planned: Count = Field(
+        0, description="Optimizer steps the Trainer planned (maxSteps, or the epochs' steps); 0 when unknown."
+    )
     stopped_by: BoundedReason = Field(
         "completed",
         description="What ended training: completed, maxSteps, stopAfterSeconds, autoStop or precisionTarget "

@@ -20,6 +20,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import (
     FINISHED_POINT_PHASES,
     BestPoint,
+    DeviceHours,
     Direction,
     FineTuneSweepSpec,
     PointCounts,
@@ -30,6 +31,7 @@ from ftbench.api.sweep import (
 from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.outcomes import FINISHED, OUTCOMES, Phase
 from ftbench.contracts.results import Metrics, Outcome
+from ftbench.stats.device_time import DeviceTime, device_time
 from ftbench.stats.intervals import Interval, separated
 from ftbench.stats.results import applicable, metric_interval
 from ftbench.sweep.frontier import memory_order, needs_at_least
@@ -93,6 +95,7 @@ class SweepPlan:
     best: BestPoint | None
     phase: SweepPhase
     message: str
+    device_hours: DeviceHours | None = None
 
     @property
     def progress(self) -> str:
@@ -259,7 +262,49 @@ def plan_sweep(
     counts = _counts(rows)
     best = _best(rows, spec)
     sweep_phase = _sweep_phase(counts, runs)
-    return SweepPlan(tuple(to_create), tuple(rows), counts, best, sweep_phase, _message(counts, best, sweep_phase))
+    hours = device_hours(points, phases, runs, reuse)
+    message = _message(counts, best, sweep_phase)
+    return SweepPlan(tuple(to_create), tuple(rows), counts, best, sweep_phase, message, hours)
+
+
+def device_hours(
+    points: Sequence[SweepPoint],
+    phases: Mapping[int, tuple[PointPhase, str]],
+    runs: Sequence[RunState],
+    reuse: Mapping[int, ReuseCandidate],
+) -> DeviceHours:
+    """What the sweep's runs spent on their devices and what it saved (issue 47): measured for reuse,
+    estimated for early stops (ftbench.stats.device_time) and for skipped points (a run that would run
+    out of memory costs about its set-up: the sweep's mean set-up per device x the point's devices)."""
+    specs = {p.index: p.spec for p in points}
+
+    def split(m: Metrics, point: int) -> DeviceTime:
+        spec = specs.get(point)
+        return device_time(m, spec.stop_after_seconds if spec else -1.0, (spec.repeats or 1) if spec else 1)
+
+    done = [(r.metrics, r.point) for r in runs if r.finished and r.metrics is not None]
+    spent = sum((split(m, point) for m, point in done), DeviceTime())
+    per_device = [m.setup_seconds for m, _ in done]
+    setup = statistics.fmean(per_device) if per_device else 0.0
+    skips = sum(
+        setup * max(1, spec.number_gpus)
+        for p in points
+        if phases[p.index][0] == PointPhase.SKIPPED and (spec := p.spec) is not None
+    )
+    reused = sum(
+        (split(reuse[p.index].metrics, p.index) for p in points if phases[p.index][0] == PointPhase.REUSED),
+        DeviceTime(),
+    )
+    early = spent.saved_estimate or 0.0
+    hour = 3600.0
+    return DeviceHours(
+        spent=spent.total / hour,
+        runs_without_result=sum(1 for r in runs if r.finished and r.metrics is None),
+        saved_by_early_stops_estimate=early / hour,
+        saved_by_reuse=reused.total / hour,
+        saved_by_skips_estimate=skips / hour,
+        with_fixed_stops_estimate=(spent.total + early + reused.total + skips) / hour,
+    )
 
 
 _COUNTED = {

@@ -88,6 +88,7 @@ def sweep_status(
         best=plan.best,
         best_train_tokens_per_second=plan.best.train_tokens_per_second if plan.best else None,
         points=list(plan.rows),
+        device_hours=plan.device_hours,
         start_time=start,
         completion_time=completion,
         accepted_spec=accepted[0] if accepted else None,

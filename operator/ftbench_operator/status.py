@@ -24,12 +24,13 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.repeats import repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.stability import aggregate_trials
-from ftbench.api.status import BatchStatus, Condition, FineTuneExperimentStatus, Phase, TrialOutcome
+from ftbench.api.status import BatchStatus, Condition, DeviceTimeStatus, FineTuneExperimentStatus, Phase, TrialOutcome
 from ftbench.contracts.bounded import bounded
 from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.results import Metrics
 from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench.stats import text
+from ftbench.stats.device_time import device_time
 from ftbench_operator.classify import Observation
 from ftbench_operator.reasons import (
     GPU_OOM,
@@ -243,8 +244,8 @@ class StatusBuilder:
         self.cond(ConditionType.SUCCEEDED, "Unknown", "Retrying", f"retry requested: {runs}")
         if accepted_generation is not None and self.generation != accepted_generation:
             self.cond(ConditionType.SPEC_CHANGE_IGNORED, "True", "SpecImmutable", _edit_not_run(self.generation, runs))
-        cleared = ("job", "runtime", "results", "environment", "stability", "repeats", "progress", "start_time",
-                   "completion_time")  # fmt: skip
+        cleared = ("job", "runtime", "results", "device_time", "environment", "stability", "repeats", "progress",
+                   "start_time", "completion_time")  # fmt: skip
         return patch(
             **dict.fromkeys(cleared),
             phase=Phase.PENDING,
@@ -293,6 +294,9 @@ class StatusBuilder:
             if obs.phase == Phase.SUCCEEDED and obs.result.metrics is not None:
                 fields["results"] = rounded(obs.result.metrics)
                 self.measurement(obs.result.metrics)
+                budget = float((self.current.get("acceptedSpec") or {}).get("stopAfterSeconds") or -1.0)
+                split = device_time(obs.result.metrics, budget, runs=max(1, len(obs.trial_results)))
+                fields["device_time"] = DeviceTimeStatus.of(split)
             if (measured := self.prediction_measured(obs)) is not None:
                 fields["prediction"] = measured
             if obs.result.environment is not None:

@@ -120,7 +120,7 @@ def test_two_node_pytorchjob_run(cluster: Cluster, ns: str) -> None:
     if not PYTORCHJOB_CRD_FILE.exists():
         pytest.skip(f"upstream PyTorchJob CRD not found at {PYTORCHJOB_CRD_FILE} (set FTBENCH_SHARED_DIR)")
     cluster.apply(ns, "two-nodes", tiny_lora_spec(numberNodes=2, maxSteps=10))
-    poll(lambda: cluster.experiment(ns, "two-nodes").get("status", {}).get("job"), 30, "status.job")
+    poll(lambda: cluster.experiment(ns, "two-nodes").get("status", {}).get("job"), 120, "status.job")
     assert cluster.experiment(ns, "two-nodes")["status"]["job"]["kind"] == "PyTorchJob"
     kubeflow = TrainingOperator(cluster, ns, "two-nodes-a0")
     run = cluster.follow(ns, "two-nodes", timeout=180, on_poll=kubeflow.sync)

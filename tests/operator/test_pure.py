@@ -195,6 +195,7 @@ def test_repeats_end_with_the_mean_and_an_interval_across_them():
     assert obs.result.metrics.train_tokens_per_second == pytest.approx(1100.0)
     done = st.StatusBuilder({}, 1, NOW).observed(obs, trials=3, repeated=True)
     assert "stability" not in done and done["results"]["trainTokensPerSecond"] == 1100.0
+    assert done["deviceTime"]["deviceSeconds"] == pytest.approx(3 * 10.0)  # three repeats of 10 s on one device
     repeats = done["repeats"]
     assert (repeats["planned"], repeats["finished"]) == (3, 3)
     assert repeats["steadyStateTokensPerSecond"] == [1000.0, 1100.0, 1200.0]

@@ -167,3 +167,25 @@ def test_the_formulas_import_without_torch_or_transformers() -> None:
         "import ftbench_trainer.measure.combine, ftbench_trainer.measure.window\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_device_time_splits_into_setup_warmup_and_measured_and_a_precision_stop_saves_the_rest() -> None:
+    """Two ranks, 7 one-second steps after 20 s of loading: the autoStop warmup took 3 steps and the
+    steady window is 3 of the 4 measured ones. A precision stop at step 7 of 100 planned saves the steps
+    left at the mean steady step time (1 s) on both devices; a 50 s clock budget leaves less to save."""
+    from ftbench.stats.device_time import device_time
+
+    window = step_window(_timer(7), 3)
+    facts = RunFacts(number_gpus=2, torch_dtype="float32", dataset_tokens_per_sample=0.0, setup_seconds=20.0,
+                     planned_steps=100)  # fmt: skip
+    m = combine([RankReport(window=window), RankReport(window=window)], facts)
+    assert (m.devices, m.setup_seconds, m.train_steps_planned, m.train_steps) == (2, 20.0, 100, 4)
+    split = device_time(m)
+    assert (split.total, split.setup, split.warmup, split.measured) == (54.0, 40.0, 8.0, 6.0)
+    assert split.saved_estimate is None  # not stopped by the target: nothing saved
+    precise = m.model_copy(update={"stopped_by": "precisionTarget"})
+    assert device_time(precise).saved_estimate == pytest.approx(2 * 96 * 1.0)  # 100 - 4 steps of the window
+    assert device_time(precise, stop_after_seconds=50.0).saved_estimate == pytest.approx(2 * (50 - 7))
+    assert device_time(m, runs=3).total == 3 * 54.0  # three repeats of the mean one
+    one_cpu = combine([RankReport(window=window)], RunFacts(0, "float32", 0.0, setup_seconds=1.0))
+    assert (one_cpu.devices, device_time(one_cpu).total) == (1, 8.0)

@@ -12,7 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ftbench.api.prediction import PREDICTED_OOM_REASON
-from ftbench.api.sweep import MAX_POINTS, OBJECTIVE_METRICS, FineTuneSweepSpec, PointPhase, SweepPhase
+from ftbench.api.sweep import (
+    MAX_POINTS,
+    OBJECTIVE_METRICS,
+    FineTuneSweepSpec,
+    FineTuneSweepStatus,
+    PointPhase,
+    SweepPhase,
+)
 from ftbench.catalog import load_catalog
 from ftbench.contracts.labels import DNS_LABEL_MAX
 from ftbench.contracts.network import NetworkInEffect, NetworkTransport
@@ -297,6 +304,29 @@ def test_reuse_takes_the_earlier_result_and_counts_it() -> None:
     assert plan.rows[0].phase == PointPhase.REUSED and plan.rows[0].experiments == ["older"]
     assert plan.rows[0].train_tokens_per_second == 77.0 and (0, 0) not in created(plan)
     assert plan.counts.reused == 1
+
+
+def test_device_hours_add_up_what_ran_and_estimate_what_was_saved() -> None:
+    """Point 0 ran (1 GPU: 36 s set-up + 3564 s of steps = 1 device-hour, its precision target saving
+    half an hour more), point 1 ran out of memory (no result: not counted), so point 3 above it was
+    pruned (about the sweep's 36 s set-up per device); a reused result saved its own hour."""
+    spec = sweep(parallelism=4)
+    points = expand(spec, CATALOG).points
+    ran = metrics(100.0).model_copy(
+        update={"devices": 1, "setup_seconds": 36.0, "train_runtime_seconds": 3564.0, "measured_seconds": 1800.0,
+                "measured_steps": 100, "train_steps": 100, "train_steps_planned": 200, "stopped_by": "precisionTarget"}
+    )  # fmt: skip
+    first = RunState("c0-0", 0, 0, Phase.SUCCEEDED, "ResultsRecorded", "", ran)
+    plan = plan_sweep(spec, points, [first, oom(1)])
+    hours = plan.device_hours
+    assert hours is not None and [r.phase for r in plan.rows][2:] == [PointPhase.PENDING, PointPhase.SKIPPED]
+    assert (hours.spent, hours.runs_without_result) == (pytest.approx(1.0), 1)
+    assert hours.saved_by_early_stops_estimate == pytest.approx(100 * 18.0 / 3600)  # 100 steps left x 18 s
+    assert hours.saved_by_skips_estimate == pytest.approx(36.0 / 3600)
+    assert hours.with_fixed_stops_estimate == pytest.approx(1.0 + 0.5 + 0.01)
+    reused = plan_sweep(sweep(reuse=True, oom_pruning=False), points, [], {0: ReuseCandidate("older", ran)})
+    assert reused.device_hours is not None and reused.device_hours.saved_by_reuse == pytest.approx(1.0)
+    FineTuneSweepStatus.model_validate({"deviceHours": hours.to_wire()})  # the CRD's shape
 
 
 def test_reuse_key_sees_defaults_and_the_image() -> None:

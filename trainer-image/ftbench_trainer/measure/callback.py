@@ -98,6 +98,7 @@ class MeasureCallback(TrainerCallback):
         self._last_interval = float("-inf")
         self._steady_relative: float | None = None  # this rank's steady tokens/s interval so far, +- fraction
         self._max_steps = 0
+        self.setup_seconds = 0.0  # this process's start to its first step (device time before training)
 
     @staticmethod
     def _agree(flags: tuple[bool, ...]) -> tuple[bool, ...]:
@@ -153,6 +154,7 @@ class MeasureCallback(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.timer.start is None:
             self.timer.start = self.clock()
+            self.setup_seconds = process_age_seconds()
         self.tensor_peak.step_begin()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -293,6 +295,8 @@ class MeasureCallback(TrainerCallback):
             dataset_tokens_per_sample=self.dataset_tokens_per_sample,
             model=self.model_size,
             stopped_by=self.stopped_by,
+            setup_seconds=self.setup_seconds,
+            planned_steps=self._max_steps,
         )
 
 
@@ -360,6 +364,13 @@ def peak_memory(use_cpu: bool) -> tuple[int, str]:
     if not use_cpu:
         return _cuda_peaks()[0], MEMORY_GPU_ALLOCATED
     return peak_rss_bytes(), MEMORY_CPU_RSS
+
+
+def process_age_seconds() -> float:
+    """Seconds since this process started (its launch, imports, model and data loading so far)."""
+    import psutil
+
+    return max(0.0, time.time() - psutil.Process().create_time())
 
 
 def peak_rss_bytes() -> int:

@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ftbench.contracts.results import RANK_MEMORY_LIMIT, IntervalScope, MeasurementQuality, Metrics, RankMemory
+from ftbench.contracts.results import (
+    RANK_MEMORY_LIMIT,
+    IntervalScope,
+    MeasurementQuality,
+    Metrics,
+    RankMemory,
+)
 from ftbench.stats.intervals import Interval, mean_interval, rate_interval
 from ftbench.stats.noise import HostLoad, WindowFacts, noise_flags
 from ftbench.stats.results import steady_interval_fields
@@ -68,6 +74,8 @@ class RunFacts:
     dataset_tokens_per_sample: float
     model: ModelSize = field(default_factory=ModelSize)
     stopped_by: str = "completed"
+    setup_seconds: float = 0.0  # rank 0's process start to its first step's start
+    planned_steps: int = 0  # the Trainer's planned total (0: unknown)
 
 
 def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
@@ -168,6 +176,9 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
             for i, r in enumerate(reports[:RANK_MEMORY_LIMIT])
         ],
         stopped_by=run.stopped_by,
+        devices=max(run.number_gpus, len(reports)),
+        setup_seconds=run.setup_seconds,
+        train_steps_planned=run.planned_steps,
     ).model_copy(update=steady_interval_fields(throughput, IntervalScope.WITHIN_RUN))
 
 
