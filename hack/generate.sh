@@ -9,3 +9,4 @@ FTBENCH="${FTBENCH:-.venv/bin/ftbench}"
 "$FTBENCH" docs -o docs
 "${PYTHON:-.venv/bin/python}" hack/import_contract.py --write
 "${PYTHON:-.venv/bin/python}" -m ftbench.api.chart_schema --write
+"${PYTHON:-.venv/bin/python}" -m ftbench.generated.dashboard --write

@@ -20,9 +20,16 @@ if (( root )); then
   need=()
   command -v chromium >/dev/null || need+=(chromium)   # the HTML report's `browser` tests
   { command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; } || need+=(buildah mmdebstrap uidmap)
-  if (( ${#need[@]} )); then
-    echo "[test] apt-get install ${need[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  # Prometheus for the dashboard's queries (tests/operator/test_prometheus.py), without the node exporter
+  # it recommends.
+  lean=(); command -v prometheus >/dev/null || lean+=(prometheus)
+  if (( ${#need[@]} + ${#lean[@]} )); then
+    echo "[test] apt-get install ${need[*]} ${lean[*]}"
+    apt-get update -qq
+    if (( ${#need[@]} )); then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; fi
+    if (( ${#lean[@]} )); then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
+    fi
   fi
 fi
 

@@ -9,9 +9,14 @@
   the network preflight's peak busbw (`status.environment.network`, docs/roce.md) of every experiment
   that ran one, whatever its phase (a run refused for want of RoCE shows what it had instead), so a
   dashboard sees a socket fallback or a slow node pair; dropped with the experiment;
-- `ftbench_sweep_points{namespace,sweep,phase}` (points per phase, from status.counts) and
-  `ftbench_sweep_best{namespace,sweep,metric}` (the best point's objective value), per sweep, so
-  a dashboard follows a sweep without reading its table; dropped when the sweep is deleted.
+- `ftbench_sweep_points{namespace,sweep,phase}` (points per phase, from status.counts),
+  `ftbench_sweep_best{namespace,sweep,metric}` (the best point's objective value) and
+  `ftbench_sweep_device_hours{namespace,sweep,kind}` (status.deviceHours), per sweep, so a
+  dashboard follows a sweep without reading its table; dropped when the sweep is deleted;
+- `ftbench_result_throughput_ci95_ratio{...,scope}`: the steady tokens/s interval's half-width /
+  estimate, with which kind of sure it is (withinRun or acrossRepeats).
+
+The names are ftbench.contracts.operator_metrics', which the chart's dashboard queries.
 
 One registry per `OperatorMetrics` (tests build their own; the operator uses the default one).
 """
@@ -30,20 +35,23 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from ftbench.api.status import Phase
 from ftbench.api.sweep import PointPhase
 from ftbench.contracts.kube import ObjectKey
+from ftbench.contracts.operator_metrics import (
+    EXPERIMENTS,
+    HEADLINE_RESULTS,
+    INTERVAL_LABELS,
+    NETWORK_LABELS,
+    NETWORK_PEAK,
+    RECONCILE_ERRORS,
+    RECONCILE_SECONDS,
+    RESULT_LABELS,
+    SWEEP_BEST,
+    SWEEP_DEVICE_HOURS,
+    SWEEP_DEVICE_HOURS_KINDS,
+    SWEEP_LABELS,
+    SWEEP_POINTS,
+    THROUGHPUT_CI95,
+)
 
-RESULT_LABELS = ("namespace", "name", "model", "experiment", "gpus")
-# status.results field -> metric name (units in the names, as the results schema has them).
-HEADLINE_RESULTS = {
-    "trainTokensPerSecond": "ftbench_result_train_tokens_per_second",
-    "trainTokensPerGpuPerSecond": "ftbench_result_train_tokens_per_gpu_per_second",
-    "datasetTokensPerSecond": "ftbench_result_dataset_tokens_per_second",
-    "trainRuntimeSeconds": "ftbench_result_train_runtime_seconds",
-    "gpuMemoryUtilizationPeakPercent": "ftbench_result_gpu_memory_utilization_peak_percent",
-    "gpuComputeUtilizationAvgPercent": "ftbench_result_gpu_compute_utilization_avg_percent",
-    "mfuPercent": "ftbench_result_mfu_percent",
-}
-NETWORK_LABELS = (*RESULT_LABELS, "backend", "transport", "link_layer")
-SWEEP_LABELS = ("namespace", "sweep")
 # status.counts field -> the point phase it counts (the label value of ftbench_sweep_points).
 SWEEP_COUNTS = {
     "pending": PointPhase.PENDING,
@@ -60,41 +68,53 @@ SWEEP_COUNTS = {
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
-        self.experiments = Gauge("ftbench_experiments", "Experiments by phase.", ["phase"], registry=registry)
+        self.experiments = Gauge(EXPERIMENTS, "Experiments by phase.", ["phase"], registry=registry)
         self.reconcile_seconds = Histogram(
-            "ftbench_reconcile_duration_seconds",
+            RECONCILE_SECONDS,
             "Time spent in a handler.",
             ["handler"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=registry,
         )
-        self.errors = Counter(
-            "ftbench_reconcile_errors_total", "Handler failures by kind.", ["handler", "kind"], registry=registry
-        )
+        self.errors = Counter(RECONCILE_ERRORS, "Handler failures by kind.", ["handler", "kind"], registry=registry)
         self.results = {
             field: Gauge(name, f"status.results.{field} of succeeded experiments.", RESULT_LABELS, registry=registry)
             for field, name in HEADLINE_RESULTS.items()
         }
         self.network_peak = Gauge(
-            "ftbench_network_peak_bus_bandwidth_gbps",
+            NETWORK_PEAK,
             "status.environment.network.peakBusBandwidthGbps: the network preflight's largest busbw (GB/s), "
             "labelled with the backend and the transport it used.",
             NETWORK_LABELS,
             registry=registry,
         )
         self.sweep_points = Gauge(
-            "ftbench_sweep_points", "Points of a sweep by phase.", [*SWEEP_LABELS, "phase"], registry=registry
+            SWEEP_POINTS, "Points of a sweep by phase.", [*SWEEP_LABELS, "phase"], registry=registry
         )
         self.sweep_best = Gauge(
-            "ftbench_sweep_best",
+            SWEEP_BEST,
             "The objective value of a sweep's best point (status.best).",
             [*SWEEP_LABELS, "metric"],
+            registry=registry,
+        )
+        self.throughput_ci95 = Gauge(
+            THROUGHPUT_CI95,
+            "status.results.throughputCi95Relative: half-width / estimate of the steady tokens/s 95% interval; label "
+            "scope: withinRun (one run's steps) or acrossRepeats.",
+            INTERVAL_LABELS,
+            registry=registry,
+        )
+        self.sweep_device_hours = Gauge(
+            SWEEP_DEVICE_HOURS,
+            "status.deviceHours of a sweep: device-hours spent and saved (kinds ending in Estimate are estimates).",
+            [*SWEEP_LABELS, "kind"],
             registry=registry,
         )
         self._phases: dict[ObjectKey, str] = {}
         self._sweep_best: dict[ObjectKey, str] = {}  # the metric label each sweep's best gauge carries
         self._result_labels: dict[ObjectKey, tuple[str, ...]] = {}
         self._network_labels: dict[ObjectKey, tuple[str, ...]] = {}
+        self._interval_labels: dict[ObjectKey, tuple[str, ...]] = {}
 
     def start(self, port: int) -> None:
         if port:
@@ -126,8 +146,12 @@ class OperatorMetrics:
         self._result_labels[key] = labels
         for field, gauge in self.results.items():
             value = results.get(field)
-            if isinstance(value, int | float):
+            if isinstance(value, int | float) and not isinstance(value, bool):
                 gauge.labels(*labels).set(value)
+        ratio, scope = results.get("throughputCi95Relative"), results.get("throughputCi95Scope")
+        if isinstance(ratio, int | float) and isinstance(scope, str):
+            self._interval_labels[key] = (*labels, scope)
+            self.throughput_ci95.labels(*labels, scope).set(ratio)
 
     def _observe_network(self, key: ObjectKey, labels: tuple[str, ...], network: Any) -> None:
         """The preflight's peak busbw under its backend and transport; none (yet, or after a retry): no series."""
@@ -161,6 +185,10 @@ class OperatorMetrics:
         for gauge in self.results.values():
             with suppress(KeyError):
                 gauge.remove(*labels)
+        interval = self._interval_labels.pop(key, None)
+        if interval is not None:
+            with suppress(KeyError):
+                self.throughput_ci95.remove(*interval)
 
     def _publish_phases(self) -> None:
         counts = Tally(self._phases.values())
@@ -176,6 +204,12 @@ class OperatorMetrics:
         for field, phase in SWEEP_COUNTS.items():
             value = counts.get(field, 0)
             self.sweep_points.labels(*key, phase.value).set(value if isinstance(value, int | float) else 0)
+        hours = status.get("deviceHours")
+        hours = hours if isinstance(hours, Mapping) else {}
+        for kind in SWEEP_DEVICE_HOURS_KINDS:
+            value = hours.get(kind)
+            if isinstance(value, int | float):
+                self.sweep_device_hours.labels(*key, kind).set(value)
         best = status.get("best")
         best = best if isinstance(best, Mapping) else {}
         metric, value = best.get("metric"), best.get("value")
@@ -189,6 +223,9 @@ class OperatorMetrics:
         for phase in SWEEP_COUNTS.values():
             with suppress(KeyError):
                 self.sweep_points.remove(namespace, name, phase.value)
+        for kind in SWEEP_DEVICE_HOURS_KINDS:
+            with suppress(KeyError):
+                self.sweep_device_hours.remove(namespace, name, kind)
         self._drop_sweep_best((namespace, name))
 
     def _drop_sweep_best(self, key: ObjectKey) -> None:

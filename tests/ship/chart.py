@@ -30,7 +30,13 @@ ROCE_VALUES: dict[str, Any] = {
     }
 }
 NAMESPACED_VALUES: dict[str, Any] = {"watch": {"namespaces": ["team-a", "team-b"]}}
-MONITOR_VALUES: dict[str, Any] = {"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+MONITOR_VALUES: dict[str, Any] = {
+    "metrics": {
+        "serviceMonitor": {"enabled": True},
+        "podMonitor": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
+    }
+}
 TRAINER_RUNTIME_VALUES: dict[str, Any] = {"kubeflowTrainer": {"runtime": {"enabled": True}}}
 
 # The value sets every offline test renders: defaults and each switch that changes the objects.

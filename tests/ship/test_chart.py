@@ -256,3 +256,20 @@ def test_helm_install_refuses_a_profile_the_cluster_would_refuse(profile: dict[s
         render({"clusterProfile": profile})
     with pytest.raises(ValidationError):
         ClusterProfile.model_validate(profile)
+
+
+def test_the_grafana_dashboard_ships_as_the_generated_json_under_the_sidecar_label() -> None:
+    """Off by default; enabled, one ConfigMap whose JSON is the generated dashboard (fresh), every
+    panel a Prometheus query (tests/operator/test_prometheus.py runs them against a real Prometheus)."""
+    import json
+
+    from ftbench.generated import dashboard
+
+    assert dashboard.main([]) == 0, "stale: python -m ftbench.generated.dashboard --write"
+    assert not [o for o in render() if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")]
+    values = {"metrics": {"grafanaDashboard": {"enabled": True, "namespace": "monitoring"}}}
+    [config] = [o for o in render(values) if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")]
+    assert config["metadata"]["labels"]["grafana_dashboard"] == "1" and config["metadata"]["namespace"] == "monitoring"
+    shipped = json.loads(config["data"]["ftbench-overview.json"])
+    assert shipped == dashboard.dashboard()
+    assert [t["expr"] for p in shipped["panels"] for t in p["targets"]] == [p.expr for p in dashboard.PANELS]
