@@ -74,7 +74,7 @@ def matrix_document(
     warmupSteps) or, for "repeats", the sweep's."""
     doc = yaml.safe_load(path.read_text())
     spec = doc["spec"]
-    n = DRY_RANKS if dry_run else gpus
+    n = min(gpus, DRY_RANKS) if dry_run else gpus  # a dry run of a 1-GPU machine's matrix has one rank
     spec["matrix"]["numberGpus"] = sorted({1, n})
     multi = [e for e in spec.get("exclude") or [] if e.get("numberGpus", 1) != 1]  # the N-GPU excludes
     spec["exclude"] = [e for e in spec.get("exclude") or [] if e not in multi] + (

@@ -95,9 +95,14 @@ def scaling_rows(runs: Sequence[RunMeasurement]) -> list[ScalingRow]:
 
 
 def tradeoff(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
-    """The configurations at the largest rank count: the strategy x offload trade-off."""
+    """The strategy x offload trade-off: the configurations at the rank count that has the most of
+    them (the largest such count on a tie), so a sweep may scale one configuration further than it
+    compares them all."""
     multi = [r for r in rows if r.config != BASELINE]
-    top = max((r.ranks for r in multi), default=0)
+    if not multi:
+        return []
+    counts = {n: sum(1 for r in multi if r.ranks == n) for n in {r.ranks for r in multi}}
+    top = max(counts, key=lambda n: (counts[n], n))
     return [r for r in multi if r.ranks == top]
 
 
