@@ -281,6 +281,18 @@ class DeviceHours(ApiModel):
         "every saving.",
     )
 
+    def summary(self) -> str:
+        """One line: spent, then each saving (estimates say so), for `ftbench sweep` and reports."""
+        line = f"device-hours: {self.spent:.4g} spent"
+        saved = [(self.saved_by_early_stops_estimate, "by early stops (estimate)"), (self.saved_by_reuse, "by reuse"),
+                 (self.saved_by_skips_estimate, "by OOM skips (estimate)")]  # fmt: skip
+        if any(value for value, _ in saved):
+            line += "; saved " + ", ".join(f"{value:.4g} {what}" for value, what in saved if value)
+            line += f"; {self.with_fixed_stops_estimate:.4g} with fixed stops (estimate)"
+        if self.runs_without_result:
+            line += f"; {self.runs_without_result} run(s) left no result and are not counted"
+        return line
+
 
 class FineTuneSweepStatus(ApiModel):
     """What the operator observed: the table of points, the best one, conditions. Operator-written."""

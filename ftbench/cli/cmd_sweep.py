@@ -15,7 +15,7 @@ from typing import Any
 
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import SWEEP_KIND
-from ftbench.api.sweep import DeviceHours, FineTuneSweepSpec, SweepPhase
+from ftbench.api.sweep import FineTuneSweepSpec, SweepPhase
 from ftbench.catalog import Catalog
 from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
 from ftbench.cli.documents import read_one_document
@@ -128,19 +128,6 @@ def _cell(value: Any) -> str:
     return "" if value is None else f"{value:,.2f}" if isinstance(value, float) else str(value)
 
 
-def device_hours_line(hours: DeviceHours) -> str:
-    """The sweep's device time in one line: spent, then each saving (estimates say so)."""
-    line = f"device-hours: {hours.spent:.4g} spent"
-    saved = [(hours.saved_by_early_stops_estimate, "by early stops (estimate)"), (hours.saved_by_reuse, "by reuse"),
-             (hours.saved_by_skips_estimate, "by OOM skips (estimate)")]  # fmt: skip
-    if any(value for value, _ in saved):
-        line += "; saved " + ", ".join(f"{value:.4g} {what}" for value, what in saved if value)
-        line += f"; {hours.with_fixed_stops_estimate:.4g} with fixed stops (estimate)"
-    if hours.runs_without_result:
-        line += f"; {hours.runs_without_result} run(s) left no result and are not counted"
-    return line
-
-
 def _print(state: LocalSweep, fmt: str) -> None:
     assert state.plan is not None
     plan = state.plan
@@ -165,5 +152,5 @@ def _print(state: LocalSweep, fmt: str) -> None:
     ]  # fmt: skip
     print(format_table(header, rows))
     if plan.device_hours is not None:
-        print(device_hours_line(plan.device_hours))
+        print(plan.device_hours.summary())
     print(f"{plan.phase.value}: {plan.message}")

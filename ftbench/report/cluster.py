@@ -18,7 +18,7 @@ from ftbench.api.network import status_network
 from ftbench.api.prediction import PREDICTED_OOM_REASON, status_predicted_percent, status_refused_for_predicted_oom
 from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.sweep import FineTuneSweepSpec, PointRow
+from ftbench.api.sweep import DeviceHours, FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
 from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEAT_LABEL, label_value
 from ftbench.contracts.outcomes import Phase
@@ -98,8 +98,10 @@ def from_objects(
     for obj in sorted(sweeps, key=lambda o: str(o["metadata"]["name"])):
         name = str(obj["metadata"]["name"])
         spec = FineTuneSweepSpec.model_validate(obj.get("spec") or {})
-        rows = [PointRow.model_validate(p) for p in (obj.get("status") or {}).get("points", [])]
-        found.append(sweep_data(name, spec, expand(spec, catalog), rows, children.get(label_value(name), [])))
+        status = obj.get("status") or {}
+        rows = [PointRow.model_validate(p) for p in status.get("points", [])]
+        hours = DeviceHours.model_validate(status["deviceHours"]) if status.get("deviceHours") else None
+        found.append(sweep_data(name, spec, expand(spec, catalog), rows, children.get(label_value(name), []), hours))
     return ReportData(source=source, sweeps=tuple(found), runs=tuple(plain))
 
 

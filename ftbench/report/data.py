@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.sweep import FineTuneSweepSpec, PointRow
+from ftbench.api.sweep import DeviceHours, FineTuneSweepSpec, PointRow
 from ftbench.catalog import Catalog
 from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.results import Metrics, TrainerResult
@@ -48,6 +48,7 @@ class SweepData:
     point_specs: Mapping[int, FineTuneExperimentSpec]  # valid points only
     runs: tuple[RunMeasurement, ...]
     issues: tuple[str, ...] = ()  # why a structurally invalid sweep has no table
+    device_hours: DeviceHours | None = None  # status.deviceHours (or the local plan's)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,12 @@ def _record_phase(record: RunRecord) -> str:
 
 
 def sweep_data(
-    name: str, spec: FineTuneSweepSpec, expansion: Expansion, rows: Sequence[PointRow], runs: Sequence[RunState]
+    name: str,
+    spec: FineTuneSweepSpec,
+    expansion: Expansion,
+    rows: Sequence[PointRow],
+    runs: Sequence[RunState],
+    device_hours: DeviceHours | None = None,
 ) -> SweepData:
     """Assemble one sweep from its expansion, table and observed runs (both sources call this)."""
     specs = {p.index: p.spec for p in expansion.points if p.spec is not None}
@@ -103,6 +109,7 @@ def sweep_data(
         point_specs=specs,
         runs=measured,
         issues=tuple(str(i) for i in expansion.issues),
+        device_hours=device_hours,
     )
 
 
@@ -114,7 +121,8 @@ def from_store(store: ResultsStore, catalog: Catalog, sweep: str | None = None) 
         local = stored_sweep(store, name, catalog)
         assert local is not None  # listed above
         rows = local.plan.rows if local.plan is not None else ()
-        sweeps.append(sweep_data(name, local.spec, local.expansion, rows, sweep_runs(store, name)))
+        hours = local.plan.device_hours if local.plan is not None else None
+        sweeps.append(sweep_data(name, local.spec, local.expansion, rows, sweep_runs(store, name), hours))
     plain = tuple(
         RunMeasurement(r.id, r.spec, _record_phase(r), _record_metrics(r), network=record_network(r))
         for r in store.runs()

@@ -150,6 +150,9 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
     summary = ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items()))
     blocks.append(Paragraph(f"{len(sweep.rows)} points ({summary or 'no table yet'}); "
                             f"objective: {sweep.direction} {sweep.objective}."))  # fmt: skip
+    if sweep.device_hours is not None:
+        line = sweep.device_hours.summary()
+        blocks.append(Paragraph(line[:1].upper() + line[1:] + "."))
     if (best := _best(sweep)) is not None:
         values = ", ".join(f"{k}={v}" for k, v in best.values.items())
         text = f"Best: point {best.point} ({values}) with {sweep.objective} {_num(best.objective)}"

@@ -115,6 +115,8 @@ def test_report_tables_and_plot_files(recorded: Recorder, tmp_path: Path, capsys
     # the table is plan_sweep's: means over repeats, CV of the repeats' median step times
     assert rows["0"]["tokens/s"] == f"{1000 * 2**0.5 * 1.01:,.1f}" and rows["0"]["step-time CV"] == "1.4%"
     assert "Best: point 8 (numberGpus=2, batchSize=16)" in md
+    # Issue 47: the sweep's device time, the OOM runs (no result, so no device time known) named apart.
+    assert re.search(r"Device-hours: [\d.e-]+ spent.*; 2 run\(s\) left no result and are not counted\.", md), md[:800]
     # two repeats per point: each objective has its t interval, and the best says what it is within noise of
     assert rows["8"]["trainTokensPerSecond 95% CI"] and rows["2"]["trainTokensPerSecond 95% CI"] == ""
     assert "with trainTokensPerSecond 5,713.4 (95% interval 4,994.7-6,432.2)." in md  # ahead beyond the noise
