@@ -176,9 +176,9 @@ def test_device_time_splits_into_setup_warmup_and_measured_and_a_precision_stop_
     from ftbench.stats.device_time import device_time
 
     window = step_window(_timer(7), 3)
-    facts = RunFacts(number_gpus=2, torch_dtype="float32", dataset_tokens_per_sample=0.0, setup_seconds=20.0,
-                     planned_steps=100)  # fmt: skip
-    m = combine([RankReport(window=window), RankReport(window=window)], facts)
+    facts = RunFacts(number_gpus=2, torch_dtype="float32", dataset_tokens_per_sample=0.0, planned_steps=100)
+    # Each rank's own set-up; rank 0's is the run's, so every node reports the same result.
+    m = combine([RankReport(window=window, setup_seconds=20.0), RankReport(window=window, setup_seconds=21.5)], facts)
     assert (m.devices, m.setup_seconds, m.train_steps_planned, m.train_steps) == (2, 20.0, 100, 4)
     split = device_time(m)
     assert (split.total, split.setup, split.warmup, split.measured) == (54.0, 40.0, 8.0, 6.0)
@@ -187,5 +187,5 @@ def test_device_time_splits_into_setup_warmup_and_measured_and_a_precision_stop_
     assert device_time(precise).saved_estimate == pytest.approx(2 * 96 * 1.0)  # 100 - 4 steps of the window
     assert device_time(precise, stop_after_seconds=50.0).saved_estimate == pytest.approx(2 * (50 - 7))
     assert device_time(m, runs=3).total == 3 * 54.0  # three repeats of the mean one
-    one_cpu = combine([RankReport(window=window)], RunFacts(0, "float32", 0.0, setup_seconds=1.0))
+    one_cpu = combine([RankReport(window=window, setup_seconds=1.0)], RunFacts(0, "float32", 0.0))
     assert (one_cpu.devices, device_time(one_cpu).total) == (1, 8.0)

@@ -286,6 +286,7 @@ class MeasureCallback(TrainerCallback):
             parameter_bytes=self.shard_probe.parameter_bytes,
             gradient_bytes=self.shard_probe.gradient_bytes,
             optimizer_state_bytes=self.shard_probe.optimizer_state_bytes,
+            setup_seconds=self.setup_seconds,
         )
 
     def _run_facts(self) -> RunFacts:
@@ -295,7 +296,6 @@ class MeasureCallback(TrainerCallback):
             dataset_tokens_per_sample=self.dataset_tokens_per_sample,
             model=self.model_size,
             stopped_by=self.stopped_by,
-            setup_seconds=self.setup_seconds,
             planned_steps=self._max_steps,
         )
 

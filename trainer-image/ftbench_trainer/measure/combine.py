@@ -52,6 +52,7 @@ class RankReport:
     parameter_bytes: int = 0
     gradient_bytes: int = 0
     optimizer_state_bytes: int = 0
+    setup_seconds: float = 0.0  # this rank's process start to its first step (rank 0's is the run's)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,6 @@ class RunFacts:
     dataset_tokens_per_sample: float
     model: ModelSize = field(default_factory=ModelSize)
     stopped_by: str = "completed"
-    setup_seconds: float = 0.0  # rank 0's process start to its first step's start
     planned_steps: int = 0  # the Trainer's planned total (0: unknown)
 
 
@@ -177,7 +177,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         ],
         stopped_by=run.stopped_by,
         devices=max(run.number_gpus, len(reports)),
-        setup_seconds=run.setup_seconds,
+        setup_seconds=reports[0].setup_seconds,
         train_steps_planned=run.planned_steps,
     ).model_copy(update=steady_interval_fields(throughput, IntervalScope.WITHIN_RUN))
 
