@@ -34,7 +34,7 @@ from ftbench.host.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 H100_RESULT = REPO / "bench" / "results" / "gpu-h100-2026-11-26" / "call3" / "lora.json"
-LIVE = [p for p in PANELS if p.expr.find("ftbench_trainer_") >= 0]
+LIVE = [p for p in PANELS if "ftbench_trainer_" in p.expr]
 FINAL = [p for p in PANELS if p not in LIVE]
 
 pytestmark = [pytest.mark.training, pytest.mark.k8s]
