@@ -5,6 +5,8 @@ See e2e_kit for why the components are started once and how the kubelet is kept 
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,19 +52,40 @@ def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPath
             cluster.close()
 
 
+def machine_state(cluster: Cluster) -> str:
+    """What a timeout alone does not say: whether the operator, the kubelet and the control plane were
+    still up, and how loaded and full the machine was (CI's timeouts could not be told apart otherwise)."""
+    lines = [f"{c.name}: {c.state()}" for c in (cluster.operator, cluster.kubelet)]
+    for name, proc in cluster.control_plane.processes.items():
+        code = proc.poll()
+        lines.append(f"{name}: " + ("running" if code is None else f"exited with {code}"))
+    lines.append("load average: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    lines.append(f"memory available: {meminfo.get('MemAvailable', '?').strip()}")
+    disk = shutil.disk_usage(cluster.workdir)
+    lines.append(f"disk free under the cluster's directory: {disk.free / 2**30:.1f} GiB")
+    return "\n".join(lines)
+
+
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Close the cluster as soon as the next test is not an e2e test.
 
     In a folder without ``__init__.py`` pytest keeps a ``package`` fixture until the session ends:
     this cluster's operator, which watches every namespace, then raced the operator tests' own
-    operator (it re-created a Job that a test had just deleted by hand)."""
+    operator (it re-created a Job that a test had just deleted by hand). The fixture's value stays,
+    closed; ``ns`` opens it again when an e2e file comes later (xdist hands a worker files in any order)."""
     if _UP and (nextitem is None or Path(nextitem.path).resolve().parent != HERE):
         _UP.pop().close()
 
 
 @pytest.fixture
 def ns(cluster: Cluster, namespace: str) -> str:
-    """A fresh namespace served by the package's kubelet, where the trainer may report progress."""
+    """A fresh namespace served by the package's kubelet, where the trainer may report progress; the
+    cluster opened again first when an earlier e2e file's teardown closed it (CI lost three tests to a
+    closed cluster: their experiments were never seen)."""
+    if cluster.closed:
+        cluster.reopen()
+        _UP.append(cluster)
     return cluster.serve(namespace)
 
 
@@ -73,6 +96,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     cluster = getattr(item, "funcargs", {}).get("cluster")
     if report.failed and isinstance(cluster, Cluster):
+        report.sections.append(("processes and machine", machine_state(cluster)))
         report.sections.append(("operator log (tail)", cluster.operator.log()[-6000:]))
         report.sections.append(("kubelet log (tail)", cluster.kubelet.log()[-4000:]))
         namespace = item.funcargs.get("ns")

@@ -84,6 +84,13 @@ class Component:
             )  # fmt: skip
         poll(lambda: self._alive() and self.ready(), timeout, f"{self.name} ready")
 
+    def state(self) -> str:
+        """For a failure report: running, exited (with its code), or not started."""
+        if self.proc is None:
+            return "not running (stopped by the test, or never started)"
+        code = self.proc.poll()
+        return f"running (pid {self.proc.pid})" if code is None else f"exited with {code}"
+
     def _alive(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
@@ -113,6 +120,7 @@ class Cluster:
 
         self.control_plane, self.api, self.workdir, self.images = control_plane, kube_api, workdir, images
         self.core, self.batch, self.custom = CoreV1Api(kube_api), BatchV1Api(kube_api), CustomObjectsApi(kube_api)
+        self.closed = False
         self.kubelet_dir = workdir / "kubelet"
         self.kubelet_dir.mkdir()
         env = {**os.environ, **TRAINER_ENV, "KUBECONFIG": str(control_plane.kubeconfig)}
@@ -144,10 +152,18 @@ class Cluster:
         return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
     def close(self) -> None:
+        """Stop the components and take the node away (the package fixture's cluster stays; see reopen)."""
+        self.closed = True
         self.operator.stop()
         self.kubelet.stop()
         kill_all_pods(self.kubelet_dir)
         self.control_plane.request("DELETE", f"/api/v1/nodes/{NODE}")
+
+    def reopen(self) -> None:
+        """Start the kubelet (which registers the node again) and the operator after ``close``."""
+        self.kubelet.start()
+        self.operator.start()
+        self.closed = False
 
     def serve(self, namespace: str) -> str:
         """Let the kubelet serve ``namespace`` and the trainer report progress there (the progress

@@ -117,40 +117,78 @@ def test_users_and_entrypoints(images: list[plan.ImageBuild]) -> None:
         assert config["User"] == str(C.TRAINER_UID) and config["Entrypoint"] == ["ftbench-trainer"]
 
 
-def test_operator_image_has_kopf_and_no_torch(images: list[plan.ImageBuild], tmp_path: Path) -> None:
-    probe = "import os, kopf, ftbench_operator.app; print(os.getuid())"
-    out = run_in(plan.operator_image(), "python", "-c", probe, tmp=tmp_path)
-    assert out.startswith("exit 0") and f"\n{C.OPERATOR_UID}\n" in out, out
-    out = run_in(plan.operator_image(), "python", "-c", "import torch", tmp=tmp_path)
-    assert "No module named 'torch'" in out, out
+# One container per image for every question below (each start reads a cold root file system: three
+# containers per trainer image made this file one of CI's slowest): the user, the Python and its
+# bounds, which of the stacks' modules import, and what the entrypoint says to --help.
+PROBE = r"""
+import importlib, importlib.metadata as m, importlib.util as u, json, os, subprocess, sys
+modules, entry = sys.argv[1].split(","), sys.argv[2:]
+out = {"uid": os.getuid(), "python": "%d.%d.%d" % sys.version_info[:3],
+       "ftbenchRequiresPython": m.metadata("ftbench")["Requires-Python"],
+       "fmsRequiresPython": m.metadata("fms-hf-tuning")["Requires-Python"] if u.find_spec("tuning") else "",
+       "imports": {}}
+for name in modules:
+    try:
+        module = importlib.import_module(name)
+        out["imports"][name] = "ok " + str(getattr(module, "__version__", ""))
+    except Exception as err:
+        out["imports"][name] = f"{type(err).__name__}: {err}"
+if entry:
+    done = subprocess.run(entry, capture_output=True, text=True)
+    out["entry"] = f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+print("PROBE " + json.dumps(out))
+"""
+OPERATOR_MODULES = ("kopf", "ftbench_operator.app", "torch")
+TRAINER_MODULES = ("torch", "ftbench_trainer", "kopf")
+
+
+@pytest.fixture(scope="module")
+def probed(images: list[plan.ImageBuild], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Each image's probe answer (see PROBE), by image name."""
+    tmp = tmp_path_factory.mktemp("probe")
+    answers: dict[str, dict[str, Any]] = {}
+    for image in images:
+        trainer = image.dockerfile == "Dockerfile.trainer"
+        modules = ",".join(TRAINER_MODULES if trainer else OPERATOR_MODULES)
+        entry = ["ftbench-trainer", "--help"] if trainer else []
+        out = run_in(image.ref, "python", "-c", PROBE, modules, *entry, tmp=tmp)
+        lines = [line for line in out.splitlines() if line.startswith("PROBE ")]
+        assert out.startswith("exit 0") and lines, out
+        answers[image.ref] = json.loads(lines[0].removeprefix("PROBE "))
+    return answers
+
+
+def test_operator_image_has_kopf_and_no_torch(probed: dict[str, dict[str, Any]]) -> None:
+    answer = probed[plan.operator_image()]
+    assert answer["uid"] == C.OPERATOR_UID
+    assert answer["imports"]["kopf"].startswith("ok") and answer["imports"]["ftbench_operator.app"].startswith("ok")
+    assert answer["imports"]["torch"] == "ModuleNotFoundError: No module named 'torch'"
 
 
 @pytest.mark.parametrize("engine", ["trl", "fms-hf-tuning"])
 def test_trainer_images_keep_the_base_torch_and_have_no_kopf(
-    images: list[plan.ImageBuild], engine: str, tmp_path: Path
+    images: list[plan.ImageBuild], probed: dict[str, dict[str, Any]], engine: str
 ) -> None:
     for image in (i for i in trainers(images) if i.args[C.ARG_ENGINE] == engine):
-        probe = "import os, torch, ftbench_trainer; print(os.getuid(), torch.__version__.split('+')[0])"
-        out = run_in(image.ref, "python", "-c", probe, tmp=tmp_path)
-        assert out.startswith("exit 0") and f"{C.TRAINER_UID} {load_releases().cpu_torch}" in out, out
-        assert "No module named 'kopf'" in run_in(image.ref, "python", "-c", "import kopf", tmp=tmp_path)
-        assert "usage" in run_in(image.ref, "ftbench-trainer", "--help", tmp=tmp_path).lower()
+        answer = probed[image.ref]
+        assert answer["uid"] == C.TRAINER_UID, answer
+        assert answer["imports"]["torch"].split("+")[0] == f"ok {load_releases().cpu_torch}", answer
+        assert answer["imports"]["ftbench_trainer"].startswith("ok"), answer
+        assert answer["imports"]["kopf"] == "ModuleNotFoundError: No module named 'kopf'", answer
+        assert answer["entry"].startswith("exit 0") and "usage" in answer["entry"].lower(), answer
 
 
-def test_python_of_every_image_meets_the_bounds(images: list[plan.ImageBuild], tmp_path: Path) -> None:
+def test_python_of_every_image_meets_the_bounds(
+    images: list[plan.ImageBuild], probed: dict[str, dict[str, Any]]
+) -> None:
     """The image's Python is inside ftbench's requires-python and, in an fms-hf-tuning image,
     inside the release's own Requires-Python (what docs/images.md's table states)."""
     from packaging.specifiers import SpecifierSet
 
-    probe = (
-        "import sys, importlib.metadata as m; print('%d.%d.%d' % sys.version_info[:3]); "
-        "print(m.metadata('ftbench')['Requires-Python']); "
-        "print(m.metadata('fms-hf-tuning')['Requires-Python'] if m.packages_distributions().get('tuning') else '')"
-    )
     for image in images:
-        out = run_in(image.ref, "python", "-c", probe, tmp=tmp_path)
-        assert out.startswith("exit 0"), out
-        python, ftbench_bound, fms_bound = (out.splitlines()[1:4] + [""] * 3)[:3]
-        assert python in SpecifierSet(ftbench_bound), (image.ref, python, ftbench_bound)
+        answer = probed[image.ref]
+        python = answer["python"]
+        assert python in SpecifierSet(answer["ftbenchRequiresPython"]), (image.ref, answer)
         if image.args.get(C.ARG_ENGINE) == "fms-hf-tuning":
-            assert fms_bound and python in SpecifierSet(fms_bound), (image.ref, python, fms_bound)
+            fms_bound = answer["fmsRequiresPython"]
+            assert fms_bound and python in SpecifierSet(fms_bound), (image.ref, answer)

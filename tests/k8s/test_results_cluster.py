@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ftbench.api.crd import crd
 from ftbench.api.resource import API_VERSION, GROUP, PLURAL, VERSION
 from ftbench.cli import main
+from ftbench_devcluster.control_plane import ControlPlane
+from ftbench_devcluster.crds import install_crd
 from tests.local.report_cases import metrics
 
 pytestmark = pytest.mark.k8s
@@ -20,10 +24,29 @@ SPEC = {"experiment": "finetune_lora_benchmark-v1.0.0", "model": "ftbench-tiny-l
         "batchSize": 2, "modelMaxLength": 256}  # fmt: skip
 
 
-def test_results_export_from_cluster(ftbench_crd: str, kube_api: Any, control_plane: Any, namespace: str,
-                                     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    from kubernetes.client import CustomObjectsApi
+@pytest.fixture
+def quiet_cluster(control_plane_binaries: Any) -> Iterator[tuple[ControlPlane, Any]]:
+    """A control plane of this test's own, with the CRD and no operator: the test writes the status an
+    operator would have written, and the session's operator (which a worker that ran the operator tests
+    keeps, watching every namespace) would answer a new experiment with its own status."""
+    from kubernetes import config
 
+    with ControlPlane(binaries=control_plane_binaries) as cp:
+        client = config.new_client_from_config(config_file=str(cp.kubeconfig))
+        try:
+            install_crd(client, crd())
+            yield cp, client
+        finally:
+            client.close()
+
+
+def test_results_export_from_cluster(quiet_cluster: tuple[ControlPlane, Any], monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from kubernetes.client import CoreV1Api, CustomObjectsApi
+
+    control_plane, kube_api = quiet_cluster
+    namespace = "results"
+    CoreV1Api(kube_api).create_namespace({"metadata": {"name": namespace}})
     custom = CustomObjectsApi(kube_api)
     measured = {"phase": "Succeeded", "isValid": True, "results": metrics(400.0, 0.0, 0.0, 0.3),
                 "environment": {"engine": "trl", "engineVersion": "0.24.0"}}  # fmt: skip
