@@ -47,11 +47,16 @@ fi
 bash hack/setup-envs.sh main
 bash hack/setup-envs.sh fms & pids+=($!)
 # The images (operator, trl and CI's fms-hf-tuning trainers), as the control plane above: as root (the
-# script installs buildah) or where buildah is. Built here so the log shows it; the image and e2e tests
-# then find them current. Otherwise the image tests skip and the e2e tests run the pods as host processes.
+# script installs buildah) or where buildah is. They build in the background while the tests that do not
+# need them run (minutes of pip and vfs copies each time the sources change); the image and e2e tests come
+# last in the run (tests/conftest.py) and their fixtures wait on the build's lock, then find them current.
+# Otherwise the image tests skip and the e2e tests run the pods as host processes.
+IMAGES_LOG="${FTBENCH_CACHE:-$HOME/.cache/ftbench}/logs/images.log"
+images_pid=""
 if (( root )) || command -v buildah >/dev/null; then
-  echo "[test] images"
-  PYTHON=.venv/bin/python bash hack/build-images.sh
+  mkdir -p "$(dirname "$IMAGES_LOG")"
+  echo "[test] images (background; log $IMAGES_LOG)"
+  PYTHON=.venv/bin/python bash hack/build-images.sh >"$IMAGES_LOG" 2>&1 & images_pid=$!
 fi
 for pid in "${pids[@]}"; do
   wait "$pid" || { echo "[test] a set-up step failed (exit $?)" >&2; tail -40 "$CP_LOG" 2>/dev/null; exit 1; }
@@ -62,8 +67,9 @@ echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 
+# mypy's cache beside the other caches: a fresh clone checks in seconds what changed, not 250 files cold.
 echo "[test] mypy"
-.venv/bin/mypy
+MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${FTBENCH_CACHE:-$HOME/.cache/ftbench}/mypy}" .venv/bin/mypy
 
 # One pytest worker per core (FTBENCH_TEST_WORKERS overrides; 0 runs in this process), each taking whole
 # files (--dist loadfile: a file's module fixtures, such as one control plane's operator or a training
@@ -72,4 +78,11 @@ echo "[test] mypy"
 # above or under a lock.
 WORKERS="${FTBENCH_TEST_WORKERS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"  # nproc honours OMP_NUM_THREADS (1 above)
 echo "[test] pytest (${WORKERS} workers)"
-exec .venv/bin/python -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadfile "$@"
+status=0
+.venv/bin/python -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadfile "$@" || status=$?
+if [[ -n "$images_pid" ]]; then
+  if wait "$images_pid"; then tail -6 "$IMAGES_LOG"; else
+    echo "[test] the image build failed (exit $?); its log's tail:" >&2; tail -40 "$IMAGES_LOG" >&2; (( status )) || status=1
+  fi
+fi
+exit "$status"

@@ -100,6 +100,9 @@ class OperatorProcess:
                 time.sleep(0.2)
         raise RuntimeError(f"operator not healthy after 60s:\n{self.log()}")
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -128,15 +131,38 @@ def experiment_crd(kube_api: Any) -> str:
     return install_crd(kube_api, crd())
 
 
+# The session's operator while it runs (see pytest_runtest_teardown).
+_LIVE: list[OperatorProcess] = []
+HERE = Path(__file__).resolve().parent
+
+
 @pytest.fixture(scope="session")
-def operator(
+def session_operator(
     control_plane: Any, experiment_crd: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(control_plane.kubeconfig, tmp_path_factory.mktemp("operator")).start()
+    proc = OperatorProcess(control_plane.kubeconfig, tmp_path_factory.mktemp("operator"))
     try:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def operator(session_operator: OperatorProcess) -> OperatorProcess:
+    """The session's operator (one per worker, shared by this folder's tests), started when it is not
+    running: first use, a test that killed it, or this folder's files coming back after others."""
+    if not session_operator.running():
+        session_operator.start()
+    if session_operator not in _LIVE:
+        _LIVE.append(session_operator)
+    return session_operator
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the session's operator when the next test is not in this folder: it watches every namespace,
+    and the end-to-end tests' own operator (tests/e2e, which the run puts last) must be the only one."""
+    if _LIVE and (nextitem is None or Path(nextitem.path).resolve().parent != HERE):
+        _LIVE.pop().stop()
 
 
 @pytest.fixture
