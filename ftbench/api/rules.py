@@ -18,12 +18,13 @@ from ftbench.api.rules_data import data_rules
 from ftbench.api.rules_distributed import distributed_rules
 from ftbench.api.rules_engines import engine_rules
 from ftbench.api.rules_experiments import experiment_rules
-from ftbench.api.rules_modules import module_rules
+from ftbench.api.rules_modules import module_rules, suggested_targets, target_names
 from ftbench.api.rules_options import option_rules
 from ftbench.api.rules_runtime import runtime_rules
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import DistributedBackend, Engine
+from ftbench.engines.flags import releases_knowing
 
 
 def _seed_rules() -> Iterator[Rule]:
@@ -227,6 +228,7 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
         )
 
     vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
+    image_ok = releases_knowing("--dataset_image_field")
 
     @family.rule(
         "engine.trl-text-only",
@@ -237,9 +239,14 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
     def trl_text_only(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.engine != Engine.TRL or s.dataset_id not in vision:
             return None
+        release = (
+            ""  # the release the spec names reads image datasets: switching the engine is enough
+            if s.fms_hf_tuning_version in image_ok
+            else f" with fmsHfTuningVersion {' or '.join(image_ok)} (the releases whose parser has --dataset_image_field)"
+        )
         return (
             f"engine trl runs text datasets only; {s.dataset_id} is a vision (chat + image) dataset, which "
-            "ftbench runs through fms-hf-tuning: set engine fms-hf-tuning or a news-* dataset"
+            f"ftbench runs through fms-hf-tuning: set engine fms-hf-tuning{release}, or a news-* dataset"
         )
 
     @family.rule(
@@ -288,7 +295,13 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
     def lora_targets(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         if not effective.experiment_of(s, c).lora or effective.target_modules(s, c):
             return None
-        return f"the catalog has no LoRA target modules for {s.model}; set targetModules, e.g. [q_proj, v_proj]"
+        names = target_names(s, c)
+        if not names:
+            return f"the catalog has no LoRA target modules for {s.model}; set targetModules to the names of its linear modules"
+        return (
+            f"the catalog has no LoRA target modules for {s.model}; set targetModules, e.g. "
+            f"[{', '.join(suggested_targets(names))}] (its modules: {', '.join(names)})"
+        )
 
     yield from family.rules
 

@@ -23,7 +23,7 @@ from ftbench.contracts.enums import (
     FsdpStateDictType,
     NetworkPreflight,
 )
-from ftbench.engines.releases import load_releases
+from ftbench.engines.releases import load_releases, version_tuple
 
 HYBRID = (FsdpShardingStrategy.HYBRID_SHARD, FsdpShardingStrategy.HYBRID_SHARD_ZERO2)
 
@@ -152,6 +152,9 @@ def distributed_rules() -> Iterator[Rule]:
         )
 
     without2 = [r.version for r in load_releases().installable if 2 not in r.fsdp_versions]
+    with2 = [r for r in load_releases().installable if 2 in r.fsdp_versions]
+    oldest_any = min(with2, key=lambda r: version_tuple(r.version)).version
+    oldest_full = min((r for r in with2 if r.fsdp2_full_state_dict), key=lambda r: version_tuple(r.version)).version
 
     @family.rule(
         "fsdp.v2-engine",
@@ -163,9 +166,11 @@ def distributed_rules() -> Iterator[Rule]:
     def v2_engine(s: FineTuneExperimentSpec, _: Catalog) -> str | None:
         if s.fsdp_version != 2 or s.engine != Engine.FMS_HF_TUNING or s.fms_hf_tuning_version not in without2:
             return None
+        # The release to name is one that then runs this spec's state dict type too (fsdp.v2-state-dict).
+        oldest = oldest_any if s.fsdp_state_dict_type == FsdpStateDictType.SHARDED_STATE_DICT else oldest_full
         return (
             f"fsdpVersion 2 needs accelerate >= 1.6, but fms-hf-tuning {s.fms_hf_tuning_version} pins an older "
-            "accelerate; set fsdpVersion 1 (or remove it), fmsHfTuningVersion 3.0.0 or newer, or engine trl"
+            f"accelerate; set fsdpVersion 1 (or remove it), fmsHfTuningVersion {oldest} or newer, or engine trl"
         )
 
     sharded_only = [

@@ -30,6 +30,17 @@ def _short(paths: list[str]) -> list[str]:
     return sorted({p.rsplit(".", 1)[-1] for p in paths})
 
 
+def target_names(s: FineTuneExperimentSpec, c: Catalog) -> list[str]:
+    """The LoRA target names the model has in the spec's engine stack ([] where the table does not know it)."""
+    entry = model_modules(effective.engine_stack(s), s.model, c)
+    return _short(entry["targets"]) if entry is not None else []
+
+
+def suggested_targets(names: list[str]) -> list[str]:
+    """What to suggest for targetModules: the attention projections LoRA usually adapts, as the model names them."""
+    return [n for n in names if n in ("q_proj", "v_proj")] or [n for n in names if "attn" in n] or names[:2]
+
+
 def module_rules() -> Iterator[Rule]:
     family = RuleFamily()
 

@@ -91,11 +91,22 @@ def multi_node_fix(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str
                                 ("PyTorchJob", features.training_operator), ("TrainJob", features.trainer_v2)) if on]  # fmt: skip
     if len(runtimes) > int(profile.runtime == Runtime.AUTO):
         named = ", ".join(runtimes[:-1]) + (" or " if len(runtimes) > 1 else "") + runtimes[-1]
-        return f"set spec.run.runtime to {named}, or spec.numberNodes to 1"
+        return f"set spec.run.runtime to {named}, or {_one_node(spec, profile)}"
     return (
         "this cluster has no multi-node runtime: install the Kubeflow training operator (PyTorchJob) or "
         "Kubeflow Trainer v2 (TrainJob), or upgrade to Kubernetes >= 1.24 for Indexed Jobs, then restart the "
-        f"operator; or set spec.numberNodes to 1 (with up to {spec.number_gpus} GPUs on one node)"
+        f"operator; or {_one_node(spec, profile)}"
+    )
+
+
+def _one_node(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str:
+    """The one-node fix, within what a node of this cluster holds (else gpus_per_node_refusal answers it)."""
+    most = profile.gpus_per_node
+    if most is None or effective.uses_cpu(spec) or spec.number_gpus <= most:
+        return f"set spec.numberNodes to 1 (with {spec.number_gpus} GPUs on one node)"
+    return (
+        f"set spec.numberNodes to 1 and spec.numberGpus to at most {most} (a node of this cluster has {most}: "
+        "cluster profile gpusPerNode)"
     )
 
 

@@ -34,7 +34,7 @@ def rules(extra: dict[str, Any]) -> dict[str, Any]:
         ({"fsdpVersion": 2, "fsdpShardingStrategy": "NO_SHARD"}, "fsdp.v2-settings", "fsdpVersion 1"),
         ({"fsdpVersion": 2, "fsdpForwardPrefetch": True}, "fsdp.v2-settings", "fsdpVersion 1"),
         ({"fsdpVersion": 2, "fsdpBackwardPrefetch": "BACKWARD_POST"}, "fsdp.v2-settings", "fsdpVersion 1"),
-        ({"engine": "fms-hf-tuning", "fmsHfTuningVersion": "2.1.2", "fsdpVersion": 2}, "fsdp.v2-engine", "3.0.0"),
+        ({"engine": "fms-hf-tuning", "fmsHfTuningVersion": "2.1.2", "fsdpVersion": 2}, "fsdp.v2-engine", "3.1.0 or newer"),
         ({"device": "cpu", "fsdpVersion": 1, "fsdpOffloadParams": True}, "fsdp.offload-fsdp1-cpu", "fsdpVersion 2"),
         ({"engine": "fms-hf-tuning", "fmsHfTuningVersion": "3.0.0", "fsdpVersion": 2}, "fsdp.v2-state-dict",
          "fsdpStateDictType SHARDED_STATE_DICT"),

@@ -79,6 +79,9 @@ def test_a_runtime_pinned_by_the_profile_is_not_offered_as_auto() -> None:
             "numberGpus": 16, "numberNodes": 2}  # fmt: skip
     pinned = ClusterProfile(runtime=Runtime.JOB, features=Features(training_operator=True))
     (issue,) = validate_spec_dict(spec, catalog_for(pinned), profile=pinned).issues
-    assert "set spec.run.runtime to IndexedJob or PyTorchJob, or spec.numberNodes to 1" in issue.message
+    assert (
+        "set spec.run.runtime to IndexedJob or PyTorchJob, or set spec.numberNodes to 1 and spec.numberGpus to at most 8"
+        in issue.message
+    )
     fixed = {**spec, "run": {"runtime": "IndexedJob"}}
     assert validate_spec_dict(fixed, catalog_for(pinned), profile=pinned).ok
