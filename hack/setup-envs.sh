@@ -72,30 +72,37 @@ editable() {  # $1 = venv dir: ftbench and the test rig from this clone, the res
   "$1/bin/pip" install -q -c "$CONSTRAINTS" --no-deps -e '.' -e ./devcluster
 }
 
+# Both run as conditions (`if ... from_cache`, `to_cache || ...`), where bash ignores `set -e`: each step
+# says what a failure does.
 from_cache() {  # $1 = venv dir (absent): a hard-linked copy of the cached one, made this clone's
   [[ -f "$VENV_CACHE/.ftbench-ready" && -n "$(find "$VENV_CACHE" -maxdepth 0 -mtime -"$VENV_CACHE_DAYS")" ]] || return 1
   local t0; t0=$(now)
-  cp -al "$VENV_CACHE" "$1.partial"
+  rm -rf "$1.partial"
+  cp -al "$VENV_CACHE" "$1.partial" || { rm -rf "$1.partial"; return 1; }
   # Scripts name their interpreter by absolute path; sed -i writes new files, so the cache keeps its own.
-  grep -rlI --null "$VENV_CACHE" "$1.partial/bin" | xargs -0 -r sed -i "s|$VENV_CACHE|$ROOT/$1|g"
-  mv "$1.partial" "$1"
-  editable "$1"
+  { { grep -rlI --null "$VENV_CACHE" "$1.partial/bin" || true; } | xargs -0 -r sed -i "s|$VENV_CACHE|$ROOT/$1|g"; } \
+    && mv "$1.partial" "$1" || { rm -rf "$1.partial"; return 1; }
+  editable "$1" || { rm -rf "$1"; return 1; }
   log "$1 copied from $VENV_CACHE in $(elapsed "$t0")s"
 }
 
-to_cache() {  # $1 = venv dir, current: keep a hard-linked copy for the next fresh clone
+to_cache() {  # $1 = venv dir, current: keep a hard-linked copy for the next fresh clone (best effort)
   [[ -d "$VENV_CACHE" ]] && return 0
-  mkdir -p "$(dirname "$VENV_CACHE")"
-  rm -rf "$VENV_CACHE.partial"
-  cp -al "$1" "$VENV_CACHE.partial"
-  grep -rlI --null "$ROOT/$1" "$VENV_CACHE.partial/bin" | xargs -0 -r sed -i "s|$ROOT/$1|$VENV_CACHE|g"
-  mv "$VENV_CACHE.partial" "$VENV_CACHE"
+  mkdir -p "$(dirname "$VENV_CACHE")" || return 1
+  (
+    flock 9 || exit 1  # one writer at a time (two clones setting up at once)
+    [[ -d "$VENV_CACHE" ]] && exit 0
+    rm -rf "$VENV_CACHE.partial"
+    cp -al "$1" "$VENV_CACHE.partial" \
+      && { { grep -rlI --null "$ROOT/$1" "$VENV_CACHE.partial/bin" || true; } | xargs -0 -r sed -i "s|$ROOT/$1|$VENV_CACHE|g"; } \
+      && mv "$VENV_CACHE.partial" "$VENV_CACHE" || { rm -rf "$VENV_CACHE.partial"; exit 1; }
+  ) 9>"$VENV_CACHE.lock" || return 1
   find "$(dirname "$VENV_CACHE")" -mindepth 1 -maxdepth 1 -type d -mtime +"$VENV_CACHE_DAYS" -exec rm -rf {} +
 }
 
 setup_main() {
   local v=.venv t0 t
-  if is_current "$v"; then to_cache "$v"; log "$v is current, skipped"; return; fi
+  if is_current "$v"; then to_cache "$v" || log "could not keep a copy of $v in $VENV_CACHE"; log "$v is current, skipped"; return; fi
   if [[ ! -e "$v" && -z "${FTBENCH_FORCE:-}" ]] && from_cache "$v"; then return; fi
   t0=$(now); log "creating/updating $v"
   make_venv "$v"
@@ -107,7 +114,7 @@ setup_main() {
   check_torch "$v"
   "$v/bin/python" -c "import transformers, trl, peft, accelerate, datasets; print('[setup-envs]   transformers', transformers.__version__, 'trl', trl.__version__)"
   echo "$STAMP" > "$v/.ftbench-ready"
-  to_cache "$v"
+  to_cache "$v" || log "could not keep a copy of $v in $VENV_CACHE"
   log "$v ready in $(elapsed "$t0")s"
 }
 
