@@ -24,7 +24,7 @@ from ftbench.api.rules_runtime import runtime_rules
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import DistributedBackend, Engine
-from ftbench.engines.flags import releases_knowing
+from ftbench.engines.flags import releases_reading_images
 
 
 def _seed_rules() -> Iterator[Rule]:
@@ -228,7 +228,7 @@ def _general_rules(catalog: Catalog) -> Iterator[Rule]:
         )
 
     vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
-    image_ok = releases_knowing("--dataset_image_field")
+    image_ok = releases_reading_images()
 
     @family.rule(
         "engine.trl-text-only",

@@ -16,7 +16,7 @@ from ftbench.api.rule import Rule, RuleFamily, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import AttentionImplementation, Engine, Experiment, experiment_spellings
-from ftbench.engines.flags import releases_knowing
+from ftbench.engines.flags import releases_knowing, releases_reading_images
 from ftbench.engines.optimizers import load_optimizers, why_not
 from ftbench.engines.releases import TRL_STACK, load_releases, stack_label, version_tuple
 
@@ -122,7 +122,7 @@ def _flag_rules(catalog: Catalog) -> Iterator[Rule]:
             f"set fmsHfTuningVersion to one of {', '.join(moe_ok)}, or fastMoe to 0"
         )
 
-    image_ok = releases_knowing("--dataset_image_field")
+    image_ok = releases_reading_images()
     vision = sorted(d.name for d in catalog.datasets.values() if d.kind == "vision")
 
     @family.rule(

@@ -99,10 +99,15 @@ def multi_node_fix(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str
     )
 
 
+def _node_gpus(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> int | None:
+    """The most GPUs one pod of ``spec`` may ask for here (cluster profile gpusPerNode); None: no limit."""
+    return None if effective.uses_cpu(spec) else profile.gpus_per_node
+
+
 def _one_node(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str:
     """The one-node fix, within what a node of this cluster holds (else gpus_per_node_refusal answers it)."""
-    most = profile.gpus_per_node
-    if most is None or effective.uses_cpu(spec) or spec.number_gpus <= most:
+    most = _node_gpus(spec, profile)
+    if most is None or spec.number_gpus <= most:
         return f"set spec.numberNodes to 1 (with {spec.number_gpus} GPUs on one node)"
     return (
         f"set spec.numberNodes to 1 and spec.numberGpus to at most {most} (a node of this cluster has {most}: "
@@ -195,9 +200,9 @@ class ProfileRefusal:
 
 def gpus_per_node_refusal(spec: FineTuneExperimentSpec, profile: ClusterProfile) -> str | None:
     """More GPUs in one pod than a node of this cluster has: the pod would stay Pending forever."""
-    most = profile.gpus_per_node
+    most = _node_gpus(spec, profile)
     per_node = spec.number_gpus // spec.number_nodes
-    if most is None or effective.uses_cpu(spec) or per_node <= most:
+    if most is None or per_node <= most:
         return None
     nodes = next(k for k in range(-(-spec.number_gpus // most), spec.number_gpus + 1) if spec.number_gpus % k == 0)
     return (

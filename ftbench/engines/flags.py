@@ -53,6 +53,11 @@ def releases_knowing(flag: str) -> tuple[str, ...]:
     return tuple(v for v in load_releases().versions if flag in known_flags(v))
 
 
+def releases_reading_images() -> tuple[str, ...]:
+    """The releases whose parser takes --dataset_image_field: the ones that can train a vision dataset."""
+    return releases_knowing("--dataset_image_field")
+
+
 def parser_flags(python: str) -> set[str]:
     """All option strings of the parser of the fms-hf-tuning installed for `python`."""
     proc = subprocess.run([python, "-c", _LIST_FLAGS], capture_output=True, text=True, check=False, cwd="/")

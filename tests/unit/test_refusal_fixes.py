@@ -22,7 +22,7 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules import all_rules
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.validation import validate_spec_dict
-from ftbench.catalog import load_catalog
+from ftbench.catalog import ExperimentEntry, load_catalog
 
 CATALOG = load_catalog()
 GPU = "NVIDIA-A100-SXM4-80GB"
@@ -196,10 +196,10 @@ PROFILE_CASES: list[Case] = [
 ]  # fmt: skip
 
 
-def _experiment_base(name: str) -> dict[str, Any]:
-    """A spec of experiment ``name`` that validates (its method's own model where it needs one)."""
-    spec = {**BASE, "experiment": name}
-    if "gtpq" in name or "gptq" in name:
+def _experiment_base(exp: ExperimentEntry) -> dict[str, Any]:
+    """A spec of experiment ``exp`` that validates (a GPTQ model where it trains GPTQ weights)."""
+    spec = {**BASE, "experiment": exp.name.value}
+    if exp.weights == "gptq":
         spec |= {"model": "llama-7b", "torchDtype": "float16"}
     return spec
 
@@ -213,7 +213,7 @@ def _experiment_cases() -> tuple[list[Case], dict[str, str]]:
     for exp in CATALOG.experiments.values():
         name = exp.name.value
         short = name.removeprefix("finetune_").rsplit("-v", 1)[0]
-        base = _experiment_base(name)
+        base = _experiment_base(exp)
         allowed_by = {"torch-dtype": exp.torch_dtypes, "backend": exp.backends, "engine": exp.engines}
         for suffix, field_name in fields.items():
             info = FineTuneExperimentSpec.model_fields[field_name]
@@ -259,7 +259,7 @@ def test_the_fix_a_refusal_names_gives_a_valid_spec(case: Case) -> None:
 
 
 def test_the_bases_validate() -> None:
-    for base in (BASE, TINY, CPU, *(_experiment_base(e.name.value) for e in CATALOG.experiments.values())):
+    for base in (BASE, TINY, CPU, *(_experiment_base(e) for e in CATALOG.experiments.values())):
         assert validate_spec_dict(apply(base, {})).ok, base
 
 
