@@ -52,7 +52,8 @@ def test_accepted_spec_annotation_cannot_override_what_runs(operator, kubelet, c
     wait_for(lambda: kubelet.experiment(name)["status"].get("attempt") == 1, what="attempt 1")
     plan = wait_for(lambda: plan_of(kube_api, namespace, f"{name}-a1-plan"), what="attempt 1 plan")
     assert plan["topology"]["batchSize"] == 4 and plan["training"]["maxSteps"] == 5
-    assert BatchV1Api(kube_api).read_namespaced_job(f"{name}-a1", namespace)
+    # The operator writes the plan ConfigMap first and then the Job: wait for the Job, not just its plan.
+    assert wait_for(lambda: BatchV1Api(kube_api).read_namespaced_job(f"{name}-a1", namespace), what="attempt 1 job")
 
 
 def test_names_that_map_to_one_label_run_apart(operator, kubelet, create_experiment, kube_api, namespace):
