@@ -10,3 +10,4 @@ FTBENCH="${FTBENCH:-.venv/bin/ftbench}"
 "${PYTHON:-.venv/bin/python}" hack/import_contract.py --write
 "${PYTHON:-.venv/bin/python}" -m ftbench.api.chart_schema --write
 "${PYTHON:-.venv/bin/python}" -m ftbench.generated.dashboard --write
+"${PYTHON:-.venv/bin/python}" -m ftbench_trainer.measure.prompt_table --write

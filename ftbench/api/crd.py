@@ -89,6 +89,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Nodes", "type": "integer", "jsonPath": _ACCEPTED + "numberNodes", "priority": 1},
     {"name": "SeqLen", "type": "integer", "jsonPath": _ACCEPTED + "modelMaxLength", "priority": 1},
     {"name": "Progress%", "type": "number", "jsonPath": ".status.progress.percent", "priority": 1},
+    {
+        "name": "RowsTrained",
+        "type": "integer",
+        "jsonPath": ".status.results.rowsTrained",
+        "description": "dataset rows that kept a trained token at modelMaxLength (of RowsOffered)",
+        "priority": 1,
+    },
+    {"name": "RowsOffered", "type": "integer", "jsonPath": ".status.results.rowsOffered", "priority": 1},
     {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt", "priority": 1},
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]

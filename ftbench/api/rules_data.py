@@ -11,6 +11,7 @@ A user-extended catalog may leave a fact unset: then that check is skipped, neve
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ftbench.api import effective
 from ftbench.api.rule import Rule, RuleFamily
@@ -57,6 +58,25 @@ def data_rules() -> Iterator[Rule]:
             f"modelMaxLength above {dataset.prompt_tokens_min} (e.g. {_next_power_of_two(dataset.prompt_tokens_min)})"
         )
 
+    @family.rule(
+        "data.rows-train",
+        "modelMaxLength",
+        "the rows that keep a trained token at modelMaxLength fill one optimizer step (exact where the catalog has "
+        "the model's prompt lengths: the generated tiny model on the character datasets)",
+    )
+    def rows_fill_a_step(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
+        rows = rows_that_train(s, c)
+        needed = effective.global_batch_size(s)
+        if rows is None or rows.trained >= needed:
+            return None
+        longest = max(rows.lengths)
+        return (
+            f"{rows.trained} of the {rows.offered} entries of {s.dataset_id} keep a trained token at this length under "
+            f"{s.model}'s tokenizer (the others' prompts fill the length, so truncation "
+            f"cuts their response away), but one optimizer step takes batchSize x gradientAccumulationSteps = "
+            f"{needed}; use modelMaxLength {_fill(rows.lengths, needed)} or more (above {longest} every entry trains)"
+        )
+
     @family.rule("model.positions", "modelMaxLength", "modelMaxLength is within the model's max_position_embeddings")
     def within_positions(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         model = effective.model_of(s, c)
@@ -70,6 +90,57 @@ def data_rules() -> Iterator[Rule]:
         )
 
     return iter(family.rules)
+
+
+@dataclass(frozen=True)
+class RowsThatTrain:
+    """How many of a dataset's entries keep a trained token at a spec's modelMaxLength (exact: the catalog's
+    prompt lengths come from the trainer's own tokenizer and generator; tests/trainer hold them against a run)."""
+
+    offered: int
+    trained: int
+    lengths: dict[int, int]  # prompt tokens -> entries
+
+    def sentence(self, spec: FineTuneExperimentSpec) -> str:
+        cut = self.offered - self.trained
+        if not cut:
+            return f"{self.trained} of {self.offered} entries keep a trained token at modelMaxLength {spec.model_max_length}"
+        return (
+            f"{self.trained} of {self.offered} entries keep a trained token at modelMaxLength {spec.model_max_length}; "
+            f"the other {cut} ({100 * cut / self.offered:.0f} %) have prompts that fill it (engine trl drops them, "
+            f"fms-hf-tuning trains them with every label ignored); above {max(self.lengths)} every entry trains"
+        )
+
+
+def rows_that_train(spec: FineTuneExperimentSpec, catalog: Catalog) -> RowsThatTrain | None:
+    """None where the catalog does not know the prompt lengths of the spec's model and dataset."""
+    lengths = catalog.prompt_lengths(spec.model, spec.dataset_id)
+    if not lengths:
+        return None
+    trained = sum(n for tokens, n in lengths.items() if tokens < spec.model_max_length)
+    return RowsThatTrain(offered=sum(lengths.values()), trained=trained, lengths=lengths)
+
+
+def describe_rows(spec: FineTuneExperimentSpec, catalog: Catalog) -> str:
+    """The data a run will train on, in words (`ftbench validate`, `ftbench run`)."""
+    rows = rows_that_train(spec, catalog)
+    if rows is not None:
+        return f"{spec.dataset_id}: {rows.sentence(spec)}"
+    return (
+        f"{spec.dataset_id}: the entries that keep a trained token at modelMaxLength {spec.model_max_length} are "
+        f"counted when the run starts (status.results.rowsTrained; a run whose rows cannot fill one optimizer step "
+        f"stops there): ftbench has no prompt lengths for {spec.model}'s tokenizer"
+    )
+
+
+def _fill(lengths: dict[int, int], needed: int) -> int:
+    """The shortest modelMaxLength at which `needed` entries keep a trained token."""
+    total = 0
+    for tokens in sorted(lengths):
+        total += lengths[tokens]
+        if total >= needed:
+            return tokens + 1
+    return max(lengths) + 1
 
 
 def _next_power_of_two(n: int) -> int:

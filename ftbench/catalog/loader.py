@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -122,6 +122,17 @@ class Catalog(BaseModel):
     models: dict[str, ModelEntry]
     datasets: dict[str, DatasetEntry]
     experiments: dict[Experiment, ExperimentEntry]
+    # {model: {dataset: {prompt tokens: entries}}} (prompt_tokens.yaml, generated from the trainer's own
+    # tokenizer and dataset generator: ftbench_trainer.measure.prompt_table).
+    prompt_tokens: dict[str, dict[str, dict[int, int]]] = {}
+
+    def prompt_lengths(self, model: str, dataset: str) -> dict[int, int] | None:
+        """How many entries of `dataset` have each prompt length under `model`'s tokenizer; None where not known
+        (the model's tokenizer is not one ftbench builds, or the dataset is not generated in characters)."""
+        entry = self.models.get(model)
+        if entry is None or not entry.generated:  # a model map may point the name at other weights
+            return None
+        return self.prompt_tokens.get(model, {}).get(dataset)
 
     def with_model_map(self, model_map: dict[str, dict[str, str] | str]) -> Catalog:
         """Apply a seed-002 `model_map` ({name: {Vanilla: ref, GPTQ-Quantized: ref}} or ado's
@@ -157,6 +168,9 @@ def _parse_variants(name: str, variants: Any) -> dict[str, str]:
     return parsed
 
 
+PROMPT_TOKENS_FILE: Final = Path(str(files("ftbench.catalog").joinpath("data", "prompt_tokens.yaml")))
+
+
 def _read(name: str) -> dict[str, Any]:
     return yaml.safe_load(files("ftbench.catalog").joinpath("data", name).read_text())
 
@@ -169,7 +183,8 @@ def load_catalog() -> Catalog:
     experiments = {
         Experiment(n): ExperimentEntry(name=n, **v) for n, v in _read("experiments.yaml")["experiments"].items()
     }
-    return Catalog(models=models, datasets=datasets, experiments=experiments)
+    prompts = _read(PROMPT_TOKENS_FILE.name)["promptTokens"]
+    return Catalog(models=models, datasets=datasets, experiments=experiments, prompt_tokens=prompts)
 
 
 def load_model_map(path: str | Path) -> dict[str, dict[str, str] | str]:

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         (r.id, r.name, r.experiment.removeprefix("finetune_"), r.model, r.engine, r.number_gpus, r.batch_size,
          r.status, "" if r.is_valid is None else r.is_valid,
          "" if r.train_tokens_per_second is None else f"{r.train_tokens_per_second:,.1f}",
-         "" if r.prediction_error_percent is None else f"{r.prediction_error_percent:+.1f}%")
+         "" if r.prediction_error_percent is None else f"{r.prediction_error_percent:+.1f}%", r.rows_trained)
         for r in runs
     ]  # fmt: skip
     ado = None if reads_cluster(args) else ado_table(ResultsStore(results_db()))
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if rows:
         print(format_table(("RUN", "NAME", "EXPERIMENT", "MODEL", "ENGINE", "GPUS", "BATCH", "STATUS", "VALID",
-                            "TOKENS/S", "MEM PRED ERR"), rows))  # fmt: skip
+                            "TOKENS/S", "MEM PRED ERR", "ROWS TRAINED"), rows))  # fmt: skip
     if ado:
         print(("\n" if rows else "") + "ado's runs (ftbench results --import ado FILE):\n" + ado)
     return 0

@@ -113,6 +113,7 @@ def results_table(outcome: RunOutcome, repeated: bool = False, planned: int = 0,
             ("measured", f"{result.metrics.measured_steps} steps, {result.metrics.measured_seconds:.1f} s "
                          f"after {result.metrics.warmup_steps} warmup steps"),
             ("noise", text.noise(result.metrics)),
+            ("data", text.rows_sentence(result.metrics)),
             ("device time", device_time_text(device_time(result.metrics, runs=len(outcome.results)))),
         ]  # fmt: skip
     if result.environment:

@@ -8,6 +8,7 @@ from ftbench.api.effective import describe_batch
 from ftbench.api.fabric import roce_warning
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import SWEEP_KIND
+from ftbench.api.rules_data import describe_rows
 from ftbench.api.validation import Issue, load_profile, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(f"{doc.source}: {name}: valid")
                 print(f"  batch: {describe_batch(report.spec)}")
+                print(f"  data: {describe_rows(report.spec, catalog)}")
             if warning := roce_warning(report.spec, profile):
                 print(f"  warning: {warning}" if not args.quiet else f"{doc.source}: {name}: warning: {warning}")
             continue

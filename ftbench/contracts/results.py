@@ -54,6 +54,9 @@ REASON_ENGINE_MISMATCH = "EngineMismatch"
 # The reason of a run that only checked the network (spec.run.networkPreflight only): it succeeded
 # with status.environment.network and no metrics, since nothing was trained.
 REASON_NETWORK_CHECKED = "NetworkChecked"
+# The reason of a run whose dataset, as the engine prepared and truncated it, keeps fewer rows with a
+# trained token than one optimizer step takes: refused before the first step (Failed, nothing trained).
+REASON_TOO_FEW_TRAINED_ROWS = "TooFewTrainedRows"
 
 # Ranks whose shard sizes a result lists, and logged losses it keeps (the termination message holds 4 KiB in all).
 RANK_MEMORY_LIMIT = 16
@@ -207,6 +210,16 @@ class Metrics(WireModel):
     )
     train_steps: Count = Field(description="Optimizer steps measured.")
     train_samples: Count = Field(description="Samples processed by all ranks in measured steps.")
+    rows_offered: Count | None = Field(
+        None, description="Rows of the dataset file given to the engine (absent: not counted, e.g. image rows)."
+    )
+    rows_trained: Count | None = Field(
+        None,
+        description="Rows of the engine's own training set that keep at least one trained token after truncation, "
+        "counted before the first step by the engine's own data collator: an epoch is this many rows where the engine "
+        "drops the others (trl 1.x), and rowsOffered - rowsTrained rows cost compute but teach nothing where it keeps "
+        "them (fms-hf-tuning). Absent: not counted (image rows).",
+    )
     train_tokens: Count = Field(
         description="Tokens (padding included) processed by all ranks in measured steps, counted per batch."
     )
@@ -422,7 +435,10 @@ class TrainerResult(WireModel):
         return cls.from_json(line[len(RESULT_PREFIX) + 1 :])
 
 
-TERMINATION_COMMAND_LIMIT = 200
+# The bare command's head a termination message keeps when 4 KiB are short (the result file keeps it whole):
+# 140 characters name the launcher and the entry point; the data accounting (rowsOffered, rowsTrained)
+# took the 60 bytes this was cut by.
+TERMINATION_COMMAND_LIMIT = 140
 
 
 def _leaner_environment(env: RunEnvironment) -> RunEnvironment | None:

@@ -102,6 +102,16 @@ class RunRecord:
                 return float(value)
         return None
 
+    @property
+    def rows_trained(self) -> str:
+        """`1366/4096`: rows that kept a trained token of the rows offered (the last result that counted them)."""
+        for result in reversed(self.results):
+            metrics = result.get("metrics") or {}
+            if metrics.get("rowsTrained") is not None:
+                offered = metrics.get("rowsOffered")
+                return f"{metrics['rowsTrained']}" + ("" if offered is None else f"/{offered}")
+        return ""
+
     def as_dict(self) -> dict[str, Any]:
         """The run as `ExportedRun` (ftbench.contracts.export) writes it: its schema is published."""
         extra = {"sweep": self.sweep, "point": self.point, "repeat": self.repeat} if self.sweep else {}

@@ -129,11 +129,12 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
             _num(m.train_tokens_per_second if m else None),
             text.figure(m.gpu_memory_utilization_peak_percent if m else None, measured=m is not None),
             text.figure(m.mfu_percent if m else None, 2, measured=m is not None), _num(m.step_time_p50_seconds if m else None, 3),
-            text.steady_short(m) if m else "", text.flag_names(m), *(prediction.run_columns(m) if predicted else ()),
+            text.steady_short(m) if m else "", text.flag_names(m), text.rows_trained(m),
+            *(prediction.run_columns(m) if predicted else ()),
             *(net.run_columns(run) if network else ()),
         ))  # fmt: skip
     headers = ("run", "experiment", "model", "devices", "batch", "per-device batch", "seq length", "phase", "tokens/s",
-               "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise",
+               "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise", "rows trained",
                *(prediction.COLUMN_HEADERS if predicted else ()), *(net.COLUMN_HEADERS if network else ()))  # fmt: skip
     return Table(headers, tuple(rows))
 

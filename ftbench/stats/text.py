@@ -54,3 +54,23 @@ def noise(m: Metrics) -> str:
     if not m.noise_flags:
         return "clean"
     return "; ".join(f"{f.value}: {describe(f)}" for f in m.noise_flags)
+
+
+def rows_trained(m: Metrics | None) -> str:
+    """`1,366/4,096` (rows that kept a trained token of the rows offered: a table cell); empty where not counted."""
+    if m is None or m.rows_trained is None:
+        return ""
+    return f"{m.rows_trained:,}" + ("" if m.rows_offered is None else f"/{m.rows_offered:,}")
+
+
+def rows_sentence(m: Metrics) -> str:
+    """The data a run trained on, in words (`ftbench run`'s table)."""
+    if m.rows_trained is None:
+        return "not counted (image rows)"
+    if m.rows_offered is None or m.rows_offered == m.rows_trained:
+        return f"{m.rows_trained:,} rows, every one with a trained token"
+    cut = m.rows_offered - m.rows_trained
+    return (
+        f"{m.rows_trained:,} of {m.rows_offered:,} rows keep a trained token; {cut:,} ({cut / m.rows_offered:.0%}) "
+        "lost their whole response to truncation at modelMaxLength"
+    )

@@ -64,6 +64,8 @@ def success_result(trial: int | None = None, tokens_per_second: float = 1234.5) 
         train_runtime_seconds=10.0,
         train_steps=5,
         train_samples=40,
+        rows_offered=4096,
+        rows_trained=1366,
         train_tokens=12345,
         train_non_padding_tokens=12000,
         train_samples_per_second=4.0,

@@ -64,15 +64,21 @@ def test_valid_experiment_succeeds_with_results_in_columns(
     assert conditions(done)["Succeeded"]["status"] == "True"
     assert conditions(done)["Valid"]["lastTransitionTime"] == conditions(pending)["Valid"]["lastTransitionTime"]
 
-    out = subprocess.run(
-        ["kubectl", "get", "fte", name, "-n", namespace],
-        env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    row = out.splitlines()[1].split()
+    def kubectl_get(*extra: str) -> list[str]:
+        out = subprocess.run(
+            ["kubectl", "get", "fte", name, "-n", namespace, *extra],
+            env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return out.splitlines()
+
+    row = kubectl_get()[1].split()
     assert row[:2] == [name, "Succeeded"] and "1234.5" in row and "87.5" in row and "true" in row
+    header, wide = kubectl_get("-o", "wide")
+    # Columns start where their header does (empty cells leave a gap, not a token).
+    assert [wide[header.index(h) :].split()[0] for h in ("ROWSTRAINED", "ROWSOFFERED")] == ["1366", "4096"]
     wait_for(lambda: {"Started", "ResultsRecorded"} <= events(kube_api, namespace, name), 10, what="events")
     # The operator observes the status it patched when the watch brings it back: a moment after the API has it.
     series = f'ftbench_result_train_tokens_per_second{{experiment="finetune_lora_benchmark-v1.0.0",gpus="1",model="llama3.1-8b",name="{name}",namespace="{namespace}"}} 1234.5'  # fmt: skip

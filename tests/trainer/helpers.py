@@ -147,6 +147,18 @@ def independent_lengths(model_dir: Path | str, dataset_path: Path | str, max_len
     return [min(len(tok(text)["input_ids"]) + 1, max_length) for text in dataset_rows(dataset_path)]
 
 
+def independent_prompt_lengths(model_dir: Path | str, dataset_path: Path | str) -> list[int]:
+    """Tokens per entry up to and including the response template (BOS included), from the tokenizer alone:
+    a row keeps a trained token exactly when this is below modelMaxLength."""
+    from transformers import AutoTokenizer
+
+    from ftbench.contracts.plan import RESPONSE_TEMPLATE
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    prompts = [text[: text.index(RESPONSE_TEMPLATE) + len(RESPONSE_TEMPLATE)] for text in dataset_rows(dataset_path)]
+    return [len(tok(prompt)["input_ids"]) for prompt in prompts]
+
+
 def dataset_file(data_dir: Path) -> Path:
     files = sorted(data_dir.glob("news-chars-512-entries-4096-*.jsonl"))
     assert len(files) == 1, files

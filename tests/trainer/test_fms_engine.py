@@ -11,10 +11,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import NEWEST_FMS, dataset_file, independent_lengths, make_plan, train, two_processes_one_node
+from helpers import (
+    NEWEST_FMS,
+    dataset_file,
+    independent_lengths,
+    independent_prompt_lengths,
+    make_plan,
+    read_result,
+    run_trainer,
+    train,
+    two_processes_one_node,
+    write_plan,
+)
 
 from ftbench.contracts.enums import Experiment
-from ftbench.contracts.results import Outcome
+from ftbench.contracts.results import EXIT_FAILED, REASON_TOO_FEW_TRAINED_ROWS, Outcome
+from ftbench_trainer.inputs import resolve_dataset
 
 pytestmark = [pytest.mark.training, pytest.mark.fms, pytest.mark.slow]
 
@@ -62,8 +74,31 @@ def test_fms_token_counts_equal_an_independent_count(
     # The tiny model dir was built by the fms environment; its tokenizer.json loads here too.
     lengths = independent_lengths(model_dir, dataset_file(data_dir), 1024)
     assert m.train_samples == 16
+    assert m.rows_offered == m.rows_trained == 16
     assert m.train_non_padding_tokens == sum(lengths)
     assert m.train_tokens == 16 * max(lengths)
+
+
+def test_fms_counts_rows_that_keep_no_response_token(
+    tmp_path: Path, fms_python: Path, fms_dirs: tuple[Path, Path]
+) -> None:
+    """fms-hf-tuning keeps rows whose response truncation cuts away (every label ignored): rowsTrained counts
+    the others, as the tokenizer alone does; a length below every prompt is refused before the first step."""
+    model_dir, data_dir = fms_dirs
+    fms = {"engine": "fms-hf-tuning", "fmsHfTuningVersion": NEWEST_FMS, "maxSteps": 1}
+    path, _ = resolve_dataset(make_plan(tmp_path, model_dir, data_dir, **fms))
+    train(fms_python, make_plan(tmp_path / "first", model_dir, data_dir, **fms), tmp_path)  # builds the tiny model
+    prompts = independent_prompt_lengths(model_dir, path)
+    cut = sorted(prompts)[len(prompts) // 2]
+    m = train(fms_python, make_plan(tmp_path, model_dir, data_dir, modelMaxLength=cut, **fms), tmp_path)[0].metrics
+    assert m is not None and m.rows_offered == 16
+    assert m.rows_trained == sum(p < cut for p in prompts) < 16
+    refused = make_plan(tmp_path / "refused", model_dir, data_dir, modelMaxLength=min(prompts) - 1, **fms)
+    proc = run_trainer(fms_python, write_plan(refused, tmp_path))
+    assert proc.returncode == EXIT_FAILED, proc.stderr[-2000:]
+    failed = read_result(refused)
+    assert failed.reason == REASON_TOO_FEW_TRAINED_ROWS and failed.error is not None
+    assert "0 of its 16 rows keep a trained token" in failed.error.message
 
 
 def test_fms_two_processes_on_cpu(tmp_path: Path, fms_python: Path, fms_dirs: tuple[Path, Path]) -> None:

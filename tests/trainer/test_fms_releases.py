@@ -138,6 +138,7 @@ def test_lora_on_every_release(matrix: dict[str, Ran], release: str) -> None:
     assert m.train_steps == 1 and m.train_samples == BATCH == len(lengths)
     assert m.train_non_padding_tokens == sum(lengths)
     assert m.train_tokens == BATCH * max(lengths)
+    assert m.rows_offered == m.rows_trained == BATCH  # counted by this release's own collator
     assert m.trainable_parameters < m.model_parameters  # LoRA: adapters only
     assert env.command.startswith("python -m tuning.sft_trainer ") and "--peft_method lora" in env.command
 

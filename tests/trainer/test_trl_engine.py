@@ -8,11 +8,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import dataset_file, independent_lengths, make_plan, train, two_processes_one_node, write_plan
+from helpers import (
+    dataset_file,
+    independent_lengths,
+    independent_prompt_lengths,
+    make_plan,
+    read_result,
+    run_trainer,
+    train,
+    two_processes_one_node,
+    write_plan,
+)
 
 from ftbench.contracts.enums import Experiment, Runtime
 from ftbench.contracts.progress import parse_progress_line
-from ftbench.contracts.results import EXIT_OK, Outcome, TrainerResult
+from ftbench.contracts.results import EXIT_FAILED, EXIT_OK, REASON_TOO_FEW_TRAINED_ROWS, Outcome, TrainerResult
+from ftbench_trainer.inputs import resolve_dataset
 
 pytestmark = [pytest.mark.training, pytest.mark.slow]
 PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
@@ -77,9 +88,32 @@ def test_token_counts_equal_an_independent_count(tmp_path: Path, tiny_model_dir:
     m = result.metrics
     assert m is not None
     assert m.train_samples == 16
+    assert m.rows_offered == m.rows_trained == 16  # at 1024 tokens every response survives
     assert m.train_non_padding_tokens == sum(lengths)
     assert m.train_tokens == 16 * max(lengths)
     assert m.train_tokens > m.train_non_padding_tokens  # the rows really differ in length
+
+
+def test_rows_whose_response_truncation_cuts_away_are_counted(
+    tmp_path: Path, tiny_model_dir: Path, data_dir: Path
+) -> None:
+    """At a modelMaxLength between the prompts' lengths, rowsTrained is exactly the rows whose prompt is
+    shorter (an independent count with the tokenizer alone); below every prompt, the run is refused before
+    its first step with the counts and the fix, not trl's num_samples=0 traceback."""
+    path, _ = resolve_dataset(make_plan(tmp_path, tiny_model_dir, data_dir))  # the trainer's own file
+    prompts = independent_prompt_lengths(tiny_model_dir, path)
+    cut = sorted(prompts)[len(prompts) // 2]
+    result, _ = _train(tmp_path, tiny_model_dir, data_dir, modelMaxLength=cut, maxSteps=1)
+    m = result.metrics
+    assert m is not None and m.rows_offered == 16
+    assert m.rows_trained == sum(p < cut for p in prompts) < 16
+    refused = make_plan(tmp_path / "refused", tiny_model_dir, data_dir, modelMaxLength=min(prompts) - 1)
+    proc = run_trainer(PYTHON, write_plan(refused, tmp_path))
+    assert proc.returncode == EXIT_FAILED, proc.stderr[-2000:]
+    failed = read_result(refused)
+    assert failed.outcome == Outcome.FAILED and failed.reason == REASON_TOO_FEW_TRAINED_ROWS
+    assert failed.error is not None and "0 of its 16 rows keep a trained token" in failed.error.message
+    assert "raise modelMaxLength" in failed.error.message
 
 
 def test_two_processes_on_cpu_sum_their_tokens(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:

@@ -130,6 +130,8 @@ CASES: list[Case] = [
          ("at most 80",)),
     Case("data.response-fits", {"datasetId": "news-chars-1024-entries-4096", "modelMaxLength": 100},
          {"modelMaxLength": 256}, ("e.g. 256",)),
+    Case("data.rows-train", {"datasetId": "news-chars-512-entries-4096", "modelMaxLength": 224}, {"modelMaxLength": 230},
+         ("use modelMaxLength 229 or more",), base=CPU),
     Case("model.positions", {"model": "mistral-7b-v0.1", "modelMaxLength": 65536}, {"modelMaxLength": 32768},
          ("32768 or less",)),
     Case("applied.fp8", {"accelerateConfigMixedPrecision": "fp8"}, {"accelerateConfigMixedPrecision": "bf16"},

@@ -209,6 +209,7 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
     from ftbench_trainer.measure import distributed
     from ftbench_trainer.measure.callback import MeasureCallback
     from ftbench_trainer.measure.dataset_tokens import mean_dataset_tokens
+    from ftbench_trainer.measure.rows import dataset_rows
     from ftbench_trainer.progress_reporter import ProgressReporter
     from ftbench_trainer.report import TeeProgressSink
 
@@ -229,7 +230,13 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
     progress = TeeProgressSink(ProgressReporter.from_plan(plan), events_file=plan.output.events_file, kubeflow=kubeflow)
     # One server per pod, the node's first rank's: the pod declares one metrics port.
     live = LiveMetricsServer.from_plan(plan, distributed.rank()) if distributed.local_rank() == 0 else None
-    callback = MeasureCallback(plan, dataset_tokens_per_sample=per_sample, progress=progress, live=live)
+    callback = MeasureCallback(
+        plan,
+        dataset_tokens_per_sample=per_sample,
+        rows_offered=dataset_rows(dataset_path),
+        progress=progress,
+        live=live,
+    )
     if plan.use_cpu and plan.distributed_backend == DistributedBackend.FSDP:
         from ftbench_trainer import cpu_fsdp
 

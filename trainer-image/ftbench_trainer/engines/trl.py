@@ -145,5 +145,8 @@ def build_trainer(run: EngineRun, callbacks: list[Any]) -> Any:
 def run_trl(run: EngineRun) -> str:
     import trl
 
-    build_trainer(run, [run.callback]).train()
+    trainer = build_trainer(run, [run.callback])
+    # Before train(): a set whose every row trl dropped fails in its sampler before any callback runs.
+    run.callback.count_rows(trainer.train_dataset, trainer.data_collator)
+    trainer.train()
     return trl.__version__

@@ -22,7 +22,7 @@ from ftbench.contracts.progress import MEMORY_CPU_RSS, MEMORY_GPU_ALLOCATED
 from ftbench.contracts.results import LOSS_CURVE_LIMIT, Metrics
 from ftbench.stats.intervals import rate_interval
 from ftbench.stats.noise import HostLoad
-from ftbench_trainer.measure import distributed, shards
+from ftbench_trainer.measure import distributed, rows, shards
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
 from ftbench_trainer.measure.stop import Steady, StopController
 from ftbench_trainer.measure.system import SystemSampler
@@ -60,6 +60,7 @@ class MeasureCallback(TrainerCallback):
         plan: LaunchPlan,
         *,
         dataset_tokens_per_sample: float,
+        rows_offered: int | None = None,
         progress: ProgressSink | None = None,
         live: ProgressSink | None = None,
         sample_interval: float | None = None,
@@ -67,6 +68,8 @@ class MeasureCallback(TrainerCallback):
     ) -> None:
         self.plan = plan
         self.dataset_tokens_per_sample = dataset_tokens_per_sample
+        self.rows_offered = rows_offered
+        self.rows_trained: int | None = None
         self.progress = progress  # rank 0's: the progress line, status.progress
         self.live = live  # each node's first rank's: its live metrics (ftbench_trainer.live_metrics)
         self.clock = clock
@@ -108,6 +111,7 @@ class MeasureCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model = kwargs["model"]
+        self.count_rows(*rows.training_set(kwargs["train_dataloader"]))  # before attach wraps its collator
         self.tokens.attention = attention_in_effect(model)
         self._hooks = self.tokens.attach(model, kwargs["train_dataloader"])
         self.distributed_mode = distributed_mode()
@@ -124,6 +128,18 @@ class MeasureCallback(TrainerCallback):
         self._count_parameters(model)
         self._max_steps = int(state.max_steps or 0)
         self.sampler.start()
+
+    def count_rows(self, dataset: Any, collate: Any) -> None:
+        """rowsTrained of the engine's training set (ftbench_trainer.measure.rows); refuses a set that cannot
+        fill one optimizer step. Every rank counts (same set, same answer), so every rank refuses alike and
+        none waits alone. An engine calls it before training where an empty set would fail first (trl)."""
+        t = self.plan.training
+        if self.rows_trained is not None or t.dataset_image_field:  # image rows: collating would process them all
+            return
+        self.rows_trained = rows.trained_rows(dataset, collate)
+        rows.check_one_step(self.rows_trained, self.plan.topology.batch_size * t.gradient_accumulation_steps,
+                            offered=self.rows_offered, max_length=t.model_max_length,
+                            dataset_id=self.plan.dataset.id)  # fmt: skip
 
     def _count_parameters(self, model: Any) -> None:
         total = trainable = 0
@@ -297,6 +313,8 @@ class MeasureCallback(TrainerCallback):
             model=self.model_size,
             stopped_by=self.stopped_by,
             planned_steps=self._max_steps,
+            rows_offered=self.rows_offered,
+            rows_trained=self.rows_trained,
         )
 
 

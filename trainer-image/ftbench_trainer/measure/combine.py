@@ -76,6 +76,8 @@ class RunFacts:
     model: ModelSize = field(default_factory=ModelSize)
     stopped_by: str = "completed"
     planned_steps: int = 0  # the Trainer's planned total (0: unknown)
+    rows_offered: int | None = None  # the dataset file's rows (ftbench_trainer.measure.rows)
+    rows_trained: int | None = None  # the engine's training rows that keep a trained token
 
 
 def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
@@ -138,6 +140,8 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         train_runtime_seconds=runtime,
         train_steps=steps,
         train_samples=samples,
+        rows_offered=run.rows_offered,
+        rows_trained=run.rows_trained,
         train_tokens=tokens,
         train_non_padding_tokens=sum(w.non_padding_tokens for w in windows),
         train_non_padding_tokens_per_step=sum(w.non_padding_tokens for w in windows) / steps if steps else 0.0,
