@@ -50,7 +50,7 @@ def test_example_sweep_runs_resumes_and_is_reused(
     result = sweep_json(capsys)
     assert result["phase"] == "Succeeded" and result["counts"]["succeeded"] == 4
     assert [r["values"] for r in result["points"]] == [
-        {"batchSize": b, "modelMaxLength": n} for b in (2, 4) for n in (256, 512)
+        {"batchSize": b, "modelMaxLength": n} for b in (2, 4) for n in (320, 512)
     ]
     assert all(r["trainTokensPerSecond"] > 0 and r["datasetTokensPerSecond"] > 0 for r in result["points"])
     store = ResultsStore(home / "results.db")
@@ -142,7 +142,7 @@ def test_an_oom_prunes_the_larger_points_without_running_them(
     assert main(["sweep", str(path), "--resume", "-o", "json"]) == 0
     result = sweep_json(capsys)
     assert [r["phase"] for r in result["points"]] == ["GpuOom", "Skipped", "Skipped", "Skipped"]
-    assert result["points"][3]["message"] == "predicted OOM from point 0 (batchSize=2, modelMaxLength=256)"
+    assert result["points"][3]["message"] == "predicted OOM from point 0 (batchSize=2, modelMaxLength=320)"
     assert len(store.runs()) == 1  # nothing trained
 
 
