@@ -97,6 +97,20 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "priority": 1,
     },
     {"name": "RowsOffered", "type": "integer", "jsonPath": ".status.results.rowsOffered", "priority": 1},
+    {
+        "name": "PredTok/s",
+        "type": "number",
+        "jsonPath": ".status.prediction.throughput.tokensPerSecondEstimate",
+        "description": "predicted steady tokens/s (an estimate, before the run)",
+        "priority": 1,
+    },
+    {
+        "name": "TokPredErr%",
+        "type": "number",
+        "jsonPath": ".status.prediction.throughputErrorPercent",
+        "description": "(predicted - measured steady tokens/s) / measured x 100",
+        "priority": 1,
+    },
     {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt", "priority": 1},
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]

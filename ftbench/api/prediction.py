@@ -17,6 +17,9 @@ from pydantic import Field
 from ftbench.api.api_model import ApiModel
 from ftbench.api.device_memory import DeviceMemory, device_memory
 from ftbench.api.profile import ClusterProfile
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.throughput import RunTimeEstimate, ThroughputPrediction, predict_throughput, run_time
+from ftbench.catalog import Catalog
 from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.prediction import MemoryPrediction
 
@@ -93,16 +96,54 @@ class PredictionReport(ApiModel):
     measured_oom: bool | None = Field(
         None, description="The run ran out of GPU memory (true) or finished without (false); unset while it runs."
     )
+    throughput: ThroughputPrediction | None = Field(
+        None,
+        description="Predicted steady throughput (an estimate, ftbench.api.throughput); unset on CPU ranks, for a "
+        "GPU model without a known peak or a model without a catalog architecture.",
+    )
+    run_time: RunTimeEstimate | None = Field(
+        None, description="Training time and GPU-hours the stop settings imply at the predicted step time (estimate)."
+    )
+    measured_tokens_per_second: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="The run's steady tokens/s (status.results.steadyStateTokensPerSecond), once it succeeded."
+    )
+    throughput_error_percent: float | None = Field(
+        None,
+        description="(predicted - measured steady tokens/s) / measured x 100: positive over-predicts (every run "
+        "checks the throughput model, as it checks the memory prediction).",
+    )
 
-    def measured(self, peak_bytes: int | None, *, oom: bool) -> PredictionReport:
+    def measured(
+        self, peak_bytes: int | None, *, oom: bool, tokens_per_second: float | None = None
+    ) -> PredictionReport:
         """This prediction beside what the run measured (accuracy is tracked on every run)."""
         update: dict[str, object] = {"measured_oom": oom}
+        if tokens_per_second and self.throughput is not None:
+            predicted = self.throughput.tokens_per_second_estimate
+            update |= {
+                "measured_tokens_per_second": tokens_per_second,
+                "throughput_error_percent": round(100.0 * (predicted - tokens_per_second) / tokens_per_second, 1),
+            }
         if peak_bytes:
             update |= {
                 "measured_peak_bytes": peak_bytes,
                 "error_percent": round(100.0 * (self.prediction.peak_bytes - peak_bytes) / peak_bytes, 1),
             }
         return self.model_copy(update=update)
+
+
+def prediction_report(
+    prediction: MemoryPrediction, spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile
+) -> PredictionReport:
+    """The memory prediction with its verdict, the predicted throughput and the run time it implies: what
+    `ftbench predict` prints and the operator writes to status.prediction (one composition for both)."""
+    throughput = predict_throughput(spec, catalog)
+    return PredictionReport(
+        prediction=prediction,
+        fit=memory_fit(prediction, spec.gpu_model, profile),
+        throughput=throughput,
+        run_time=run_time(spec, catalog, throughput) if throughput is not None else None,
+    )
 
 
 def status_predicted_percent(status: Mapping[str, Any]) -> float | None:

@@ -311,6 +311,15 @@ class FineTuneSweepStatus(ApiModel):
     device_hours: DeviceHours | None = Field(
         None, description="Device time spent, and saved by early stops, reuse and OOM skips (estimates say so)."
     )
+    predicted_gpu_hours_estimate: Annotated[float, Field(ge=0)] | None = Field(
+        None,
+        description="Estimate, before the sweep starts: GPU-hours of its valid points' training at the predicted "
+        "throughput and their stop settings (ftbench.sweep.cost); points without a prediction are not in it "
+        "(predictedCost says how many).",
+    )
+    predicted_cost: Annotated[str, Field(max_length=512)] = Field(
+        "", description="The predicted cost in words: GPU-hours, training hours, points priced and not."
+    )
     start_time: datetime | None = Field(None, description="When the first child was created.")
     completion_time: datetime | None = Field(None, description="When the last point ended.")
     accepted_spec: FineTuneSweepSpec | None = Field(

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ftbench.api.prediction import PredictionReport, memory_fit
+from ftbench.api.prediction import PredictionReport, prediction_report
 from ftbench.api.profile import catalog_for
 from ftbench.cli.cmd_run import load_spec
 from ftbench.cli.cmd_validate import add_model_map, profile_from_arg
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         prediction = run_predictor(plan, python)
     except (LocalRunError, PlanError) as err:
         raise UsageError(str(err)) from err
-    report = PredictionReport(prediction=prediction, fit=memory_fit(prediction, spec.gpu_model, profile))
+    report = prediction_report(prediction, spec, catalog, profile)
     if args.output == "json":
         print(json.dumps(report.to_wire(), indent=2))
         return 0
@@ -58,6 +58,19 @@ def device_rows(report: PredictionReport) -> list[tuple[str, str]]:
              f"card, dominated by {device.dominant}")]  # fmt: skip
     rows += [(f"  {t.name}", f"{t.bytes / GIB:.2f} GiB") for t in device.terms]
     return rows
+
+
+def throughput_rows(report: PredictionReport) -> list[tuple[str, str]]:
+    """Predicted tokens/s, step time, MFU and the run's time and GPU-hours (estimates, ftbench.api.throughput)."""
+    t, r = report.throughput, report.run_time
+    if t is None or r is None:
+        return [("tokens/s (estimate)", "not predicted: CPU ranks, or a GPU model or architecture ftbench cannot size")]
+    return [
+        ("tokens/s (estimate)", f"{t.tokens_per_second_estimate:,.0f} ({t.tokens_per_gpu_per_second_estimate:,.0f} per "
+         f"GPU), step {t.step_seconds_estimate:.2f} s, MFU {t.mfu_percent_estimate:.0f} %, dominated by {t.dominant}"),
+        ("run time (estimate)", f"{r.steps_estimate:,} steps, {r.seconds_estimate / 3600:.2f} h of training, "
+         f"{r.gpu_hours_estimate:.2f} GPU-hours (bounded by {r.bounded_by}; model loading not included)"),
+    ]  # fmt: skip
 
 
 def table(report: PredictionReport) -> str:
@@ -78,8 +91,13 @@ def table(report: PredictionReport) -> str:
             if report.fit
             else "no GPU memory to compare with (CPU, or GPU model not in the profile's gpuMemory)",
         ),
+        *throughput_rows(report),
         ("predicted in", f"{p.seconds:.1f} s"),
     ]
     notes = "\n".join(f"note: {n}" for n in p.notes)
     notes += '\nnote: the device-level peak is an estimate of what NVML counts (docs/measurements.md, "Device memory")'
+    notes += (
+        "\nnote: tokens/s is fitted on ado's A100 fleet, and its error there is in docs/benchmarks.md (\"ado's fleet: "
+        'throughput before launch"); the model and its limits: docs/measurements.md, "Predicted throughput"'
+    )
     return format_table(("PROPERTY", "VALUE"), rows) + ("\n" + notes if notes else "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ftbench.catalog import load_catalog
 from ftbench.cli.main import UsageError
 from ftbench.cli.source import add_cluster_options, cluster_errors, reads_cluster
 from ftbench.cli.table import format_table
@@ -115,11 +116,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(text, end="" if text.endswith("\n") else "\n")
         return 0
+    catalog = load_catalog()
     rows = [
         (r.id, r.name, r.experiment.removeprefix("finetune_"), r.model, r.engine, r.number_gpus, r.batch_size,
          r.status, "" if r.is_valid is None else r.is_valid,
          "" if r.train_tokens_per_second is None else f"{r.train_tokens_per_second:,.1f}",
-         "" if r.prediction_error_percent is None else f"{r.prediction_error_percent:+.1f}%", r.rows_trained)
+         "" if r.prediction_error_percent is None else f"{r.prediction_error_percent:+.1f}%",
+         "" if (e := r.throughput_error_percent(catalog)) is None else f"{e:+.0f}%", r.rows_trained)
         for r in runs
     ]  # fmt: skip
     ado = None if reads_cluster(args) else ado_table(ResultsStore(results_db()))
@@ -128,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if rows:
         print(format_table(("RUN", "NAME", "EXPERIMENT", "MODEL", "ENGINE", "GPUS", "BATCH", "STATUS", "VALID",
-                            "TOKENS/S", "MEM PRED ERR", "ROWS TRAINED"), rows))  # fmt: skip
+                            "TOKENS/S", "MEM PRED ERR", "TOK/S PRED ERR", "ROWS TRAINED"), rows))  # fmt: skip
     if ado:
         print(("\n" if rows else "") + "ado's runs (ftbench results --import ado FILE):\n" + ado)
     return 0

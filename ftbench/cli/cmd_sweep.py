@@ -28,6 +28,7 @@ from ftbench.local.store import ResultsStore, SweepSlot
 from ftbench.local.sweeps import LocalSweep, local_sweep
 from ftbench.render.names import sweep_child_name
 from ftbench.stats import text
+from ftbench.sweep.cost import sweep_cost
 from ftbench.sweep.points import parse_sweep_document
 from ftbench.sweep.schedule import NewRun
 
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if state.plan is None:
         raise UsageError(f"{args.file} is invalid:\n" + "\n".join(f"  - {i}" for i in state.expansion.issues))
     store.save_sweep(name, spec.to_wire())
+    print(f"sweep {name}: {sweep_cost(state.expansion.points, catalog).sentence()}", file=sys.stderr)
     tty = sys.stderr.isatty()
     while state.plan is not None and state.plan.to_create:
         new = state.plan.to_create[0]

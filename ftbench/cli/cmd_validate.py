@@ -13,6 +13,7 @@ from ftbench.api.validation import Issue, load_profile, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
+from ftbench.sweep.cost import sweep_cost
 from ftbench.sweep.points import expand, parse_sweep_document
 
 
@@ -103,6 +104,8 @@ def _validate_sweep(source: str, body: dict, catalog: Catalog, *, quiet: bool) -
     bad = [p for p in expansion.points if not p.valid]
     if not quiet or bad:
         print(f"{source}: {parsed.name}: valid sweep, {len(expansion.points)} points, {len(bad)} invalid")
+    if not quiet:
+        print(f"  cost: {sweep_cost(expansion.points, catalog).sentence()}")
     for point in bad:
         print(f"  - point {point.index} ({point.describe()}): " + "; ".join(str(i) for i in point.issues))
     return 0

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.throughput import predict_throughput
+from ftbench.catalog import Catalog
 from ftbench.contracts.ado_names import ADO_COLUMNS, ado_rows
 from ftbench.contracts.export import EXPORT_COLUMNS, EXPORT_SCHEMA_VERSION
 from ftbench.contracts.results import TrainerResult
@@ -100,6 +102,20 @@ class RunRecord:
             value = (result.get("metrics") or {}).get("predictionErrorPercent")
             if value is not None:
                 return float(value)
+        return None
+
+    def throughput_error_percent(self, catalog: Catalog) -> float | None:
+        """(predicted - measured steady tokens/s) / measured x 100 of the last result that measured it (the
+        prediction is pure arithmetic on the spec: ftbench.api.throughput)."""
+        try:
+            spec = FineTuneExperimentSpec.model_validate(self.spec)
+        except ValueError:
+            return None
+        predicted = predict_throughput(spec, catalog)
+        for result in reversed(self.results):
+            measured = (result.get("metrics") or {}).get("steadyStateTokensPerSecond")
+            if predicted is not None and measured:
+                return 100.0 * (predicted.tokens_per_second_estimate - measured) / measured
         return None
 
     @property

@@ -11,6 +11,7 @@ from ftbench.api.status import Condition
 from ftbench.api.sweep import FineTuneSweepSpec, FineTuneSweepStatus, SweepPhase
 from ftbench.api.validation import Issue
 from ftbench.contracts.conditions import ConditionType
+from ftbench.sweep.cost import SweepCost
 from ftbench.sweep.schedule import SweepPlan
 
 STATUS_MESSAGE_LIMIT = 4096
@@ -53,6 +54,7 @@ def sweep_status(
     now: datetime,
     started: bool,
     accepted: tuple[FineTuneSweepSpec, int] | None = None,
+    cost: SweepCost | None = None,
 ) -> FineTuneSweepStatus:
     """The status after this plan's runs were created (`started`: some run exists). `accepted` is
     the spec the sweep runs and its generation; a newer generation (an edit a server without the
@@ -89,6 +91,8 @@ def sweep_status(
         best_train_tokens_per_second=plan.best.train_tokens_per_second if plan.best else None,
         points=list(plan.rows),
         device_hours=plan.device_hours,
+        predicted_gpu_hours_estimate=cost.gpu_hours_estimate if cost is not None and cost.priced else None,
+        predicted_cost=cost.sentence() if cost is not None else "",
         start_time=start,
         completion_time=completion,
         accepted_spec=accepted[0] if accepted else None,

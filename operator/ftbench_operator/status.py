@@ -320,8 +320,9 @@ class StatusBuilder:
         if not current or result is None or not (obs.phase == Phase.SUCCEEDED or oom):
             return None
         report = PredictionReport.model_validate(current)
-        peak = result.metrics.measured_tensor_peak_bytes if result.metrics is not None else None
-        return report.measured(peak, oom=oom)
+        m = result.metrics
+        peak = m.measured_tensor_peak_bytes if m is not None else None
+        return report.measured(peak, oom=oom, tokens_per_second=m.steady_state_tokens_per_second if m else None)
 
     def measurement(self, metrics: Metrics) -> None:
         """MeasurementClean from the noise flags (ftbench.stats.noise has the rules)."""

@@ -10,7 +10,7 @@ import pytest
 
 from ftbench.contracts.plan import StopSettings
 from ftbench.contracts.progress import ProgressUpdate, parse_progress_line
-from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
+from ftbench.stats.flops import mfu_percent, peak_flops, training_flops
 from ftbench_trainer.measure.stop import AUTO_STOP_METHOD, Steady, StopController
 from ftbench_trainer.measure.system import SystemSampler
 from ftbench_trainer.measure.timing import StepTimer, coefficient_of_variation, percentile, steady_state_start

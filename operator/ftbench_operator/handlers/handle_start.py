@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ftbench.api.prediction import MemoryFit, PredictionReport, memory_fit
+from ftbench.api.prediction import MemoryFit, prediction_report
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
@@ -139,8 +139,8 @@ async def _predict(
     except predictor.PredictorUnavailable as err:
         log.warning("%s: no memory prediction: %s", rendered.plan.experiment_ref.name, err)
         return builder.predicted(None, str(err)), None
-    fit = memory_fit(prediction, spec.gpu_model, profile)
-    return builder.predicted(PredictionReport(prediction=prediction, fit=fit)), fit
+    report = prediction_report(prediction, spec, catalog_for(profile), profile)
+    return builder.predicted(report), report.fit
 
 
 async def _not_created(

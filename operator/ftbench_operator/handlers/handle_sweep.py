@@ -40,6 +40,7 @@ from ftbench.contracts.labels import MANAGED_BY, SWEEP_LABEL, SWEEP_POINT_LABEL,
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
 from ftbench.render.names import sweep_child_name
+from ftbench.sweep.cost import sweep_cost
 from ftbench.sweep.points import SweepPoint, expand, launch_wire
 from ftbench.sweep.schedule import NewRun, ReuseCandidate, RunState, SweepPlan, plan_sweep, reuse_key
 from ftbench.sweep.status import invalid_status, sweep_status
@@ -216,8 +217,9 @@ async def reconcile_sweep(ctx: OperatorContext, namespace: str, name: str) -> No
         others = await ctx.kube.list(EXPERIMENT_API_VERSION, KIND, namespace, "")
         reuse = reuse_candidates(expansion.points, others, profile, meta["uid"])
     plan = await _start_runs(ctx, sweep, spec, expansion.points, runs, reuse)
+    cost = sweep_cost(expansion.points, catalog_for(profile))
     desired = sweep_status(plan, generation=generation, previous=previous, now=now, started=bool(runs),
-                           accepted=(spec, accepted_generation))  # fmt: skip
+                           accepted=(spec, accepted_generation), cost=cost)  # fmt: skip
     await _write(ctx, sweep, desired)
 
 

@@ -21,10 +21,10 @@ from ftbench.contracts.results import (
     Metrics,
     RankMemory,
 )
+from ftbench.stats.flops import mfu_percent, peak_flops, training_flops
 from ftbench.stats.intervals import Interval, mean_interval, rate_interval
 from ftbench.stats.noise import HostLoad, WindowFacts, noise_flags
 from ftbench.stats.results import steady_interval_fields
-from ftbench_trainer.measure.mfu import mfu_percent, peak_flops, training_flops
 from ftbench_trainer.measure.system import GpuSummary
 from ftbench_trainer.measure.timing import coefficient_of_variation, percentile
 from ftbench_trainer.measure.window import StepWindow

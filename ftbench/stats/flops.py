@@ -1,4 +1,5 @@
-"""Model FLOPs utilisation (MFU): achieved model FLOP/s over the GPUs' peak dense FLOP/s.
+"""Model FLOPs utilisation (MFU): achieved model FLOP/s over the GPUs' peak dense FLOP/s; one source for
+the trainer's measured MFU and the throughput prediction (ftbench.api.throughput).
 
 Training FLOPs of one batch (padded tokens, since padding is computed too), following the
 PaLM paper's accounting (appendix B) extended to frozen base weights:
@@ -53,6 +54,12 @@ def training_flops(
 ) -> float:
     """Model FLOPs of training on `tokens` padded tokens (formula in the module docstring)."""
     return (4 * parameters + 2 * trainable) * tokens + 12 * layers * hidden * length_squared
+
+
+def recompute_flops(*, parameters: int, tokens: int, layers: int, hidden: int, length_squared: int) -> float:
+    """The forward pass gradient checkpointing runs again in the backward pass (hardware FLOPs, not model
+    FLOPs): 2N per token and the forward third of the attention term."""
+    return 2 * parameters * tokens + 4 * layers * hidden * length_squared
 
 
 def mfu_percent(flops: float, seconds: float, gpus: int, peak: float) -> float | None:

@@ -1,0 +1,53 @@
+"""What a sweep will cost before it starts: GPU-hours at the predicted throughput (an estimate).
+
+Each valid point's run time comes from its spec's stop settings at the predicted step time
+(ftbench.api.throughput.run_time); the sweep's total sums them. Points without a prediction (CPU ranks,
+a GPU model or architecture ftbench cannot size) are counted apart, so the total never passes a partial
+sum off as the whole. Points predicted not to fit are not priced here: whether the sweep skips them is its
+OOM frontier's decision, made with the memory prediction while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ftbench.api.throughput import predict_throughput, run_time
+from ftbench.catalog import Catalog
+from ftbench.sweep.points import SweepPoint
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    gpu_hours_estimate: float
+    training_hours_estimate: float  # one point after another (a sweep runs `parallelism` at a time)
+    priced: int
+    unpriced: int
+
+    def sentence(self) -> str:
+        if not self.priced:
+            return f"no prediction for its {self.unpriced} point(s) (CPU ranks, or no GPU peak or architecture)"
+        line = (
+            f"predicted {self.gpu_hours_estimate:.3g} GPU-hours ({self.training_hours_estimate:.3g} h of training, "
+            f"points one after another; estimate, model loading not included) for {self.priced} point(s)"
+        )
+        if self.unpriced:
+            line += f"; {self.unpriced} point(s) without a prediction (CPU ranks, or no GPU peak or architecture)"
+        return line
+
+
+def sweep_cost(points: Sequence[SweepPoint], catalog: Catalog) -> SweepCost:
+    gpu_hours = hours = 0.0
+    priced = unpriced = 0
+    for point in points:
+        if point.spec is None or not point.valid:
+            continue
+        throughput = predict_throughput(point.spec, catalog)
+        if throughput is None:
+            unpriced += 1
+            continue
+        estimate = run_time(point.spec, catalog, throughput)
+        gpu_hours += estimate.gpu_hours_estimate
+        hours += estimate.seconds_estimate / 3600.0
+        priced += 1
+    return SweepCost(gpu_hours, hours, priced, unpriced)

@@ -1,0 +1,124 @@
+"""The throughput prediction (ftbench.api.throughput): parameter counts against the traced modules, the
+fitted constants against their fit, the fleet table against its tabulation, run time and sweep cost."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ftbench.api import throughput as tp
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import load_catalog
+from ftbench.catalog.parameters import parameter_counts
+from ftbench.sweep.cost import sweep_cost
+from ftbench.sweep.points import SweepPoint
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+import fleet_throughput  # noqa: E402
+
+CATALOG = load_catalog()
+GPU: dict[str, Any] = {"model": "llama3.1-8b", "numberGpus": 8, "gpuModel": "NVIDIA-A100-SXM4-80GB", "batchSize": 16,
+                       "modelMaxLength": 2048, "maxSteps": 100}  # fmt: skip
+
+
+def spec(**fields: Any) -> FineTuneExperimentSpec:
+    return FineTuneExperimentSpec.model_validate({**GPU, **fields})
+
+
+def test_parameter_counts_equal_what_the_predictor_traced() -> None:
+    """The analytic counts (no torch) against the parameters the memory predictor traced from the real
+    modules for every fleet model (norms, which the count leaves out, are < 0.1 %)."""
+    traced: dict[str, int] = {}
+    for row in json.loads(fleet_throughput.STORE.read_text())["rows"]:
+        p = row.get("prediction")
+        if p and "full" in row["spec"]["experiment"]:
+            traced[row["spec"]["model"]] = p["tracedParameters"]
+    assert len(traced) >= 10
+    for model, count in traced.items():
+        total = parameter_counts(CATALOG.models[model].architecture or {}).total
+        assert abs(total - count) / count < 1e-3, (model, total, count)
+
+
+def test_every_catalog_architecture_is_counted() -> None:
+    for name, model in CATALOG.models.items():
+        if model.architecture:
+            counts = parameter_counts(model.architecture)
+            assert 0 < counts.active <= counts.total, name
+
+
+def test_the_constants_are_the_fit_and_the_docs_table_is_fresh() -> None:
+    pytest.importorskip("numpy")
+    coefficients, (rdma, tcp, overlap) = fleet_throughput.fit(fleet_throughput.STORE)
+    assert coefficients == tp.EFFICIENCY
+    assert (rdma, tcp, overlap) == (tp.INTER_NODE_RDMA_BYTES, tp.INTER_NODE_TCP_BYTES, tp.INTER_NODE_OVERLAP)
+    docs = fleet_throughput.DOCS.read_text()
+    section = docs.split("<!-- fleet-throughput:start -->\n", 1)[1].split("\n<!-- fleet-throughput:end -->", 1)[0]
+    assert section == fleet_throughput.tabulate(fleet_throughput.STORE, write_docs=False)
+
+
+def test_more_tokens_per_step_and_fast_kernels_are_faster_per_gpu() -> None:
+    base = tp.predict_throughput(spec(), CATALOG)
+    longer = tp.predict_throughput(spec(batchSize=64), CATALOG)
+    fast = tp.predict_throughput(spec(fastKernels=[True, True, True]), CATALOG)
+    assert base is not None and longer is not None and fast is not None
+    assert longer.tokens_per_gpu_per_second_estimate > base.tokens_per_gpu_per_second_estimate
+    assert fast.tokens_per_second_estimate > base.tokens_per_second_estimate
+    assert 0 < base.mfu_percent_estimate < 100 and base.dominant == "compute"
+
+
+def test_across_nodes_tcp_is_slower_than_rdma() -> None:
+    tcp = tp.predict_throughput(spec(numberGpus=16, numberNodes=2), CATALOG)
+    rdma = tp.predict_throughput(spec(numberGpus=16, numberNodes=2, enableRoce=True), CATALOG)
+    assert tcp is not None and rdma is not None
+    assert tcp.exposed_communication_seconds > rdma.exposed_communication_seconds > 0
+
+
+def test_cpu_ranks_and_unknown_gpus_have_no_prediction_and_say_why() -> None:
+    cpu = spec(numberGpus=0, gpuModel=None, model="ftbench-tiny-llama", modelMaxLength=512, batchSize=4)
+    assert tp.predict_throughput(cpu, CATALOG) is None
+    assert "CPU" in (tp.why_no_throughput(cpu, CATALOG) or "")
+    odd = spec(gpuModel="Mystery-GPU")
+    assert tp.predict_throughput(odd, CATALOG) is None and "Mystery-GPU" in (tp.why_no_throughput(odd, CATALOG) or "")
+
+
+@pytest.mark.parametrize(
+    ("fields", "bounded"),
+    [
+        ({}, "maxSteps"),
+        ({"maxSteps": -1, "numTrainEpochs": 2.0}, "epochs"),
+        ({"maxSteps": 100000, "stopAfterSeconds": 600}, "stopAfterSeconds"),
+        ({"maxSteps": 100000, "autoStopMethod": "WARMUP_60S_STABLE_120S_OR_10_STEPS"}, "autoStop"),
+    ],
+)
+def test_run_time_follows_the_stop_settings(fields: dict[str, Any], bounded: str) -> None:
+    s = spec(**fields)
+    t = tp.predict_throughput(s, CATALOG)
+    assert t is not None
+    r = tp.run_time(s, CATALOG, t)
+    assert r.bounded_by == bounded
+    if bounded == "maxSteps":
+        assert r.steps_estimate == 100 and r.seconds_estimate == pytest.approx(100 * t.step_seconds_estimate)
+    if bounded == "epochs":  # 4096 entries twice, 64 per step (batchSize 16 x gradientAccumulationSteps 4)
+        assert r.steps_estimate == 128
+    if bounded == "stopAfterSeconds":
+        assert r.seconds_estimate == 600
+    if bounded == "autoStop":  # >= 60 s warmup plus >= 120 s stable
+        assert 180 <= r.seconds_estimate < 180 + 3 * t.step_seconds_estimate
+    assert r.gpu_hours_estimate == pytest.approx(r.seconds_estimate * 8 / 3600)
+    repeated = tp.run_time(spec(**fields, repeats=3), CATALOG, t)
+    assert repeated.seconds_estimate == pytest.approx(3 * r.seconds_estimate)
+
+
+def test_a_sweep_states_its_gpu_hours_and_the_points_it_cannot_price() -> None:
+    gpu = [SweepPoint(i, {"batchSize": b}, {}, spec(batchSize=b)) for i, b in enumerate((8, 16))]
+    cpu = SweepPoint(2, {}, {}, spec(numberGpus=0, gpuModel=None, model="ftbench-tiny-llama", modelMaxLength=512))
+    cost = sweep_cost([*gpu, cpu], CATALOG)
+    each = [tp.run_time(p.spec, CATALOG, tp.predict_throughput(p.spec, CATALOG)).gpu_hours_estimate  # type: ignore[arg-type]
+            for p in gpu if p.spec is not None]  # fmt: skip
+    assert (cost.priced, cost.unpriced) == (2, 1) and cost.gpu_hours_estimate == pytest.approx(sum(each))
+    assert "GPU-hours" in cost.sentence() and "1 point(s) without a prediction" in cost.sentence()
