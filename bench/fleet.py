@@ -259,9 +259,52 @@ def rows_table(judged: list[Judged]) -> str:
     return "\n".join(lines)
 
 
+def min_gpus_table(judged: list[Judged]) -> str:
+    """Issue 46.5: per group of rows with the same model, method, sequence length and (global) batch that ado
+    ran at two or more GPU counts, the fewest GPUs ado's run fit on against the fewest the prediction says fit
+    (each row predicted in its own release; the group spans releases and kernels, as ado's sweeps do)."""
+    groups: dict[tuple[str, str, int, int], list[Judged]] = defaultdict(list)
+    for j in judged:
+        if j.outcome and j.device:
+            s = j.spec
+            groups[(s["model"], s["experiment"].split("_")[1], s["modelMaxLength"], s["batchSize"])].append(j)
+    lines, agree, total = [], 0, 0
+    for (model, method, seq, batch), members in sorted(groups.items()):
+        counts = sorted({j.spec["numberGpus"] for j in members})
+        ran = [j.spec["numberGpus"] for j in members if j.outcome == "ran"]
+        if len(counts) < 2 or not ran:
+            continue
+        fits = [j.spec["numberGpus"] for j in members if j.device.fits]
+        truth, predicted = min(ran), (min(fits) if fits else None)
+        total += 1
+        agree += predicted == truth
+        shown = ", ".join(map(str, counts))
+        fewest = "none" if predicted is None else str(predicted)
+        lines.append(f"| {model}, {method} | {seq} x {batch} | {shown} | {truth} | {fewest} |")
+    head = [
+        f"Fewest GPUs: in {total} groups (same model, method, sequence and batch, run by ado at two or more GPU "
+        f"counts) the fewest GPUs predicted to fit equals the fewest ado ran on in {agree} ({_pct(agree, total)}).",
+        "",
+        "| model, method | seq x batch | GPU counts ado tried | fewest that ran | fewest predicted to fit |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
+    return "\n".join(head + lines)
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f} %" if whole else "no group"
+
+
 def tabulate(store: Path, write_docs: bool) -> str:
     judged = judge(store)
-    body = table(judged) + "\n\n<details><summary>Every clear row</summary>\n\n" + rows_table(judged) + "\n\n</details>"
+    body = (
+        table(judged)
+        + "\n\n"
+        + min_gpus_table(judged)
+        + "\n\n<details><summary>Every clear row</summary>\n\n"
+        + rows_table(judged)
+        + "\n\n</details>"
+    )
     if write_docs:
         start, end = f"<!-- {SECTION}:start -->", f"<!-- {SECTION}:end -->"
         text = DOCS.read_text()

@@ -6,15 +6,18 @@ import argparse
 import json
 import sys
 
-from ftbench.api.prediction import PredictionReport, prediction_report
-from ftbench.api.profile import catalog_for
+from ftbench.api.prediction import PredictionReport, memory_fit, prediction_report
+from ftbench.api.profile import ClusterProfile, catalog_for
+from ftbench.api.shapes import ShapeAnswer, answer, candidate_shapes
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.catalog import Catalog
 from ftbench.cli.cmd_run import load_spec
 from ftbench.cli.cmd_validate import add_model_map, profile_from_arg
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile
-from ftbench.local.predict import prediction_plan, run_predictor
-from ftbench.local.runner import LocalRunError, trainer_profile, trainer_python
+from ftbench.local.predict import prediction_plan, run_batch, run_predictor
+from ftbench.local.runner import LocalRunError, TrainerPython, trainer_profile, trainer_python
 from ftbench.render.plan import PlanError
 
 GIB = 2**30
@@ -29,6 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", metavar="FILE", help="cluster profile (GPU memory per model, model map)")
     add_model_map(p)
     p.add_argument("--python", metavar="PATH", help="interpreter that runs the predictor (default: per engine)")
+    p.add_argument(
+        "--min-gpus",
+        action="store_true",
+        help="also the fewest GPUs the spec fits on (at its batchSize) and the largest batchSize that fits on its "
+        "GPUs: every shape predicted in one process (ado autoconf's question; slower)",
+    )
     p.set_defaults(func=run)
 
 
@@ -39,14 +48,37 @@ def run(args: argparse.Namespace) -> int:
         python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
         plan = prediction_plan(spec, name, catalog, trainer_profile(profile, python))
         prediction = run_predictor(plan, python)
+        shapes = smallest_shapes(spec, name, catalog, profile, python) if args.min_gpus else None
     except (LocalRunError, PlanError) as err:
         raise UsageError(str(err)) from err
     report = prediction_report(prediction, spec, catalog, profile)
     if args.output == "json":
-        print(json.dumps(report.to_wire(), indent=2))
+        wire = report.to_wire()
+        if shapes is not None:
+            wire["shapes"] = {
+                "fewestGpus": shapes.fewest.spec.number_gpus if shapes.fewest else None,
+                "fewestGpusNodes": shapes.fewest.spec.number_nodes if shapes.fewest else None,
+                "largestBatchSize": shapes.largest.spec.batch_size if shapes.largest else None,
+                "shapesTried": shapes.tried,
+            }
+        print(json.dumps(wire, indent=2))
         return 0
-    print(table(report))
+    print(table(report, shapes))
     return 0
+
+
+def smallest_shapes(
+    spec: FineTuneExperimentSpec, name: str, catalog: Catalog, profile: ClusterProfile, python: TrainerPython
+) -> ShapeAnswer:
+    """The shapes of `ftbench.api.shapes`, predicted in one process; a shape without a verdict does not fit."""
+    shapes = candidate_shapes(spec, catalog, profile)
+    runner = trainer_profile(profile, python)
+    plans = [prediction_plan(s.spec, f"{name}-shape-{i}", catalog, runner) for i, s in enumerate(shapes)]
+    fits: list[bool | None] = []
+    for shape, predicted in zip(shapes, run_batch(plans, python), strict=True):
+        fit = None if isinstance(predicted, str) else memory_fit(predicted, shape.spec.gpu_model, profile)
+        fits.append(fit.fits if fit is not None else None)
+    return answer(shapes, fits)
 
 
 def device_rows(report: PredictionReport) -> list[tuple[str, str]]:
@@ -73,7 +105,7 @@ def throughput_rows(report: PredictionReport) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
-def table(report: PredictionReport) -> str:
+def table(report: PredictionReport, shapes: ShapeAnswer | None = None) -> str:
     p = report.prediction
     s = p.split
     rows: list[tuple[str, str]] = [
@@ -92,6 +124,7 @@ def table(report: PredictionReport) -> str:
             else "no GPU memory to compare with (CPU, or GPU model not in the profile's gpuMemory)",
         ),
         *throughput_rows(report),
+        *(shapes.sentences() if shapes is not None else []),
         ("predicted in", f"{p.seconds:.1f} s"),
     ]
     notes = "\n".join(f"note: {n}" for n in p.notes)

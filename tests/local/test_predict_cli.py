@@ -140,3 +140,16 @@ def test_gptq_lora_and_prompt_tuning_are_predicted_in_their_engines_environment(
     pt = spec_file(tmp_path, "pt", experiment="finetune_pt_benchmark-v1.0.0")
     out = predict(capsys, "predict", str(pt), "--model-map", str(model_map))
     assert out["prediction"]["trainableParameters"] == 8 * 4096  # 8 virtual tokens of the hidden size
+
+
+def test_min_gpus_finds_the_fewest_gpus_and_the_largest_batch(home, tmp_path, model_map, capsys):
+    """ado autoconf's question: 13B full fine-tuning in float16 at batch 8 does not fit one 80 GB GPU (five model
+    sizes, 130 GB) and fits once FSDP shards it over 2 or more; the throughput and run time come with it."""
+    spec = spec_file(tmp_path, "shapes", model="llama-13b", numberGpus=8, batchSize=8, distributedBackend="FSDP",
+                     maxSteps=10)  # fmt: skip
+    out = predict(capsys, "predict", str(spec), "--model-map", str(model_map), "--min-gpus")
+    shapes = out["shapes"]
+    assert shapes["fewestGpus"] in (2, 4) and shapes["fewestGpusNodes"] == 1
+    assert shapes["largestBatchSize"] >= 8 and shapes["shapesTried"] >= 5
+    assert out["throughput"]["tokensPerSecondEstimate"] > 0 and out["runTime"]["boundedBy"] == "maxSteps"
+    assert out["runTime"]["stepsEstimate"] == 10

@@ -1,0 +1,81 @@
+"""The shapes `ftbench predict --min-gpus` tries: ado autoconf's question, answered with the memory prediction.
+
+"What is the fewest GPUs this fits on, and the largest batch that fits on the GPUs I have?" The spec's
+batchSize is ado's global batch (one forward/backward pass over all devices), so more GPUs mean fewer rows
+per device and more sharding: the candidates are the spec at 1, 2, 4, ... GPUs (batchSize must stay a
+multiple of the GPU count, ado's is_valid.1), on as many nodes as the profile's GPUs per node need (8 where
+the profile does not say), and the spec at batchSize x 1, 2, 4, ... on its own GPUs. Every candidate goes
+through the same validation as a spec a user writes (a shape the rules refuse is not offered), and the
+memory predictor answers them all in one process (`ftbench.local.predict.run_batch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ftbench.api.profile import ClusterProfile
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.validation import validate_spec_dict
+from ftbench.catalog import Catalog
+
+DEFAULT_GPUS_PER_NODE = 8
+MAX_GPUS = 64  # the fleet's largest runs are 32 GPUs; twice that is the search's ceiling
+MAX_BATCH_DOUBLINGS = 8
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One candidate: the spec at another GPU count or batch size."""
+
+    question: str  # "gpus" or "batch"
+    spec: FineTuneExperimentSpec
+
+    def describe(self) -> str:
+        s = self.spec
+        nodes = f" on {s.number_nodes} nodes" if s.number_nodes > 1 else ""
+        return f"{s.number_gpus} GPU(s){nodes}, batchSize {s.batch_size}"
+
+
+def candidate_shapes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> list[Shape]:
+    per_node = profile.gpus_per_node or DEFAULT_GPUS_PER_NODE
+    wire = spec.to_wire()
+    shapes: list[Shape] = []
+    gpus = 1
+    while gpus <= min(MAX_GPUS, spec.batch_size):
+        if spec.batch_size % gpus == 0:
+            nodes = -(-gpus // per_node)
+            shapes += _valid("gpus", {**wire, "numberGpus": gpus, "numberNodes": nodes}, catalog, profile)
+        gpus *= 2
+    for doubling in range(MAX_BATCH_DOUBLINGS + 1):
+        shapes += _valid("batch", {**wire, "batchSize": spec.batch_size << doubling}, catalog, profile)
+    return shapes
+
+
+def _valid(question: str, wire: dict[str, object], catalog: Catalog, profile: ClusterProfile) -> list[Shape]:
+    report = validate_spec_dict(wire, catalog, profile=profile)
+    return [Shape(question, report.spec)] if report.ok and report.spec is not None else []
+
+
+@dataclass(frozen=True)
+class ShapeAnswer:
+    fewest: Shape | None  # the fewest GPUs predicted to fit at the spec's batchSize
+    largest: Shape | None  # the largest batchSize predicted to fit on the spec's GPUs
+    tried: int
+
+    def sentences(self) -> list[tuple[str, str]]:
+        return [
+            ("fewest GPUs that fit (estimate)", self.fewest.describe() if self.fewest else "none of those tried fits"),
+            ("largest batch that fits (estimate)", self.largest.describe() if self.largest else "none tried fits"),
+        ]
+
+
+def answer(shapes: Sequence[Shape], fits: Sequence[bool | None]) -> ShapeAnswer:
+    """`fits[i]`: shape i fits (None: no verdict, e.g. no prediction)."""
+    gpus = [s for s, f in zip(shapes, fits, strict=True) if s.question == "gpus" and f]
+    batch = [s for s, f in zip(shapes, fits, strict=True) if s.question == "batch" and f]
+    return ShapeAnswer(
+        fewest=min(gpus, key=lambda s: s.spec.number_gpus, default=None),
+        largest=max(batch, key=lambda s: s.spec.batch_size, default=None),
+        tried=len(shapes),
+    )
