@@ -68,6 +68,13 @@ def test_clear_outcomes_need_a_smaller_run_and_no_larger_one(bench: ModuleType):
         {"line": 5, "isValid": True, "spec": {**spec, "modelMaxLength": 4096, "batchSize": 8}},  # so 4 was not OOM
     ]
     assert bench.outcomes(rows) == {1: "ran", 2: "oom", 5: "ran"}
+    # A larger run with RoCE that ran says a failure without it was not memory; not the other way round.
+    roce = {**spec, "enableRoce": True, "modelMaxLength": 512, "batchSize": 32}
+    widened = bench.outcomes([*rows, {"line": 6, "isValid": True, "spec": roce}])
+    assert 2 not in widened and widened[6] == "ran"
+    sockets = {**spec, "enableRoce": False, "modelMaxLength": 512, "batchSize": 32}
+    socket_rows = [{**r, "spec": {**r["spec"], "enableRoce": True}} for r in rows]
+    assert bench.outcomes([*socket_rows, {"line": 6, "isValid": True, "spec": sockets}])[2] == "oom"
 
 
 @pytest.mark.fms
