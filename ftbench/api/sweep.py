@@ -317,8 +317,8 @@ class FineTuneSweepStatus(ApiModel):
         "throughput and their stop settings (ftbench.sweep.cost); points without a prediction are not in it "
         "(predictedCost says how many).",
     )
-    predicted_cost: Annotated[str, Field(max_length=512)] = Field(
-        "", description="The predicted cost in words: GPU-hours, training hours, points priced and not."
+    predicted_cost: Annotated[str, Field(max_length=512)] | None = Field(
+        None, description="The predicted cost in words: GPU-hours, training hours, points priced and not."
     )
     start_time: datetime | None = Field(None, description="When the first child was created.")
     completion_time: datetime | None = Field(None, description="When the last point ended.")

@@ -92,7 +92,7 @@ def sweep_status(
         points=list(plan.rows),
         device_hours=plan.device_hours,
         predicted_gpu_hours_estimate=cost.gpu_hours_estimate if cost is not None and cost.priced else None,
-        predicted_cost=cost.sentence() if cost is not None else "",
+        predicted_cost=cost.sentence() if cost is not None else None,
         start_time=start,
         completion_time=completion,
         accepted_spec=accepted[0] if accepted else None,

@@ -31,8 +31,10 @@ def _drive(callback: MeasureCallback, clock: FakeClock, step_seconds: float, max
     from transformers import TrainerControl, TrainerState
 
     model = torch.nn.Linear(4, 4)
-    loader = SimpleNamespace(collate_fn=lambda rows: {
-        "input_ids": torch.tensor(rows), "attention_mask": torch.tensor([[1, 1], [1, 0]])
+    # A training set of 4 rows (one optimizer step of the plan's batch 4), each with a trained label.
+    loader = SimpleNamespace(dataset=[[1, 2], [3, 0], [5, 6], [7, 8]], collate_fn=lambda rows: {
+        "input_ids": torch.tensor(rows), "attention_mask": torch.tensor([[1, 1], [1, 0]]),
+        "labels": torch.tensor(rows),
     })  # fmt: skip
     args = SimpleNamespace(max_steps=max_steps)
     state, control = TrainerState(max_steps=max_steps), TrainerControl()

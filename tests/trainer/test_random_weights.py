@@ -88,7 +88,9 @@ def test_fms_hf_tuning_trains_the_architecture_as_built(tmp_path: Path, fms_pyth
     """The lent H100's first fms-hf-tuning runs (2026-11-26) trained llama-7b with its vocabulary cut to
     the 512 tokens of an unfilled tokenizer: less memory than predicted (+14 % "error" for LoRA). On the
     folder as built now, the real step's peak is the predicted one (rows truncated to modelMaxLength, so
-    no padding mask: see test_fms_engine for that limit)."""
+    no padding mask: see test_fms_engine for that limit). At modelMaxLength 320 every row is longer and
+    every prompt shorter (218-305 tokens under this tokenizer): each row is cut, and each keeps a trained
+    token (at 64 no row did, and the run is now refused before its first step: TooFewTrainedRows)."""
     from helpers import NEWEST_FMS, make_plan, train
 
     from ftbench.contracts.enums import Experiment
@@ -96,7 +98,7 @@ def test_fms_hf_tuning_trains_the_architecture_as_built(tmp_path: Path, fms_pyth
 
     model_dir = build_random_weights(tmp_path / "m", SMALL, dtype="float32", device="cpu")
     plan = make_plan(tmp_path, model_dir, tmp_path / "data", engine="fms-hf-tuning", experiment=Experiment.LORA,
-                     fmsHfTuningVersion=NEWEST_FMS, modelMaxLength=64, maxSteps=2, targetModules=["q_proj", "v_proj"])  # fmt: skip
+                     fmsHfTuningVersion=NEWEST_FMS, modelMaxLength=320, maxSteps=2, targetModules=["q_proj", "v_proj"])  # fmt: skip
     # The folder is the model: the plan's tiny-model entry must not build the tiny model over it.
     plan = plan.model_copy(update={"model": plan.model.model_copy(update={"generated": False})})
     result, _ = train(fms_python, plan, tmp_path)
