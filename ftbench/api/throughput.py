@@ -11,8 +11,8 @@ A step's time is its compute plus the communication that compute does not hide:
   runs again; N is the parameters a token passes through (ftbench.catalog.parameters: a mixture of
   experts counts only the experts it is routed to).
 - Peak: the GPU model's dense bf16/fp16 data-sheet peak (the same table as the measured MFU).
-- Efficiency (the model FLOPs utilisation a step reaches, before communication): a log-linear model of
-  what drives it, with coefficients fitted on ado's fleet (`bench/fleet.py fit-throughput`, sample A,
+- Efficiency (the share of the peak a step's hardware FLOPs reach, before communication): a log-linear model of
+  what drives it, with coefficients fitted on ado's fleet (`bench/fleet_throughput.py fit`, sample A,
   single-node rows: NVLink's FSDP traffic is part of what they measured): the architecture's kind (dense,
   mixture of experts, hybrid Mamba), tokens per device per micro-step (kernels fill the GPU from
   about 8192 tokens; below it efficiency falls), the model width (narrow layers use the tensor cores
@@ -20,12 +20,13 @@ A step's time is its compute plus the communication that compute does not hide:
 - Communication per micro-step: FSDP all-gathers every parameter twice (forward, backward) and
   reduce-scatters the trainable gradients; DDP all-reduces the trainable gradients once per optimizer
   step. Across nodes at the fitted bandwidth of RoCE/InfiniBand or of TCP sockets (ado's multi-node rows;
-  a run's measured busbw is better where the network preflight ran); within a node it counts as hidden
-  behind compute (the efficiency already holds it).
+  the busbw a network preflight measures is not used yet); within a node it counts as hidden behind
+  compute (the efficiency already holds it).
 
 Limits (docs/measurements.md, "Predicted throughput"): rows are assumed to fill modelMaxLength (padding
 computed); the efficiency is fitted on A100-80GB runs of fms-hf-tuning with gradient checkpointing, and
-carries their spread (bench/fleet.py's table: median and 90th-percentile error per family and GPU count).
+carries their spread (bench/fleet_throughput.py's table: median and 90th-percentile error per family and
+GPU count).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from ftbench.stats.flops import peak_flops, recompute_flops, training_flops
 
 Kind = Literal["dense", "moe", "hybrid"]
 
-# Fitted by `bench/fleet.py fit-throughput` on ../shared/data/ado-fleet/fleet-sample-A.csv (single-node clean
+# Fitted by `bench/fleet_throughput.py fit` on ../shared/data/ado-fleet/fleet-sample-A.csv (single-node clean
 # rows, Huber-weighted least squares of log MFU); docs/benchmarks.md has the fit's error per group.
 EFFICIENCY: Final = {
     "dense": -0.315,  # log MFU at 8192 tokens per device per micro-step, width 4096, PEFT, no fast kernels
