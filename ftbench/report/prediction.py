@@ -1,4 +1,4 @@
-"""The memory prediction in a report: each run's predicted tensor peak beside the one it measured.
+"""The predictions in a report: each run's predicted tensor peak and throughput beside what it measured.
 
 The trainer predicts every run's plan at the batch it measured its peak at (metrics'
 predictedPeakBytes, an estimate, and predictionErrorPercent; docs/measurements.md, "Predicted
@@ -7,6 +7,9 @@ memory"); the runs table shows both and the error when any run has them.
 
 from __future__ import annotations
 
+from ftbench.api.spec import FineTuneExperimentSpec
+from ftbench.api.throughput import predict_throughput
+from ftbench.catalog import Catalog
 from ftbench.contracts.results import Metrics
 
 COLUMN_HEADERS = ("predicted tensor MiB (estimate)", "measured tensor MiB", "prediction error %")
@@ -24,3 +27,18 @@ def run_columns(m: Metrics | None) -> tuple[str, str, str]:
         f"{measured / MIB:.1f}" if measured else "",
         f"{error:+.1f}" if error is not None else "",
     )
+
+
+THROUGHPUT_HEADERS = ("predicted tokens/s (estimate)", "tokens/s prediction error %")
+
+
+def throughput_columns(spec: FineTuneExperimentSpec | None, m: Metrics | None, catalog: Catalog) -> tuple[str, str]:
+    """The throughput predicted for the run's spec (pure arithmetic: ftbench.api.throughput) and its error
+    against the measured steady tokens/s; empty cells where there is no prediction (CPU ranks)."""
+    predicted = predict_throughput(spec, catalog) if spec is not None else None
+    if predicted is None:
+        return ("", "")
+    value = predicted.tokens_per_second_estimate
+    measured = m.steady_state_tokens_per_second if m is not None else 0.0
+    error = f"{100.0 * (value - measured) / measured:+.1f}" if measured else ""
+    return (f"{value:,.1f}", error)

@@ -20,6 +20,7 @@ from pathlib import Path
 from ftbench.api.effective import devices_label, per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
+from ftbench.catalog import load_catalog
 from ftbench.report import network as net
 from ftbench.report import prediction, scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
@@ -115,12 +116,14 @@ def _ci(row: PointRow) -> str:
 def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
     network = any(r.network is not None for r in runs)
     predicted = any(r.metrics is not None and r.metrics.predicted_peak_bytes is not None for r in runs)
+    catalog = load_catalog()
+    specs = [_spec(run) for run in runs]
+    throughput = [
+        prediction.throughput_columns(spec, run.metrics, catalog) for spec, run in zip(specs, runs, strict=True)
+    ]
+    rated = any(cells[0] for cells in throughput)
     rows = []
-    for run in runs:
-        try:
-            spec: FineTuneExperimentSpec | None = FineTuneExperimentSpec.model_validate(run.spec)
-        except ValueError:
-            spec = None
+    for run, spec, rate in zip(runs, specs, throughput, strict=True):
         m = run.metrics
         rows.append((
             run.name, spec.experiment.value.removeprefix("finetune_") if spec else "", spec.model if spec else "",
@@ -130,13 +133,21 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
             text.figure(m.gpu_memory_utilization_peak_percent if m else None, measured=m is not None),
             text.figure(m.mfu_percent if m else None, 2, measured=m is not None), _num(m.step_time_p50_seconds if m else None, 3),
             text.steady_short(m) if m else "", text.flag_names(m), text.rows_trained(m),
-            *(prediction.run_columns(m) if predicted else ()),
+            *(prediction.run_columns(m) if predicted else ()), *(rate if rated else ()),
             *(net.run_columns(run) if network else ()),
         ))  # fmt: skip
     headers = ("run", "experiment", "model", "devices", "batch", "per-device batch", "seq length", "phase", "tokens/s",
                "peak GPU mem %", "MFU %", "step p50 s", "steady tokens/s ±95%", "noise", "rows trained",
-               *(prediction.COLUMN_HEADERS if predicted else ()), *(net.COLUMN_HEADERS if network else ()))  # fmt: skip
+               *(prediction.COLUMN_HEADERS if predicted else ()), *(prediction.THROUGHPUT_HEADERS if rated else ()),
+               *(net.COLUMN_HEADERS if network else ()))  # fmt: skip
     return Table(headers, tuple(rows))
+
+
+def _spec(run: RunMeasurement) -> FineTuneExperimentSpec | None:
+    try:
+        return FineTuneExperimentSpec.model_validate(run.spec)
+    except ValueError:
+        return None
 
 
 def _plots(prefix: str, figs: Sequence[Figure]) -> list[Block]:

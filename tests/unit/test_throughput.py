@@ -122,3 +122,22 @@ def test_a_sweep_states_its_gpu_hours_and_the_points_it_cannot_price() -> None:
             for p in gpu if p.spec is not None]  # fmt: skip
     assert (cost.priced, cost.unpriced) == (2, 1) and cost.gpu_hours_estimate == pytest.approx(sum(each))
     assert "GPU-hours" in cost.sentence() and "1 point(s) without a prediction" in cost.sentence()
+
+
+def test_a_report_shows_a_gpu_runs_predicted_throughput_beside_the_measured() -> None:
+    """Issue 46.4: `ftbench report`'s runs table, for a GPU run of its own (a CPU run gets no such columns)."""
+    from ftbench.contracts.results import Metrics
+    from ftbench.report.data import RunMeasurement
+    from ftbench.report.render import _runs_table
+
+    predicted = tp.predict_throughput(spec(), CATALOG)
+    assert predicted is not None
+    measured = predicted.tokens_per_second_estimate / 1.25  # the prediction 25 % over
+    ones = ("trainRuntimeSeconds", "trainSteps", "trainSamples", "trainTokens", "trainNonPaddingTokens",
+            "trainSamplesPerSecond", "trainStepsPerSecond", "trainTokensPerSecond", "trainTokensPerGpuPerSecond",
+            "datasetTokensPerSecond", "datasetTokensPerSecondPerGpu")  # fmt: skip
+    metrics = Metrics.model_validate({**dict.fromkeys(ones, 1), "steadyStateTokensPerSecond": measured})
+    table = _runs_table([RunMeasurement("gpu-run", spec().to_wire(), "Succeeded", metrics)])
+    cells = dict(zip(table.headers, table.rows[0], strict=True))
+    assert cells["tokens/s prediction error %"] == "+25.0"
+    assert cells["predicted tokens/s (estimate)"] == f"{predicted.tokens_per_second_estimate:,.1f}"
