@@ -1,39 +1,47 @@
 """Predicted steady throughput of a spec before it runs (an estimate, and named so everywhere it shows).
 
-A step's time is its compute plus the communication that compute does not hide:
+A step's time is its compute, the framework time each layer costs whatever its FLOPs, and the inter-node
+communication that these do not hide:
 
-    compute = hardware FLOPs per device per optimizer step / (GPU peak x efficiency)
-    exposed = max(0, communication - overlap x compute)
-    tokens/s = tokens per optimizer step / (compute + exposed)
+    compute  = hardware FLOPs per device per optimizer step / (GPU peak x efficiency)
+    overhead = micro-steps x layers x (seconds per layer + seconds of the expert loop)
+    busy     = compute + overhead
+    exposed  = max(0, inter-node communication - busy)
+    tokens/s = tokens per optimizer step / (busy + exposed)
 
 - FLOPs: the trainer's own MFU accounting (ftbench.stats.flops: 4N + 2N_trainable per token plus the
   attention term, on every token of a full-length row), with the forward pass gradient checkpointing
   runs again; N is the parameters a token passes through (ftbench.catalog.parameters: a mixture of
   experts counts only the experts it is routed to).
 - Peak: the GPU model's dense bf16/fp16 data-sheet peak (the same table as the measured MFU).
-- Efficiency (the share of the peak a step's hardware FLOPs reach, before communication): a log-linear model of
-  what drives it, with coefficients fitted on ado's fleet (`bench/fleet_throughput.py fit`, sample A,
-  single-node rows: NVLink's FSDP traffic is part of what they measured): the architecture's kind (dense,
-  mixture of experts, hybrid Mamba), tokens per device per micro-step (kernels fill the GPU from
-  about 8192 tokens; below it efficiency falls), the model width (narrow layers use the tensor cores
-  worse), fms-acceleration's fast kernels and fast MoE, full fine-tuning against PEFT.
+- Efficiency (the share of the peak the matmuls reach): exp of a linear model in the architecture's kind
+  (dense, mixture of experts, hybrid Mamba), log tokens per device per micro-step above 8192,
+  fms-acceleration's fast kernels and fast MoE, full fine-tuning against PEFT.
+- Overhead per layer per micro-step: what does not scale with FLOPs (kernel launches, the optimizer, and on
+  more than one GPU FSDP's per-layer hooks and collectives, which LoRA's frozen weights make dearer); for
+  a mixture of experts without fast MoE kernels, transformers' loop over the experts (per expert, plus
+  per token routed through it, more when the experts train too). It is why a small micro-batch leaves
+  the GPU idle.
 - Communication per micro-step: FSDP all-gathers every parameter twice (forward, backward) and
   reduce-scatters the trainable gradients; DDP all-reduces the trainable gradients once per optimizer
   step. Across nodes at the fitted bandwidth of RoCE/InfiniBand or of TCP sockets (ado's multi-node rows;
-  the busbw a network preflight measures is not used yet); within a node it counts as hidden behind
-  compute (the efficiency already holds it).
+  the busbw a network preflight measures is not used yet), hidden behind the busy time where it is
+  shorter; within a node NVLink's share is part of the fitted overhead.
 
-Limits (docs/measurements.md, "Predicted throughput"): rows are assumed to fill modelMaxLength (padding
-computed); the efficiency is fitted on A100-80GB runs of fms-hf-tuning with gradient checkpointing, and
-carries their spread (bench/fleet_throughput.py's table: median and 90th-percentile error per family and
-GPU count).
+All constants (FITTED) are fitted together on ado's fleet sample A (`bench/fleet_throughput.py fit`:
+Huber-weighted least squares of log tokens/s, every clean row that ran). Limits (docs/measurements.md,
+"Predicted throughput"): rows are assumed to fill modelMaxLength (padding computed); the fleet's runs are
+A100-80GB with fms-hf-tuning, gradient checkpointing on and one micro-step per optimizer step, so
+the overhead of other GPUs and of gradient accumulation is extrapolated; the error is stated per family
+and GPU count (bench/fleet_throughput.py's table, with a cross-validated estimate).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -46,29 +54,44 @@ from ftbench.contracts.enums import DistributedBackend, TorchDtype
 from ftbench.stats.flops import peak_flops, recompute_flops, training_flops
 
 Kind = Literal["dense", "moe", "hybrid"]
+LayerCost = Literal["one_gpu_full", "one_gpu_peft", "sharded_full", "sharded_peft"]
 
-# Fitted by `bench/fleet_throughput.py fit` on ../shared/data/ado-fleet/fleet-sample-A.csv (single-node clean
-# rows, Huber-weighted least squares of log MFU); docs/benchmarks.md has the fit's error per group.
-EFFICIENCY: Final = {
-    "dense": -0.315,  # log MFU at 8192 tokens per device per micro-step, width 4096, PEFT, no fast kernels
-    "moe": -0.828,
-    "hybrid": -0.594,
-    "short_dense": 0.518,  # slope of log MFU in log(tokens per micro-step / 8192) below 8192 tokens
-    "short_sparse": 0.895,  # the same for mixtures of experts and hybrids
-    "long": 0.186,  # the slope above 8192 tokens
-    "width": 1.244,  # slope in log(hidden / 4096)
-    "fast_kernels": 0.146,
-    "fast_moe": 0.153,
-    "full": 0.192,
-}
 SATURATION_TOKENS: Final = 8192
-WIDTH: Final = 4096
 EFFICIENCY_CAP: Final = 0.9  # no row of the fleet ran above 85 % (hardware FLOPs)
-# Inter-node bandwidth per GPU for FSDP's collectives (bytes/s) and the share of it compute hides,
-# fitted on the fleet's 2- and 4-node rows (a grid over these values; docs/benchmarks.md).
-INTER_NODE_RDMA_BYTES: Final = 40e9
-INTER_NODE_TCP_BYTES: Final = 8e9
-INTER_NODE_OVERLAP: Final = 0.0
+
+
+@dataclass(frozen=True)
+class ThroughputConstants:
+    """The model's free constants (one value each; `bench/fleet_throughput.py fit` varies them)."""
+
+    efficiency: Mapping[str, float]  # coefficients of log efficiency (efficiency_features' keys)
+    layer_seconds: Mapping[LayerCost, float]  # per layer per micro-step: 1 GPU or sharded, full or PEFT
+    expert_seconds: float  # per routed expert per layer per micro-step, without fast MoE kernels
+    expert_token_seconds: float  # the same per token of the micro-step
+    expert_full_factor: float  # how much dearer the expert loop is when the experts train
+    rdma_bytes: float  # inter-node bytes/s per GPU for FSDP's collectives over RoCE/InfiniBand
+    tcp_bytes: float  # the same over TCP sockets
+
+
+# Fitted by `bench/fleet_throughput.py fit` on ../shared/data/ado-fleet/fleet-sample-A.csv (every clean row that
+# ran); tests/unit/test_throughput.py holds these to the fit, docs/benchmarks.md has its error per group.
+FITTED: Final = ThroughputConstants(
+    efficiency={
+        "dense": -0.315,  # log efficiency at 8192 tokens per device per micro-step, PEFT, no fast kernels
+        "moe": -0.398,
+        "hybrid": -0.252,
+        "long": -0.089,  # slope in log(tokens per micro-step / 8192) above 8192 (attention's share grows)
+        "fast_kernels": 0.208,
+        "fast_moe": -0.877,
+        "full": 0.028,
+    },
+    layer_seconds={"one_gpu_full": 7.3e-3, "one_gpu_peft": 7.6e-3, "sharded_full": 13e-3, "sharded_peft": 23e-3},
+    expert_seconds=2.2e-4,
+    expert_token_seconds=1.8e-8,
+    expert_full_factor=2.5,
+    rdma_bytes=61e9,
+    tcp_bytes=7.2e9,
+)
 
 
 class ThroughputPrediction(ApiModel):
@@ -85,10 +108,17 @@ class ThroughputPrediction(ApiModel):
         description="Predicted model FLOPs utilisation (the measured mfuPercent's accounting)."
     )
     compute_seconds: Annotated[float, Field(ge=0)] = Field(description="Compute per optimizer step.")
+    overhead_seconds: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description="Per-layer framework time per optimizer step that does not scale with FLOPs (kernel "
+        "launches, FSDP's hooks, a mixture of experts' loop over its experts).",
+    )
     exposed_communication_seconds: Annotated[float, Field(ge=0)] = Field(
         description="Communication per optimizer step that compute does not hide."
     )
-    dominant: Literal["compute", "communication"] = Field(description="What takes most of the predicted step.")
+    dominant: Literal["compute", "overhead", "communication"] = Field(
+        description="What takes most of the predicted step."
+    )
 
 
 def kind_of(counts: ParameterCounts) -> Kind:
@@ -98,57 +128,76 @@ def kind_of(counts: ParameterCounts) -> Kind:
 
 
 def efficiency_features(
-    *, kind: Kind, tokens_per_micro_step: float, hidden: int, fast_kernels: bool, fast_moe: bool, full: bool
+    *, kind: Kind, tokens_per_micro_step: float, fast_kernels: bool, fast_moe: bool, full: bool
 ) -> dict[str, float]:
-    """The efficiency model's inputs (EFFICIENCY's keys): one source for the prediction and the fit."""
-    x = math.log(max(tokens_per_micro_step, 1.0) / SATURATION_TOKENS)
-    sparse = kind != "dense"
+    """The efficiency model's inputs (FITTED.efficiency's keys): one source for the prediction and the fit."""
     return {
         "dense": float(kind == "dense"),
         "moe": float(kind == "moe"),
         "hybrid": float(kind == "hybrid"),
-        "short_dense": min(x, 0.0) * (not sparse),
-        "short_sparse": min(x, 0.0) * sparse,
-        "long": max(x, 0.0),
-        "width": math.log(hidden / WIDTH),
+        "long": max(math.log(max(tokens_per_micro_step, 1.0) / SATURATION_TOKENS), 0.0),
         "fast_kernels": float(fast_kernels),
         "fast_moe": float(fast_moe),
         "full": float(full),
     }
 
 
-def efficiency(features: dict[str, float], coefficients: dict[str, float] = EFFICIENCY) -> float:
+def efficiency(features: Mapping[str, float], coefficients: Mapping[str, float]) -> float:
     return min(EFFICIENCY_CAP, math.exp(sum(coefficients[k] * v for k, v in features.items())))
 
 
-def _hidden(arch: dict[str, Any]) -> int:
-    return int(arch.get("hidden_size") or arch.get("n_embd") or WIDTH)
+@dataclass(frozen=True)
+class StepSeconds:
+    compute: float
+    overhead: float
+    exposed: float
+
+    @property
+    def step(self) -> float:
+        return self.compute + self.overhead + self.exposed
 
 
 @dataclass(frozen=True)
 class StepModel:
-    """What the prediction knows of one optimizer step before the efficiency is applied (bench/fleet.py fits
-    the efficiency on these figures, so the fit and the prediction read the same quantities)."""
+    """What the prediction knows of one optimizer step before the constants are applied (bench/fleet_throughput.py
+    fits the constants on these figures, so the fit and the prediction read the same quantities)."""
 
     features: dict[str, float]
     hardware_flops: float  # per device per optimizer step, recompute included
     model_flops: float  # per device per optimizer step (the measured MFU's accounting)
     peak: float  # FLOP/s of one GPU
-    communication: float  # seconds per optimizer step, across nodes
     step_tokens: int  # padded tokens of one optimizer step, all devices
+    micro_steps: int
+    layers: int
+    layer_cost: LayerCost
+    experts_looped: int  # routed experts transformers loops over (0: dense, or fast MoE kernels)
+    tokens_per_micro_step: int  # per device
+    full: bool
+    inter_node_bytes: float  # per device per optimizer step (0 on one node)
+    rdma: bool
 
-    def predict(self, gpus: int, coefficients: dict[str, float] = EFFICIENCY) -> ThroughputPrediction:
-        compute = self.hardware_flops / (self.peak * efficiency(self.features, coefficients))
-        exposed = max(0.0, self.communication - INTER_NODE_OVERLAP * compute)
-        step = compute + exposed
+    def seconds(self, constants: ThroughputConstants = FITTED) -> StepSeconds:
+        compute = self.hardware_flops / (self.peak * efficiency(self.features, constants.efficiency))
+        experts = self.experts_looped * (constants.expert_seconds + self.tokens_per_micro_step *
+                                         constants.expert_token_seconds)  # fmt: skip
+        if self.full:
+            experts *= constants.expert_full_factor
+        overhead = self.micro_steps * self.layers * (constants.layer_seconds[self.layer_cost] + experts)
+        communication = self.inter_node_bytes / (constants.rdma_bytes if self.rdma else constants.tcp_bytes)
+        return StepSeconds(compute, overhead, max(0.0, communication - compute - overhead))
+
+    def predict(self, gpus: int, constants: ThroughputConstants = FITTED) -> ThroughputPrediction:
+        t = self.seconds(constants)
+        parts = {"compute": t.compute, "overhead": t.overhead, "communication": t.exposed}
         return ThroughputPrediction(
-            tokens_per_second_estimate=self.step_tokens / step,
-            tokens_per_gpu_per_second_estimate=self.step_tokens / step / gpus,
-            step_seconds_estimate=step,
-            mfu_percent_estimate=100.0 * self.model_flops / step / self.peak,
-            compute_seconds=compute,
-            exposed_communication_seconds=exposed,
-            dominant="communication" if exposed > compute else "compute",
+            tokens_per_second_estimate=self.step_tokens / t.step,
+            tokens_per_gpu_per_second_estimate=self.step_tokens / t.step / gpus,
+            step_seconds_estimate=t.step,
+            mfu_percent_estimate=100.0 * self.model_flops / t.step / self.peak,
+            compute_seconds=t.compute,
+            overhead_seconds=t.overhead,
+            exposed_communication_seconds=t.exposed,
+            dominant=max(parts, key=lambda k: parts[k]),  # type: ignore[arg-type]
         )
 
 
@@ -176,22 +225,32 @@ def step_model(spec: FineTuneExperimentSpec, catalog: Catalog) -> StepModel | No
     hardware_flops = model_flops
     if spec.gradient_checkpointing:
         hardware_flops += recompute_flops(parameters=counts.active, tokens=tokens, **attention)
+    fast_moe = bool(spec.fast_moe)
     features = efficiency_features(
         kind=kind_of(counts),
         tokens_per_micro_step=tokens,
-        hidden=_hidden(arch),
         fast_kernels=bool(spec.fast_kernels and any(spec.fast_kernels)),
-        fast_moe=bool(spec.fast_moe),
+        fast_moe=fast_moe,
         full=full,
     )
     micro_steps = spec.gradient_accumulation_steps
+    sharded = max(1, spec.number_gpus) > 1
+    cost: LayerCost = f"{'sharded' if sharded else 'one_gpu'}_{'full' if full else 'peft'}"  # type: ignore[assignment]
+    experts = 0 if fast_moe else int(arch.get("num_local_experts") or 0)
     return StepModel(
         features=features,
         hardware_flops=micro_steps * hardware_flops,
         model_flops=micro_steps * model_flops,
         peak=peak_flops(spec.gpu_model, dtype.value),
-        communication=micro_steps * _communication_seconds(spec, counts, dtype, full),
         step_tokens=effective.global_batch_size(spec) * length,
+        micro_steps=micro_steps,
+        layers=counts.layers,
+        layer_cost=cost,
+        experts_looped=experts,
+        tokens_per_micro_step=tokens,
+        full=full,
+        inter_node_bytes=micro_steps * _inter_node_bytes(spec, counts, dtype, full),
+        rdma=spec.enable_roce,
     )
 
 
@@ -211,22 +270,19 @@ def why_no_throughput(spec: FineTuneExperimentSpec, catalog: Catalog) -> str | N
     return None
 
 
-def _communication_seconds(
-    spec: FineTuneExperimentSpec, counts: ParameterCounts, dtype: TorchDtype, full: bool
-) -> float:
-    """Seconds of collective traffic per micro-step per device (ring algorithms: (n - 1) / n of the data)."""
+def _inter_node_bytes(spec: FineTuneExperimentSpec, counts: ParameterCounts, dtype: TorchDtype, full: bool) -> float:
+    """Bytes of collective traffic per micro-step per device across nodes (ring algorithms: (n - 1) / n of the
+    data); 0 on one node, where NVLink's share is in the fitted overhead."""
     n = max(1, spec.number_gpus)
     if n == 1 or spec.number_nodes == 1:
-        return 0.0  # within a node it is hidden behind compute: the fitted efficiency holds it
+        return 0.0
     width = 4 if dtype == TorchDtype.FLOAT32 else 2
     trainable = counts.total if full else 0
     volume: float = (2 * counts.total + trainable) * width
     if effective.distributed_backend(spec) != DistributedBackend.FSDP:
         # DDP all-reduces the gradients once per optimizer step: twice the data, spread over its micro-steps
         volume = 2 * trainable * width / spec.gradient_accumulation_steps
-    share = volume * (n - 1) / n
-    rdma = spec.enable_roce  # RoCE or InfiniBand between the nodes; otherwise TCP sockets
-    return share / (INTER_NODE_RDMA_BYTES if rdma else INTER_NODE_TCP_BYTES)
+    return volume * (n - 1) / n
 
 
 class RunTimeEstimate(ApiModel):
