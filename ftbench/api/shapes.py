@@ -38,15 +38,36 @@ class Shape:
 
 
 def candidate_shapes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> list[Shape]:
+    return [*gpu_shapes(spec, catalog, profile), *batch_shapes(spec, catalog, profile)]
+
+
+def gpu_shapes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> list[Shape]:
+    """The spec at 1, 2, 4, ... GPUs (those that divide its batchSize), on the nodes they need. One GPU is one
+    process: the distributed settings (distributedBackend, fsdp*), which the rules refuse there as not
+    applied, are left out of that shape."""
     per_node = profile.gpus_per_node or DEFAULT_GPUS_PER_NODE
     wire = spec.to_wire()
+    single = {k: v for k, v in wire.items() if not is_distributed_setting(k)}
     shapes: list[Shape] = []
     gpus = 1
     while gpus <= min(MAX_GPUS, spec.batch_size):
         if spec.batch_size % gpus == 0:
             nodes = -(-gpus // per_node)
-            shapes += _valid("gpus", {**wire, "numberGpus": gpus, "numberNodes": nodes}, catalog, profile)
+            base = single if gpus == 1 else wire
+            shapes += _valid("gpus", {**base, "numberGpus": gpus, "numberNodes": nodes}, catalog, profile)
         gpus *= 2
+    return shapes
+
+
+def is_distributed_setting(key: str) -> bool:
+    """A spec field that only applies across processes (refused on one GPU as not applied)."""
+    return key == "distributedBackend" or key.startswith("fsdp")
+
+
+def batch_shapes(spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile) -> list[Shape]:
+    """The spec at batchSize x 1, 2, 4, ... on its own GPUs."""
+    wire = spec.to_wire()
+    shapes: list[Shape] = []
     for doubling in range(MAX_BATCH_DOUBLINGS + 1):
         shapes += _valid("batch", {**wire, "batchSize": spec.batch_size << doubling}, catalog, profile)
     return shapes

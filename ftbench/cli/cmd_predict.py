@@ -8,12 +8,15 @@ import sys
 
 from ftbench.api.prediction import PredictionReport, memory_fit, prediction_report
 from ftbench.api.profile import ClusterProfile, catalog_for
+from ftbench.api.resource import KIND, SWEEP_KIND
 from ftbench.api.shapes import ShapeAnswer, answer, candidate_shapes
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_run import load_spec
-from ftbench.cli.cmd_validate import add_model_map, profile_from_arg
+from ftbench.cli.cmd_run import spec_from_body
+from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
+from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
+from ftbench.cli.predict_sweep import run_sweep
 from ftbench.cli.table import format_table
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.predict import prediction_plan, run_batch, run_predictor
@@ -27,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "predict", help="predict an experiment's peak memory per device (no weights loaded, no GPU needed)"
     )
-    p.add_argument("file", metavar="FILE", help="a FineTuneExperiment YAML file (- for stdin)")
+    p.add_argument("file", metavar="FILE", help="a FineTuneExperiment or FineTuneSweep YAML file (- for stdin)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--profile", metavar="FILE", help="cluster profile (GPU memory per model, model map)")
     add_model_map(p)
@@ -36,14 +39,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--min-gpus",
         action="store_true",
         help="also the fewest GPUs the spec fits on (at its batchSize) and the largest batchSize that fits on its "
-        "GPUs: every shape predicted in one process (ado autoconf's question; slower)",
+        "GPUs: every shape predicted in one process (ado autoconf's question; slower); for a sweep, each point's "
+        "fewest GPUs",
+    )
+    p.add_argument(
+        "--fill-gpus",
+        metavar="OUT",
+        help="FineTuneSweep only: write to OUT the sweep with each point's numberGpus (and numberNodes) set to the "
+        "fewest GPUs it is predicted to fit on (one include entry per point)",
     )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     profile = local_profile(profile_from_arg(args.profile), ftbench_home())
-    spec, name, catalog = load_spec(args, catalog_for(profile))
+    body = read_one_document(args.file, f"{KIND} or {SWEEP_KIND}")
+    if isinstance(body, dict) and body.get("kind") == SWEEP_KIND:
+        return run_sweep(args, body, catalog_from_args(args, catalog_for(profile)), profile)
+    if args.fill_gpus:
+        raise UsageError("--fill-gpus fills a FineTuneSweep's points; for one experiment, --min-gpus answers")
+    spec, name, catalog = spec_from_body(args, body, catalog_for(profile))
     try:
         python = trainer_python(spec, args.python, log=lambda line: print(line, file=sys.stderr))
         plan = prediction_plan(spec, name, catalog, trainer_profile(profile, python))

@@ -177,8 +177,11 @@ def _with_interval(metrics: Metrics, key: str, value: object) -> str:
 
 
 def load_spec(args: argparse.Namespace, base: Catalog):
+    return spec_from_body(args, read_one_document(args.file, KIND), base)
+
+
+def spec_from_body(args: argparse.Namespace, body: Any, base: Catalog):
     catalog = catalog_from_args(args, base)
-    body = read_one_document(args.file, KIND)
     report = validate_document(body, catalog)
     if not report.ok or report.spec is None:
         lines = "\n".join(f"  - {issue}" for issue in report.issues)

@@ -9,7 +9,7 @@ OOM frontier's decision, made with the memory prediction while it runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ftbench.api.throughput import predict_throughput, run_time
@@ -23,6 +23,7 @@ class SweepCost:
     training_hours_estimate: float  # one point after another (a sweep runs `parallelism` at a time)
     priced: int
     unpriced: int
+    predicted_oom: int | None = None  # None: the memory prediction was not consulted
 
     def sentence(self) -> str:
         if not self.priced:
@@ -33,14 +34,24 @@ class SweepCost:
         )
         if self.unpriced:
             line += f"; {self.unpriced} point(s) without a prediction (CPU ranks, or no GPU peak or architecture)"
+        if self.predicted_oom is None:
+            line += "; points predicted not to fit are included (the memory prediction: ftbench predict SWEEP)"
+        elif self.predicted_oom:
+            line += f"; {self.predicted_oom} point(s) predicted not to fit are left out"
         return line
 
 
-def sweep_cost(points: Sequence[SweepPoint], catalog: Catalog) -> SweepCost:
+def sweep_cost(
+    points: Sequence[SweepPoint], catalog: Catalog, fits: Mapping[int, bool | None] | None = None
+) -> SweepCost:
+    """`fits[point index]`: the memory prediction's verdict (False: predicted not to fit, not priced)."""
     gpu_hours = hours = 0.0
-    priced = unpriced = 0
+    priced = unpriced = oom = 0
     for point in points:
         if point.spec is None or not point.valid:
+            continue
+        if fits is not None and fits.get(point.index) is False:
+            oom += 1
             continue
         throughput = predict_throughput(point.spec, catalog)
         if throughput is None:
@@ -50,4 +61,4 @@ def sweep_cost(points: Sequence[SweepPoint], catalog: Catalog) -> SweepCost:
         gpu_hours += estimate.gpu_hours_estimate
         hours += estimate.seconds_estimate / 3600.0
         priced += 1
-    return SweepCost(gpu_hours, hours, priced, unpriced)
+    return SweepCost(gpu_hours, hours, priced, unpriced, None if fits is None else oom)

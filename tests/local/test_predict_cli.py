@@ -153,3 +153,24 @@ def test_min_gpus_finds_the_fewest_gpus_and_the_largest_batch(home, tmp_path, mo
     assert shapes["largestBatchSize"] >= 8 and shapes["shapesTried"] >= 5
     assert out["throughput"]["tokensPerSecondEstimate"] > 0 and out["runTime"]["boundedBy"] == "maxSteps"
     assert out["runTime"]["stepsEstimate"] == 10
+
+
+def test_a_sweep_is_predicted_point_by_point_and_filled_with_the_fewest_gpus(home, tmp_path, model_map, capsys):
+    """`ftbench predict SWEEP --fill-gpus OUT`: each point's verdict, tokens/s and fewest GPUs, and a sweep whose
+    points run on those counts (13B full fine-tuning needs sharding where 7B does not), valid as written."""
+    experiment = yaml.safe_load(spec_file(tmp_path, "unused", batchSize=4, maxSteps=10).read_text())
+    sweep = {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneSweep", "metadata": {"name": "fill"},
+             "spec": {"template": experiment["spec"], "matrix": {"model": ["llama-7b", "llama-13b"]}}}  # fmt: skip
+    path, out_path = tmp_path / "sweep.yaml", tmp_path / "filled.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    out = predict(capsys, "predict", str(path), "--model-map", str(model_map), "--fill-gpus", str(out_path))
+    seven, thirteen = out["points"]
+    assert thirteen["fits"] is False and thirteen["fewestGpus"] >= 2 and thirteen["shapesTried"] == 3
+    assert seven["fewestGpus"] is not None and seven["fewestGpus"] < thirteen["fewestGpus"]
+    assert seven["tokensPerSecondEstimate"] > thirteen["tokensPerSecondEstimate"] > 0
+    assert "left out" in out["cost"]  # the 13B point at 1 GPU is predicted not to fit: not priced
+    filled = yaml.safe_load(out_path.read_text())
+    assert "matrix" not in filled["spec"] and filled["spec"]["template"] == experiment["spec"]
+    assert [(e["model"], e["numberGpus"]) for e in filled["spec"]["include"]] == [
+        ("llama-7b", seven["fewestGpus"]), ("llama-13b", thirteen["fewestGpus"])]  # fmt: skip
+    assert main(["validate", str(out_path), "--model-map", str(model_map)]) == 0
