@@ -2,15 +2,21 @@
 
 The trainer predicts every run's plan at the batch it measured its peak at (metrics'
 predictedPeakBytes, an estimate, and predictionErrorPercent; docs/measurements.md, "Predicted
-memory"); the runs table shows both and the error when any run has them.
+memory"); the runs table shows both and the error when any run has them. The throughput predicted for a GPU
+run's spec (docs/measurements.md, "Predicted throughput") shows beside its steady tokens/s in the runs
+table, and beside the mean over a sweep point's runs in the sweep's table.
 """
 
 from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
 
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.throughput import predict_throughput
 from ftbench.catalog import Catalog
 from ftbench.contracts.results import Metrics
+from ftbench.report.data import RunMeasurement
 
 COLUMN_HEADERS = ("predicted tensor MiB (estimate)", "measured tensor MiB", "prediction error %")
 MIB = 2**20
@@ -35,10 +41,22 @@ THROUGHPUT_HEADERS = ("predicted tokens/s (estimate)", "tokens/s prediction erro
 def throughput_columns(spec: FineTuneExperimentSpec | None, m: Metrics | None, catalog: Catalog) -> tuple[str, str]:
     """The throughput predicted for the run's spec (pure arithmetic: ftbench.api.throughput) and its error
     against the measured steady tokens/s; empty cells where there is no prediction (CPU ranks)."""
+    return throughput_cells(spec, m.steady_state_tokens_per_second if m is not None else None, catalog)
+
+
+def point_throughput_columns(
+    spec: FineTuneExperimentSpec | None, runs: Sequence[RunMeasurement], point: int, catalog: Catalog
+) -> tuple[str, str]:
+    """A sweep point's predicted tokens/s and its error against the mean steady tokens/s of its runs."""
+    steady = [r.metrics.steady_state_tokens_per_second for r in runs
+              if r.point == point and r.metrics is not None and r.metrics.steady_state_tokens_per_second]  # fmt: skip
+    return throughput_cells(spec, statistics.fmean(steady) if steady else None, catalog)
+
+
+def throughput_cells(spec: FineTuneExperimentSpec | None, measured: float | None, catalog: Catalog) -> tuple[str, str]:
     predicted = predict_throughput(spec, catalog) if spec is not None else None
     if predicted is None:
         return ("", "")
     value = predicted.tokens_per_second_estimate
-    measured = m.steady_state_tokens_per_second if m is not None else 0.0
     error = f"{100.0 * (value - measured) / measured:+.1f}" if measured else ""
     return (f"{value:,.1f}", error)

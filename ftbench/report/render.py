@@ -83,8 +83,14 @@ def _sweep_table(sweep: SweepData) -> Table:
     varied = list(dict.fromkeys(k for r in sweep.rows for k in r.values))
     network = any(r.transport for r in sweep.rows)
     predicted = any(r.predicted_memory_percent is not None for r in sweep.rows)
+    catalog = load_catalog()
+    throughput = [
+        prediction.point_throughput_columns(sweep.point_specs.get(r.point), sweep.runs, r.point, catalog)
+        for r in sweep.rows
+    ]
+    rated = any(cells[0] for cells in throughput)
     rows = []
-    for r in sweep.rows:
+    for r, rate in zip(sweep.rows, throughput, strict=True):
         spec = sweep.point_specs.get(r.point)
         rows.append((
             str(r.point), *(str(r.values.get(k, "")) for k in varied),
@@ -92,7 +98,7 @@ def _sweep_table(sweep: SweepData) -> Table:
             *([] if "numberGpus" in varied else [devices_label(spec) if spec else ""]),
             str(r.phase), f"{r.repeats_done}", _num(r.train_tokens_per_second), _ci(r),
             _num(r.dataset_tokens_per_second),
-            *([_num(r.predicted_memory_percent)] if predicted else []),
+            *([_num(r.predicted_memory_percent)] if predicted else []), *(rate if rated else ()),
             text.figure(r.gpu_memory_peak_percent, measured=r.train_tokens_per_second is not None),
             text.figure(r.mfu_percent, 2, measured=r.train_tokens_per_second is not None),
             "" if r.step_time_cv_across_repeats is None else f"{r.step_time_cv_across_repeats:.1%}",
@@ -102,7 +108,8 @@ def _sweep_table(sweep: SweepData) -> Table:
     gpus = () if "numberGpus" in varied else ("devices",)
     headers = ("point", *varied, "per-device batch", *gpus, "phase", "repeats", "tokens/s",
                f"{sweep.objective} 95% CI", "dataset tokens/s",
-               *(("predicted GPU mem % (estimate)",) if predicted else ()), "peak GPU mem %", "MFU %", "step-time CV", *(net.COLUMN_HEADERS if network else ()), "note",
+               *(("predicted GPU mem % (estimate)",) if predicted else ()),
+               *(prediction.THROUGHPUT_HEADERS if rated else ()), "peak GPU mem %", "MFU %", "step-time CV", *(net.COLUMN_HEADERS if network else ()), "note",
                "runs")  # fmt: skip
     return Table(headers, tuple(rows))
 

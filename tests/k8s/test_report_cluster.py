@@ -126,7 +126,9 @@ def test_report_from_cluster(crds: None, kube_api: Any, control_plane: Any, name
     predicted_column = [r["predicted GPU mem % (estimate)"] for r in rows]
     assert predicted_column[0] == "42.0" and set(predicted_column[1:]) == {""}
     assert "| quickstart | lora_benchmark-v1.0.0 | ftbench-tiny-llama |" in md
-    assert "predicted tokens/s (estimate)" not in md  # the only run of its own is on CPU ranks: no prediction
+    assert all(r["predicted tokens/s (estimate)"] for r in rows if r["phase"] == "Succeeded")  # GPU points: predicted
+    own = table(md, "## Runs outside sweeps")
+    assert "predicted tokens/s (estimate)" not in own[0]  # the only run of its own is on CPU ranks: no prediction
     assert len(list(out.glob("*.png"))) == 10  # 4 per section, 2 of gpu-sweep's scaling section (numberGpus varies)
 
     assert main(["report", "--from-cluster", "-n", namespace, "--sweep", "other", "-o", str(out)]) == 2

@@ -150,3 +150,30 @@ def test_a_report_shows_a_gpu_runs_predicted_throughput_beside_the_measured() ->
     cells = dict(zip(table.headers, table.rows[0], strict=True))
     assert cells["tokens/s prediction error %"] == "+25.0"
     assert cells["predicted tokens/s (estimate)"] == f"{predicted.tokens_per_second_estimate:,.1f}"
+
+
+def test_a_reports_sweep_table_shows_each_points_predicted_throughput_beside_its_runs_mean() -> None:
+    """Issue 46: the sweep table's predicted tokens/s per point, and its error against the mean steady tokens/s
+    of the point's runs (two repeats, 100 and 300: mean 200)."""
+    from ftbench.api.sweep import PointRow
+    from ftbench.contracts.results import Metrics
+    from ftbench.report.data import RunMeasurement, SweepData
+    from ftbench.report.render import _sweep_table
+
+    predicted = tp.predict_throughput(spec(), CATALOG)
+    assert predicted is not None
+    ones = ("trainRuntimeSeconds", "trainSteps", "trainSamples", "trainTokens", "trainNonPaddingTokens",
+            "trainSamplesPerSecond", "trainStepsPerSecond", "trainTokensPerSecond", "trainTokensPerGpuPerSecond",
+            "datasetTokensPerSecond", "datasetTokensPerSecondPerGpu")  # fmt: skip
+    runs = tuple(
+        RunMeasurement(f"r{i}", spec().to_wire(), "Succeeded",
+                       Metrics.model_validate({**dict.fromkeys(ones, 1), "steadyStateTokensPerSecond": rate}), 0, i)
+        for i, rate in enumerate((100.0, 300.0))
+    )  # fmt: skip
+    row = PointRow(point=0, values={"batchSize": 16}, phase="Succeeded", repeats_done=2)
+    sweep = SweepData("s", "trainTokensPerSecond", "max", (row,), {0: spec()}, runs)
+    table = _sweep_table(sweep)
+    cells = dict(zip(table.headers, table.rows[0], strict=True))
+    value = predicted.tokens_per_second_estimate
+    assert cells["predicted tokens/s (estimate)"] == f"{value:,.1f}"
+    assert cells["tokens/s prediction error %"] == f"{100 * (value - 200) / 200:+.1f}"
