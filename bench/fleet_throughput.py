@@ -19,10 +19,13 @@ Calibrate on sample A only: a disjoint sample of ado's table is kept aside to ch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import shutil
 import statistics
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,12 +147,102 @@ def fit(store: Path) -> Any:
         rdma_bytes=_sig(c.rdma_bytes),
         tcp_bytes=_sig(c.tcp_bytes),
     )
+    fitted = dataclasses.replace(fitted, gpu_efficiency=fit_gpu_efficiency(own_runs(), fitted))
     print(fitted)
     return fitted
 
 
 def _sig(value: float) -> float:
     return float(f"{value:.2g}")
+
+
+# ftbench's own runs on lent GPUs: the results stores bench/gpu/ brought back (bench/results/*/README.md)
+OWN_STORES = (
+    ("H100, trl", "gpu-h100-2026-11-26/call1/trl/results.db"),
+    ("H100, fms-hf-tuning 3.2.2", "gpu-h100-2026-11-26/call2/fms-hf-tuning/results.db"),
+    ("H200, trl", "gpu-h200-2026-11-26/results.db"),
+)
+OWN_SECTION = "own-gpu-throughput"
+
+
+@dataclass(frozen=True)
+class OwnRun:
+    store: str
+    experiment: str
+    measured: float  # the run's steady tokens/s
+    model: Any  # ftbench.api.throughput.StepModel
+
+
+def own_runs() -> list[OwnRun]:
+    """Every successful run of OWN_STORES with a steady tokens/s (each store read from a copy: opening one
+    may add tables)."""
+    from ftbench.api.spec import FineTuneExperimentSpec
+    from ftbench.api.throughput import step_model
+    from ftbench.catalog import load_catalog
+    from ftbench.local.store import ResultsStore
+
+    catalog, out = load_catalog(), []
+    for label, relative in OWN_STORES:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "results.db"
+            shutil.copy(STORE.parent / relative, copy)
+            runs = ResultsStore(copy).runs()
+        for run in runs:
+            spec = FineTuneExperimentSpec.model_validate(run.spec)
+            steady = [(r.get("metrics") or {}).get("steadyStateTokensPerSecond") for r in run.results]
+            model = step_model(spec, catalog)
+            if run.status == "Succeeded" and steady and steady[-1] and model is not None:
+                out.append(OwnRun(label, spec.experiment.value, float(steady[-1]), model))
+    return out
+
+
+def fit_gpu_efficiency(runs: list[OwnRun], constants: Any) -> dict[str, float]:
+    """Per GPU family, the median share of the A100-calibrated efficiency its runs reached: the compute time
+    the model predicts over the compute time the measured step leaves once overhead and communication are
+    taken out."""
+    base = dataclasses.replace(constants, gpu_efficiency={})
+    shares: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        t = run.model.seconds(base)
+        measured_step = run.model.step_tokens / run.measured
+        shares[run.model.gpu_family].append(t.compute / (measured_step - t.overhead - t.exposed))
+    return {family: round(statistics.median(values), 3) for family, values in sorted(shares.items())}
+
+
+def tabulate_own(write_docs: bool) -> str:
+    from ftbench.api import throughput as tp
+
+    groups: dict[tuple[str, str], list[OwnRun]] = defaultdict(list)
+    for run in own_runs():
+        groups[(run.store, run.experiment)].append(run)
+    a100 = dataclasses.replace(tp.FITTED, gpu_efficiency={})
+    lines = [
+        "| GPU, engine | experiment | runs | measured steady tokens/s | predicted, A100 calibration | error % | "
+        "predicted | error % |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for (store, experiment), runs in sorted(groups.items()):
+        measured = statistics.fmean(r.measured for r in runs)
+        model = runs[0].model
+        cells = []
+        for constants in (a100, tp.FITTED):
+            predicted = model.step_tokens / model.seconds(constants).step
+            cells += [f"{predicted:,.0f}", f"{100 * (predicted - measured) / measured:+.1f}"]
+        lines.append(f"| {store} | {experiment.removeprefix('finetune_')} | {len(runs)} | {measured:,.0f} | "
+                     f"{' | '.join(cells)} |")  # fmt: skip
+    shares = ", ".join(f"{k} {v}" for k, v in tp.FITTED.gpu_efficiency.items())
+    lines += ["", f"Efficiency against the A100 calibration (`gpu_efficiency`, fitted on these runs): {shares}."]
+    body = "\n".join(lines)
+    if write_docs:
+        _write_section(OWN_SECTION, body)
+    return body
+
+
+def _write_section(section: str, body: str) -> None:
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
+    head, rest = DOCS.read_text().split(start, 1)
+    _, tail = rest.split(end, 1)
+    DOCS.write_text(f"{head}{start}\n{body}\n{end}{tail}")
 
 
 def cross_validated_errors(pts: list[Point], folds: int = 5) -> list[float]:
@@ -185,10 +278,7 @@ def tabulate(store: Path, write_docs: bool) -> str:
                      f"{_pct(cross, statistics.median)} | {_pct(cross, _p90)} |")  # fmt: skip
     body = "\n".join(lines)
     if write_docs:
-        start, end = f"<!-- {SECTION}:start -->", f"<!-- {SECTION}:end -->"
-        head, rest = DOCS.read_text().split(start, 1)
-        _, tail = rest.split(end, 1)
-        DOCS.write_text(f"{head}{start}\n{body}\n{end}{tail}")
+        _write_section(SECTION, body)
     return body
 
 
@@ -199,14 +289,16 @@ def _pct(errors: list[float], statistic: Any) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("fit", "tabulate"):
+    for name in ("fit", "tabulate", "own"):
         p = sub.add_parser(name)
         p.add_argument("--store", type=Path, default=STORE)
-        if name == "tabulate":
+        if name in ("tabulate", "own"):
             p.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     if args.cmd == "fit":
         fit(args.store)
+    elif args.cmd == "own":
+        print(tabulate_own(args.write_docs))
     else:
         print(tabulate(args.store, args.write_docs))
     return 0

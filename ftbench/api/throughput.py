@@ -13,7 +13,8 @@ communication that these do not hide:
   attention term, on every token of a full-length row), with the forward pass gradient checkpointing
   runs again; N is the parameters a token passes through (ftbench.catalog.parameters: a mixture of
   experts counts only the experts it is routed to).
-- Peak: the GPU model's dense bf16/fp16 data-sheet peak (the same table as the measured MFU).
+- Peak: the GPU model's dense bf16/fp16 data-sheet peak (the same table as the measured MFU), times the share
+  of the A100 calibration's efficiency that ftbench's own runs on that GPU family reached (H100, H200).
 - Efficiency (the share of the peak the matmuls reach): exp of a linear model in the architecture's kind
   (dense, mixture of experts, hybrid Mamba), log tokens per device per micro-step above 8192,
   fms-acceleration's fast kernels and fast MoE, full fine-tuning against PEFT.
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Final, Literal
 
 from pydantic import Field
@@ -51,7 +52,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.catalog.parameters import ParameterCounts, UnknownArchitecture, parameter_counts
 from ftbench.contracts.enums import DistributedBackend, TorchDtype
-from ftbench.stats.flops import peak_flops, recompute_flops, training_flops
+from ftbench.stats.flops import gpu_family, peak_flops, recompute_flops, training_flops
 
 Kind = Literal["dense", "moe", "hybrid"]
 LayerCost = Literal["one_gpu_full", "one_gpu_peft", "sharded_full", "sharded_peft"]
@@ -71,6 +72,8 @@ class ThroughputConstants:
     expert_full_factor: float  # how much dearer the expert loop is when the experts train
     rdma_bytes: float  # inter-node bytes/s per GPU for FSDP's collectives over RoCE/InfiniBand
     tcp_bytes: float  # the same over TCP sockets
+    # The efficiency of a GPU family against the fleet's A100s (1 where ftbench has no figures of its own)
+    gpu_efficiency: Mapping[str, float] = field(default_factory=dict)
 
 
 # Fitted by `bench/fleet_throughput.py fit` on ../shared/data/ado-fleet/fleet-sample-A.csv (every clean row that
@@ -91,6 +94,8 @@ FITTED: Final = ThroughputConstants(
     expert_full_factor=2.5,
     rdma_bytes=61e9,
     tcp_bytes=7.2e9,
+    # ftbench's own runs on lent GPUs (bench/fleet_throughput.py own: llama-7b at 8 x 2048 on one GPU)
+    gpu_efficiency={"H100": 0.823, "H200": 0.883},
 )
 
 
@@ -175,9 +180,11 @@ class StepModel:
     full: bool
     inter_node_bytes: float  # per device per optimizer step (0 on one node)
     rdma: bool
+    gpu_family: str = ""  # ftbench.stats.flops.gpu_family
 
     def seconds(self, constants: ThroughputConstants = FITTED) -> StepSeconds:
-        compute = self.hardware_flops / (self.peak * efficiency(self.features, constants.efficiency))
+        reached = efficiency(self.features, constants.efficiency) * constants.gpu_efficiency.get(self.gpu_family, 1.0)
+        compute = self.hardware_flops / (self.peak * reached)
         experts = self.experts_looped * (constants.expert_seconds + self.tokens_per_micro_step *
                                          constants.expert_token_seconds)  # fmt: skip
         if self.full:
@@ -251,6 +258,7 @@ def step_model(spec: FineTuneExperimentSpec, catalog: Catalog) -> StepModel | No
         full=full,
         inter_node_bytes=micro_steps * _inter_node_bytes(spec, counts, dtype, full),
         rdma=spec.enable_roce,
+        gpu_family=gpu_family(spec.gpu_model),
     )
 
 

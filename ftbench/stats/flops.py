@@ -49,6 +49,15 @@ def peak_flops(gpu_name: str, dtype: str) -> float:
     return 0.0
 
 
+def gpu_family(gpu_name: str) -> str:
+    """The data-sheet table's name for a GPU model ("H100", "A100", ...); "" if unknown."""
+    name = gpu_name.upper().replace("NVIDIA", "").replace("-", " ")
+    for keys, _, _ in _PEAK_TFLOPS:
+        if any(key.upper() in name for key in keys):
+            return keys[0]
+    return ""
+
+
 def training_flops(
     *, parameters: int, trainable: int, tokens: int, layers: int, hidden: int, length_squared: int
 ) -> float:

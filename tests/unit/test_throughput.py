@@ -63,9 +63,16 @@ def test_the_constants_are_the_fit_and_the_docs_table_is_fresh() -> None:
               ("expert_seconds", "expert_token_seconds", "expert_full_factor", "rdma_bytes", "tcp_bytes")]  # fmt: skip
     for new, stored in pairs:
         assert stored == pytest.approx(new, rel=0.06)
+    assert fitted.gpu_efficiency.keys() == tp.FITTED.gpu_efficiency.keys() == {"H100", "H200"}
+    for family, value in fitted.gpu_efficiency.items():
+        assert tp.FITTED.gpu_efficiency[family] == pytest.approx(value, abs=0.002), family
+    assert docs_section(fleet_throughput.SECTION) == fleet_throughput.tabulate(fleet_throughput.STORE, False)
+    assert docs_section(fleet_throughput.OWN_SECTION) == fleet_throughput.tabulate_own(write_docs=False)
+
+
+def docs_section(name: str) -> str:
     docs = fleet_throughput.DOCS.read_text()
-    section = docs.split("<!-- fleet-throughput:start -->\n", 1)[1].split("\n<!-- fleet-throughput:end -->", 1)[0]
-    assert section == fleet_throughput.tabulate(fleet_throughput.STORE, write_docs=False)
+    return docs.split(f"<!-- {name}:start -->\n", 1)[1].split(f"\n<!-- {name}:end -->", 1)[0]
 
 
 def test_more_tokens_per_step_and_fast_kernels_are_faster_per_gpu() -> None:
