@@ -21,6 +21,7 @@ from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.throughput import RunTimeEstimate, ThroughputPrediction, predict_throughput, run_time
 from ftbench.catalog import Catalog
 from ftbench.contracts.conditions import ConditionType
+from ftbench.contracts.network import Collective, NetworkInEffect
 from ftbench.contracts.prediction import MemoryPrediction
 
 BORDERLINE_FRACTION: Final = 0.10
@@ -104,6 +105,11 @@ class PredictionReport(ApiModel):
     run_time: RunTimeEstimate | None = Field(
         None, description="Training time and GPU-hours the stop settings imply at the predicted step time (estimate)."
     )
+    throughput_with_preflight: ThroughputPrediction | None = Field(
+        None,
+        description="The throughput prediction again with the inter-node bus bandwidth the run's network preflight "
+        "measured (multi-node runs with run.networkPreflight); throughputErrorPercent is against it when set.",
+    )
     measured_tokens_per_second: Annotated[float, Field(ge=0)] | None = Field(
         None, description="The run's steady tokens/s (status.results.steadyStateTokensPerSecond), once it succeeded."
     )
@@ -114,12 +120,23 @@ class PredictionReport(ApiModel):
     )
 
     def measured(
-        self, peak_bytes: int | None, *, oom: bool, tokens_per_second: float | None = None
+        self,
+        peak_bytes: int | None,
+        *,
+        oom: bool,
+        tokens_per_second: float | None = None,
+        network: NetworkInEffect | None = None,
     ) -> PredictionReport:
-        """This prediction beside what the run measured (accuracy is tracked on every run)."""
+        """This prediction beside what the run measured (accuracy is tracked on every run); `network`: the run's
+        preflight, whose allGather busbw replaces the fitted inter-node bandwidth."""
         update: dict[str, object] = {"measured_oom": oom}
-        if tokens_per_second and self.throughput is not None:
-            predicted = self.throughput.tokens_per_second_estimate
+        throughput = self.throughput
+        bus = all_gather_bus_bytes(network)
+        if throughput is not None and bus and throughput.inter_node_bytes_per_gpu > 0:
+            throughput = throughput.with_bus_bandwidth(bus)
+            update["throughput_with_preflight"] = throughput
+        if tokens_per_second and throughput is not None:
+            predicted = throughput.tokens_per_second_estimate
             update |= {
                 "measured_tokens_per_second": tokens_per_second,
                 "throughput_error_percent": round(100.0 * (predicted - tokens_per_second) / tokens_per_second, 1),
@@ -144,6 +161,16 @@ def prediction_report(
         throughput=throughput,
         run_time=run_time(spec, catalog, throughput) if throughput is not None else None,
     )
+
+
+def all_gather_bus_bytes(network: NetworkInEffect | None) -> float | None:
+    """The preflight's largest allGather busbw in bytes/s (FSDP's collective), None without a preflight. A result
+    trimmed to fit the termination message keeps only the peak over collectives, which stands in."""
+    if network is None:
+        return None
+    samples = [b.bus_bandwidth_gbps for b in network.bandwidth if b.collective == Collective.ALL_GATHER]
+    peak = max(samples) if samples else network.peak_bus_bandwidth_gbps
+    return peak * 1e9 if peak > 0 else None
 
 
 def status_predicted_percent(status: Mapping[str, Any]) -> float | None:

@@ -124,6 +124,31 @@ class ThroughputPrediction(ApiModel):
     dominant: Literal["compute", "overhead", "communication"] = Field(
         description="What takes most of the predicted step."
     )
+    inter_node_bytes_per_gpu: Annotated[float, Field(ge=0)] = Field(
+        0.0,
+        description="Bytes each GPU moves across nodes per optimizer step in the collectives (0 on one node): "
+        "divided by a measured bus bandwidth, the communication time.",
+    )
+
+    def with_bus_bandwidth(self, bytes_per_second: float) -> ThroughputPrediction:
+        """The same step with the inter-node communication at a measured bus bandwidth (the network
+        preflight's allGather busbw, nccl-tests' convention: bytes x (n - 1) / n per second)."""
+        if self.inter_node_bytes_per_gpu <= 0 or bytes_per_second <= 0:
+            return self
+        tokens = self.tokens_per_second_estimate * self.step_seconds_estimate
+        busy = self.compute_seconds + self.overhead_seconds
+        exposed = max(0.0, self.inter_node_bytes_per_gpu / bytes_per_second - busy)
+        step = busy + exposed
+        parts = {"compute": self.compute_seconds, "overhead": self.overhead_seconds, "communication": exposed}
+        return self.model_copy(update={
+            "tokens_per_second_estimate": tokens / step,
+            "tokens_per_gpu_per_second_estimate": self.tokens_per_gpu_per_second_estimate * self.step_seconds_estimate
+            / step,
+            "step_seconds_estimate": step,
+            "mfu_percent_estimate": self.mfu_percent_estimate * self.step_seconds_estimate / step,
+            "exposed_communication_seconds": exposed,
+            "dominant": max(parts, key=lambda k: parts[k]),
+        })  # fmt: skip
 
 
 def kind_of(counts: ParameterCounts) -> Kind:
@@ -205,6 +230,7 @@ class StepModel:
             overhead_seconds=t.overhead,
             exposed_communication_seconds=t.exposed,
             dominant=max(parts, key=lambda k: parts[k]),  # type: ignore[arg-type]
+            inter_node_bytes_per_gpu=self.inter_node_bytes,
         )
 
 

@@ -18,11 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ftbench.api.prediction import all_gather_bus_bytes
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.throughput import predict_throughput
 from ftbench.catalog import Catalog
 from ftbench.contracts.ado_names import ADO_COLUMNS, ado_rows
 from ftbench.contracts.export import EXPORT_COLUMNS, EXPORT_SCHEMA_VERSION
+from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.results import TrainerResult
 
 SCHEMA = """
@@ -106,7 +108,8 @@ class RunRecord:
 
     def throughput_error_percent(self, catalog: Catalog) -> float | None:
         """(predicted - measured steady tokens/s) / measured x 100 of the last result that measured it (the
-        prediction is pure arithmetic on the spec: ftbench.api.throughput)."""
+        prediction is pure arithmetic on the spec: ftbench.api.throughput; with the inter-node bus bandwidth
+        of the run's network preflight where it had one)."""
         try:
             spec = FineTuneExperimentSpec.model_validate(self.spec)
         except ValueError:
@@ -115,6 +118,10 @@ class RunRecord:
         for result in reversed(self.results):
             measured = (result.get("metrics") or {}).get("steadyStateTokensPerSecond")
             if predicted is not None and measured:
+                network = (result.get("environment") or {}).get("network")
+                bus = all_gather_bus_bytes(NetworkInEffect.model_validate(network) if network else None)
+                if bus:
+                    predicted = predicted.with_bus_bandwidth(bus)
                 return 100.0 * (predicted.tokens_per_second_estimate - measured) / measured
         return None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from ftbench.api.prediction import all_gather_bus_bytes
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.throughput import predict_throughput
 from ftbench.catalog import Catalog
@@ -38,25 +39,35 @@ def run_columns(m: Metrics | None) -> tuple[str, str, str]:
 THROUGHPUT_HEADERS = ("predicted tokens/s (estimate)", "tokens/s prediction error %")
 
 
-def throughput_columns(spec: FineTuneExperimentSpec | None, m: Metrics | None, catalog: Catalog) -> tuple[str, str]:
-    """The throughput predicted for the run's spec (pure arithmetic: ftbench.api.throughput) and its error
-    against the measured steady tokens/s; empty cells where there is no prediction (CPU ranks)."""
-    return throughput_cells(spec, m.steady_state_tokens_per_second if m is not None else None, catalog)
+def throughput_columns(spec: FineTuneExperimentSpec | None, run: RunMeasurement, catalog: Catalog) -> tuple[str, str]:
+    """The throughput predicted for the run's spec (pure arithmetic: ftbench.api.throughput; with its network
+    preflight's bus bandwidth where it had one) and its error against the measured steady tokens/s; empty
+    cells where there is no prediction (CPU ranks)."""
+    m = run.metrics
+    measured = m.steady_state_tokens_per_second if m is not None else None
+    return throughput_cells(spec, measured, catalog, all_gather_bus_bytes(run.network))
 
 
 def point_throughput_columns(
     spec: FineTuneExperimentSpec | None, runs: Sequence[RunMeasurement], point: int, catalog: Catalog
 ) -> tuple[str, str]:
-    """A sweep point's predicted tokens/s and its error against the mean steady tokens/s of its runs."""
-    steady = [r.metrics.steady_state_tokens_per_second for r in runs
-              if r.point == point and r.metrics is not None and r.metrics.steady_state_tokens_per_second]  # fmt: skip
-    return throughput_cells(spec, statistics.fmean(steady) if steady else None, catalog)
+    """A sweep point's predicted tokens/s (with its runs' mean preflight bus bandwidth where they had one) and
+    its error against the mean steady tokens/s of its runs."""
+    mine = [r for r in runs if r.point == point and r.metrics is not None and r.metrics.steady_state_tokens_per_second]
+    steady = [r.metrics.steady_state_tokens_per_second for r in mine if r.metrics is not None]
+    buses = [bus for r in mine if (bus := all_gather_bus_bytes(r.network))]
+    return throughput_cells(spec, statistics.fmean(steady) if steady else None, catalog,
+                            statistics.fmean(buses) if buses else None)  # fmt: skip
 
 
-def throughput_cells(spec: FineTuneExperimentSpec | None, measured: float | None, catalog: Catalog) -> tuple[str, str]:
+def throughput_cells(
+    spec: FineTuneExperimentSpec | None, measured: float | None, catalog: Catalog, bus: float | None = None
+) -> tuple[str, str]:
     predicted = predict_throughput(spec, catalog) if spec is not None else None
     if predicted is None:
         return ("", "")
+    if bus:
+        predicted = predicted.with_bus_bandwidth(bus)
     value = predicted.tokens_per_second_estimate
     error = f"{100.0 * (value - measured) / measured:+.1f}" if measured else ""
     return (f"{value:,.1f}", error)

@@ -125,9 +125,7 @@ def _runs_table(runs: Sequence[RunMeasurement]) -> Table:
     predicted = any(r.metrics is not None and r.metrics.predicted_peak_bytes is not None for r in runs)
     catalog = load_catalog()
     specs = [_spec(run) for run in runs]
-    throughput = [
-        prediction.throughput_columns(spec, run.metrics, catalog) for spec, run in zip(specs, runs, strict=True)
-    ]
+    throughput = [prediction.throughput_columns(spec, run, catalog) for spec, run in zip(specs, runs, strict=True)]
     rated = any(cells[0] for cells in throughput)
     rows = []
     for run, spec, rate in zip(runs, specs, throughput, strict=True):

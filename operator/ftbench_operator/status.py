@@ -322,7 +322,9 @@ class StatusBuilder:
         report = PredictionReport.model_validate(current)
         m = result.metrics
         peak = m.measured_tensor_peak_bytes if m is not None else None
-        return report.measured(peak, oom=oom, tokens_per_second=m.steady_state_tokens_per_second if m else None)
+        network = result.environment.network if result.environment is not None else None
+        tokens = m.steady_state_tokens_per_second if m else None
+        return report.measured(peak, oom=oom, tokens_per_second=tokens, network=network)
 
     def measurement(self, metrics: Metrics) -> None:
         """MeasurementClean from the noise flags (ftbench.stats.noise has the rules)."""

@@ -184,3 +184,40 @@ def test_a_reports_sweep_table_shows_each_points_predicted_throughput_beside_its
     value = predicted.tokens_per_second_estimate
     assert cells["predicted tokens/s (estimate)"] == f"{value:,.1f}"
     assert cells["tokens/s prediction error %"] == f"{100 * (value - 200) / 200:+.1f}"
+
+
+def test_a_runs_network_preflight_replaces_the_fitted_inter_node_bandwidth() -> None:
+    """Issue 46.1: a multi-node run with run.networkPreflight is held against the prediction at the allGather busbw
+    its preflight measured (status.prediction.throughputWithPreflight), not at the fitted bandwidth."""
+    from ftbench.api.prediction import PredictionReport
+    from ftbench.contracts.network import NetworkInEffect
+    from ftbench.contracts.prediction import MemoryPrediction
+
+    two_nodes = tp.predict_throughput(spec(numberGpus=16, numberNodes=2), CATALOG)
+    one_node = tp.predict_throughput(spec(), CATALOG)
+    assert two_nodes is not None and one_node is not None
+    assert two_nodes.inter_node_bytes_per_gpu > 0 == one_node.inter_node_bytes_per_gpu
+    assert one_node.with_bus_bandwidth(1e9) == one_node  # nothing crosses nodes
+    fast, slow = two_nodes.with_bus_bandwidth(1e12), two_nodes.with_bus_bandwidth(1e9)
+    assert fast.exposed_communication_seconds == 0 and fast.step_seconds_estimate < two_nodes.step_seconds_estimate
+    assert slow.dominant == "communication" and slow.step_seconds_estimate == pytest.approx(
+        two_nodes.inter_node_bytes_per_gpu / 1e9
+    )
+
+    def network(gbps: float) -> NetworkInEffect:
+        sample = {"collective": "allGather", "sizeBytes": 1 << 30, "seconds": 1.0, "algBandwidthGbps": gbps,
+                  "busBandwidthGbps": gbps}  # fmt: skip
+        return NetworkInEffect.model_validate({"backend": "nccl", "transport": "socket", "ranks": 16,
+                                               "warmupIterations": 1, "iterations": 5, "seconds": 3.0,
+                                               "bandwidth": [sample], "peakBusBandwidthGbps": gbps})  # fmt: skip
+
+    memory = MemoryPrediction.model_validate({"peakBytes": 1, "split": {"parametersBytes": 1, "gradientsBytes": 0,
+        "optimizerBytes": 0, "activationsBytes": 0}, "phase": "forward", "device": "cuda", "worldSize": 16,
+        "sharding": "FULL_SHARD", "tracedParameters": 1, "trainableParameters": 1, "seconds": 0.1})  # fmt: skip
+    report = PredictionReport(prediction=memory, throughput=two_nodes)
+    measured = slow.tokens_per_second_estimate
+    checked = report.measured(None, oom=False, tokens_per_second=measured, network=network(1.0))
+    assert checked.throughput_with_preflight == slow and checked.throughput_error_percent == 0.0
+    assert checked.throughput == two_nodes  # the prediction made before the run stays as it was
+    plain = report.measured(None, oom=False, tokens_per_second=measured)
+    assert plain.throughput_with_preflight is None and (plain.throughput_error_percent or 0) > 0
