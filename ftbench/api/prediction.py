@@ -179,6 +179,12 @@ def status_predicted_percent(status: Mapping[str, Any]) -> float | None:
     return float(value) if value is not None else None
 
 
+def status_predicted_fits(status: Mapping[str, Any]) -> bool | None:
+    """An experiment's `status.prediction.fit.fits` (None without a verdict)."""
+    value = ((status.get("prediction") or {}).get("fit") or {}).get("fits")
+    return bool(value) if value is not None else None
+
+
 def status_refused_for_predicted_oom(status: Mapping[str, Any]) -> bool:
     """The experiment ended Invalid because its prediction did not fit (oomPrecheck refuse)."""
     return status.get("phase") == "Invalid" and any(

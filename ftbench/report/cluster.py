@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftbench.api.network import status_network
-from ftbench.api.prediction import PREDICTED_OOM_REASON, status_predicted_percent, status_refused_for_predicted_oom
+from ftbench.api.prediction import (
+    PREDICTED_OOM_REASON,
+    status_predicted_fits,
+    status_predicted_percent,
+    status_refused_for_predicted_oom,
+)
 from ftbench.api.resource import API_VERSION, PLURAL, SWEEP_PLURAL
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import DeviceHours, FineTuneSweepSpec, PointRow
@@ -65,6 +70,7 @@ def run_state(obj: ObjView, point: int, repeat: int) -> RunState:
         metrics=_metrics(status),
         network=status_network(status),
         predicted_memory_percent=status_predicted_percent(status),
+        predicted_fits=status_predicted_fits(status),
     )
 
 

@@ -3,8 +3,10 @@
 Each valid point's run time comes from its spec's stop settings at the predicted step time
 (ftbench.api.throughput.run_time); the sweep's total sums them. Points without a prediction (CPU ranks,
 a GPU model or architecture ftbench cannot size) are counted apart, so the total never passes a partial
-sum off as the whole. Points predicted not to fit are not priced here: whether the sweep skips them is its
-OOM frontier's decision, made with the memory prediction while it runs.
+sum off as the whole. Points predicted not to fit are left out and counted apart, as far as the memory
+prediction has judged them: `ftbench predict SWEEP` predicts every point first; the operator leaves out the
+points its children's predictions (made as each starts) and the OOM frontier rule out, and counts the points
+not yet judged; `ftbench validate` has no memory prediction and prices every point, and the sentence says so.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ftbench.api.sweep import PointPhase, PointRow
 from ftbench.api.throughput import predict_throughput, run_time
 from ftbench.catalog import Catalog
 from ftbench.sweep.points import SweepPoint
+from ftbench.sweep.schedule import RunState
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class SweepCost:
     priced: int
     unpriced: int
     predicted_oom: int | None = None  # None: the memory prediction was not consulted
+    unverified: int = 0  # priced points the memory prediction has not judged yet
 
     def sentence(self) -> str:
         if not self.priced:
@@ -38,6 +43,8 @@ class SweepCost:
             line += "; points predicted not to fit are included (the memory prediction: ftbench predict SWEEP)"
         elif self.predicted_oom:
             line += f"; {self.predicted_oom} point(s) predicted not to fit are left out"
+        if self.predicted_oom is not None and self.unverified:
+            line += f"; {self.unverified} point(s) not yet predicted are included"
         return line
 
 
@@ -46,7 +53,7 @@ def sweep_cost(
 ) -> SweepCost:
     """`fits[point index]`: the memory prediction's verdict (False: predicted not to fit, not priced)."""
     gpu_hours = hours = 0.0
-    priced = unpriced = oom = 0
+    priced = unpriced = oom = unverified = 0
     for point in points:
         if point.spec is None or not point.valid:
             continue
@@ -61,4 +68,18 @@ def sweep_cost(
         gpu_hours += estimate.gpu_hours_estimate
         hours += estimate.seconds_estimate / 3600.0
         priced += 1
-    return SweepCost(gpu_hours, hours, priced, unpriced, None if fits is None else oom)
+        unverified += fits is not None and fits.get(point.index) is None
+    return SweepCost(gpu_hours, hours, priced, unpriced, None if fits is None else oom, unverified)
+
+
+def observed_fits(rows: Sequence[PointRow], runs: Sequence[RunState]) -> dict[int, bool | None]:
+    """What the sweep knows of its points' memory so far: a child's verdict (status.prediction.fit.fits, made
+    when it started; any repeat predicted not to fit decides), and the points the OOM frontier skipped."""
+    fits: dict[int, bool | None] = {}
+    for run in runs:
+        if run.predicted_fits is not None and fits.get(run.point) is not False:
+            fits[run.point] = run.predicted_fits
+    for row in rows:
+        if row.phase == PointPhase.SKIPPED:
+            fits[row.point] = False
+    return fits

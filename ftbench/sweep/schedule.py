@@ -54,6 +54,7 @@ class RunState:
     metrics: Metrics | None = None
     network: NetworkInEffect | None = None  # its network preflight (status.environment.network), for reports
     predicted_memory_percent: float | None = None  # status.prediction.fit.predictedPercent, for reports
+    predicted_fits: bool | None = None  # status.prediction.fit.fits, for the sweep's predicted GPU-hours
 
     @property
     def finished(self) -> bool:

@@ -221,3 +221,23 @@ def test_a_runs_network_preflight_replaces_the_fitted_inter_node_bandwidth() -> 
     assert checked.throughput == two_nodes  # the prediction made before the run stays as it was
     plain = report.measured(None, oom=False, tokens_per_second=measured)
     assert plain.throughput_with_preflight is None and (plain.throughput_error_percent or 0) > 0
+
+
+def test_the_operators_sweep_cost_leaves_out_points_ruled_out_as_they_are_judged() -> None:
+    """Issue 46.2: the sweep's predictedGpuHoursEstimate drops a point once a child's prediction says it does not fit
+    or the OOM frontier skips it, and says how many points are not judged yet."""
+    from ftbench.api.sweep import PointRow
+    from ftbench.sweep.cost import observed_fits
+    from ftbench.sweep.schedule import RunState
+
+    points = [SweepPoint(i, {"batchSize": b}, {}, spec(batchSize=b)) for i, b in enumerate((8, 16, 32, 64))]
+    rows = [PointRow(point=i, phase=phase) for i, phase in enumerate(("Succeeded", "Running", "Pending", "Skipped"))]
+    runs = [RunState("a", 0, 0, predicted_fits=True), RunState("b", 1, 0, predicted_fits=False),
+            RunState("c", 1, 1, predicted_fits=True)]  # fmt: skip
+    fits = observed_fits(rows, runs)
+    assert fits == {0: True, 1: False, 3: False}  # any repeat predicted not to fit decides
+    cost = sweep_cost(points, CATALOG, fits)
+    assert (cost.priced, cost.predicted_oom, cost.unverified) == (2, 2, 1)
+    assert "2 point(s) predicted not to fit are left out" in cost.sentence()
+    assert "1 point(s) not yet predicted are included" in cost.sentence()
+    assert "are included (the memory prediction" in sweep_cost(points, CATALOG).sentence()

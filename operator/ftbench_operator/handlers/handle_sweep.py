@@ -29,7 +29,7 @@ import kopf
 from pydantic import ValidationError
 
 from ftbench.api.network import status_network
-from ftbench.api.prediction import status_predicted_percent
+from ftbench.api.prediction import status_predicted_fits, status_predicted_percent
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import API_VERSION, KIND, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -40,7 +40,7 @@ from ftbench.contracts.labels import MANAGED_BY, SWEEP_LABEL, SWEEP_POINT_LABEL,
 from ftbench.contracts.outcomes import Phase
 from ftbench.contracts.results import Metrics
 from ftbench.render.names import sweep_child_name
-from ftbench.sweep.cost import sweep_cost
+from ftbench.sweep.cost import observed_fits, sweep_cost
 from ftbench.sweep.points import SweepPoint, expand, launch_wire
 from ftbench.sweep.schedule import NewRun, ReuseCandidate, RunState, SweepPlan, plan_sweep, reuse_key
 from ftbench.sweep.status import invalid_status, sweep_status
@@ -98,6 +98,7 @@ def run_state(body: Mapping[str, Any]) -> RunState | None:
         metrics=_metrics(child.status) if child.phase == Phase.SUCCEEDED else None,
         network=status_network(child.status),
         predicted_memory_percent=status_predicted_percent(child.status),
+        predicted_fits=status_predicted_fits(child.status),
     )
 
 
@@ -217,7 +218,7 @@ async def reconcile_sweep(ctx: OperatorContext, namespace: str, name: str) -> No
         others = await ctx.kube.list(EXPERIMENT_API_VERSION, KIND, namespace, "")
         reuse = reuse_candidates(expansion.points, others, profile, meta["uid"])
     plan = await _start_runs(ctx, sweep, spec, expansion.points, runs, reuse)
-    cost = sweep_cost(expansion.points, catalog_for(profile))
+    cost = sweep_cost(expansion.points, catalog_for(profile), observed_fits(plan.rows, runs))
     desired = sweep_status(plan, generation=generation, previous=previous, now=now, started=bool(runs),
                            accepted=(spec, accepted_generation), cost=cost)  # fmt: skip
     await _write(ctx, sweep, desired)
