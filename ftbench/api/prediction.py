@@ -17,6 +17,7 @@ from pydantic import Field
 from ftbench.api.api_model import ApiModel
 from ftbench.api.device_memory import DeviceMemory, device_memory
 from ftbench.api.profile import ClusterProfile
+from ftbench.api.rules_data import RowsThatTrain, rows_that_train
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.throughput import RunTimeEstimate, ThroughputPrediction, predict_throughput, run_time
 from ftbench.catalog import Catalog
@@ -97,6 +98,14 @@ class PredictionReport(ApiModel):
     measured_oom: bool | None = Field(
         None, description="The run ran out of GPU memory (true) or finished without (false); unset while it runs."
     )
+    rows_offered: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="Entries of the run's dataset (unset where the prompt lengths are not known before the run)."
+    )
+    rows_trained: Annotated[int, Field(ge=0)] | None = Field(
+        None,
+        description="Entries that keep a trained token at modelMaxLength, counted before the run with the model's "
+        "own tokenizer (the predictor's) or the catalog's table: exact, as status.results.rowsTrained counts them.",
+    )
     throughput: ThroughputPrediction | None = Field(
         None,
         description="Predicted steady throughput (an estimate, ftbench.api.throughput); unset on CPU ranks, for a "
@@ -155,12 +164,21 @@ def prediction_report(
     """The memory prediction with its verdict, the predicted throughput and the run time it implies: what
     `ftbench predict` prints and the operator writes to status.prediction (one composition for both)."""
     throughput = predict_throughput(spec, catalog)
+    rows = rows_of(prediction, spec, catalog)
     return PredictionReport(
-        prediction=prediction,
+        prediction=prediction.model_copy(update={"prompt_tokens": None}),  # the counts below say what status needs
         fit=memory_fit(prediction, spec.gpu_model, profile),
+        rows_offered=rows.offered if rows is not None else None,
+        rows_trained=rows.trained if rows is not None else None,
         throughput=throughput,
         run_time=run_time(spec, catalog, throughput) if throughput is not None else None,
     )
+
+
+def rows_of(prediction: MemoryPrediction, spec: FineTuneExperimentSpec, catalog: Catalog) -> RowsThatTrain | None:
+    """The rows that train at the spec's modelMaxLength: from the predictor's count under the model's tokenizer,
+    else the catalog's table (the generated tiny model), else None (the run counts them when it starts)."""
+    return rows_that_train(spec, catalog, prediction.prompt_lengths())
 
 
 def all_gather_bus_bytes(network: NetworkInEffect | None) -> float | None:

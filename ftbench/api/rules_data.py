@@ -10,7 +10,7 @@ A user-extended catalog may leave a fact unset: then that check is skipped, neve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ftbench.api import effective
@@ -66,16 +66,7 @@ def data_rules() -> Iterator[Rule]:
     )
     def rows_fill_a_step(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
         rows = rows_that_train(s, c)
-        needed = effective.global_batch_size(s)
-        if rows is None or rows.trained >= needed:
-            return None
-        longest = max(rows.lengths)
-        return (
-            f"{rows.trained} of the {rows.offered} entries of {s.dataset_id} keep a trained token at this length under "
-            f"{s.model}'s tokenizer (the others' prompts fill the length, so truncation "
-            f"cuts their response away), but one optimizer step takes batchSize x gradientAccumulationSteps = "
-            f"{needed}; use modelMaxLength {_fill(rows.lengths, needed)} or more (above {longest} every entry trains)"
-        )
+        return too_few_rows(s, rows) if rows is not None else None
 
     @family.rule("model.positions", "modelMaxLength", "modelMaxLength is within the model's max_position_embeddings")
     def within_positions(s: FineTuneExperimentSpec, c: Catalog) -> str | None:
@@ -112,9 +103,27 @@ class RowsThatTrain:
         )
 
 
-def rows_that_train(spec: FineTuneExperimentSpec, catalog: Catalog) -> RowsThatTrain | None:
-    """None where the catalog does not know the prompt lengths of the spec's model and dataset."""
-    lengths = catalog.prompt_lengths(spec.model, spec.dataset_id)
+def too_few_rows(spec: FineTuneExperimentSpec, rows: RowsThatTrain) -> str | None:
+    """Why the rows that train cannot fill one optimizer step, with the shortest length that does; None when they
+    can (rule data.rows-train; the operator's check of the predictor's count)."""
+    needed = effective.global_batch_size(spec)
+    if rows.trained >= needed:
+        return None
+    return (
+        f"{rows.trained} of the {rows.offered} entries of {spec.dataset_id} keep a trained token at this length under "
+        f"{spec.model}'s tokenizer (the others' prompts fill the length, so truncation "
+        f"cuts their response away), but one optimizer step takes batchSize x gradientAccumulationSteps = "
+        f"{needed}; use modelMaxLength {_fill(rows.lengths, needed)} or more (above {max(rows.lengths)} every entry "
+        "trains)"
+    )
+
+
+def rows_that_train(
+    spec: FineTuneExperimentSpec, catalog: Catalog, lengths: Mapping[int, int] | None = None
+) -> RowsThatTrain | None:
+    """From `lengths` (the predictor's count under the model's tokenizer) or the catalog's table; None where
+    neither knows the prompt lengths of the spec's model and dataset."""
+    lengths = dict(lengths) if lengths else catalog.prompt_lengths(spec.model, spec.dataset_id)
     if not lengths:
         return None
     trained = sum(n for tokens, n in lengths.items() if tokens < spec.model_max_length)
@@ -128,8 +137,10 @@ def describe_rows(spec: FineTuneExperimentSpec, catalog: Catalog) -> str:
         return f"{spec.dataset_id}: {rows.sentence(spec)}"
     return (
         f"{spec.dataset_id}: the entries that keep a trained token at modelMaxLength {spec.model_max_length} are "
-        f"counted when the run starts (status.results.rowsTrained; a run whose rows cannot fill one optimizer step "
-        f"stops there): ftbench has no prompt lengths for {spec.model}'s tokenizer"
+        f"counted before the run with {spec.model}'s own tokenizer where it is beside the model's config.json "
+        f"(`ftbench predict`, and the operator's predictor before it creates anything: status.prediction.rowsTrained, "
+        f"refused with reason TooFewTrainedRows where they cannot fill one optimizer step), and exactly when the run "
+        f"starts (status.results.rowsTrained)"
     )
 
 

@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 
-from ftbench.api.prediction import PredictionReport, memory_fit, prediction_report
+from ftbench.api.prediction import PredictionReport, memory_fit, prediction_report, rows_of
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import KIND, SWEEP_KIND
+from ftbench.api.rules_data import too_few_rows
 from ftbench.api.shapes import ShapeAnswer, answer, candidate_shapes
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
@@ -18,6 +19,7 @@ from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.predict_sweep import run_sweep
 from ftbench.cli.table import format_table
+from ftbench.contracts.prediction import MemoryPrediction
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.predict import prediction_plan, run_batch, run_predictor
 from ftbench.local.runner import LocalRunError, TrainerPython, trainer_profile, trainer_python
@@ -67,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     except (LocalRunError, PlanError) as err:
         raise UsageError(str(err)) from err
     report = prediction_report(prediction, spec, catalog, profile)
+    data = data_row(prediction, spec, catalog)
     if args.output == "json":
-        wire = report.to_wire()
+        wire = {**report.to_wire(), "data": data[1]}
         if shapes is not None:
             wire["shapes"] = {
                 "fewestGpus": shapes.fewest.spec.number_gpus if shapes.fewest else None,
@@ -78,8 +81,19 @@ def run(args: argparse.Namespace) -> int:
             }
         print(json.dumps(wire, indent=2))
         return 0
-    print(table(report, shapes))
+    print(table(report, shapes, data))
     return 0
+
+
+def data_row(prediction: MemoryPrediction, spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[str, str]:
+    """The rows that train at the spec's length (exact: the model's own tokenizer, or the catalog's table), and
+    the refusal the operator would give where they cannot fill one optimizer step."""
+    rows = rows_of(prediction, spec, catalog)
+    if rows is None:
+        why = next((n for n in prediction.notes if n.startswith("rows that train:")), "rows that train: not counted")
+        return ("data", f"{spec.dataset_id}: {why.removeprefix('rows that train: ')}")
+    refusal = too_few_rows(spec, rows)
+    return ("data", f"{spec.dataset_id}: {rows.sentence(spec)}" + (f". REFUSED: {refusal}" if refusal else ""))
 
 
 def smallest_shapes(
@@ -120,7 +134,7 @@ def throughput_rows(report: PredictionReport) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
-def table(report: PredictionReport, shapes: ShapeAnswer | None = None) -> str:
+def table(report: PredictionReport, shapes: ShapeAnswer | None = None, data: tuple[str, str] | None = None) -> str:
     p = report.prediction
     s = p.split
     rows: list[tuple[str, str]] = [
@@ -139,6 +153,7 @@ def table(report: PredictionReport, shapes: ShapeAnswer | None = None) -> str:
             else "no GPU memory to compare with (CPU, or GPU model not in the profile's gpuMemory)",
         ),
         *throughput_rows(report),
+        *([data] if data is not None else []),
         *(shapes.sentences() if shapes is not None else []),
         ("predicted in", f"{p.seconds:.1f} s"),
     ]

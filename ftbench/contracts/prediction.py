@@ -46,6 +46,14 @@ class MemorySplit(WireModel):
     )
 
 
+PROMPT_LENGTHS_LIMIT = 65536
+
+
+class PromptLength(WireModel):
+    tokens: Annotated[int, Field(ge=0)] = Field(description="Prompt tokens.")
+    entries: Annotated[int, Field(ge=1)] = Field(description="Dataset entries whose prompt has that many.")
+
+
 class MemoryPrediction(WireModel):
     """Peak memory of one rank (ranks differ only by the remainder of a shard), predicted."""
 
@@ -72,6 +80,17 @@ class MemoryPrediction(WireModel):
     trainable_parameters: Annotated[int, Field(ge=0)] = Field(description="Parameters that train (LoRA, prompt).")
     seconds: Annotated[float, Field(ge=0)] = Field(description="How long the prediction took.")
     notes: tuple[str, ...] = Field((), description="What the prediction assumed or could not model.")
+    prompt_tokens: Annotated[list[PromptLength], Field(max_length=PROMPT_LENGTHS_LIMIT)] | None = Field(
+        None,
+        description="How many entries of the run's dataset have each prompt length under the model's own tokenizer "
+        "(the text up to and including the response template): a row keeps a trained token exactly when its "
+        "prompt is shorter than modelMaxLength. Unset where the predictor has no tokenizer for the model (notes "
+        "say why).",
+    )
+
+    def prompt_lengths(self) -> dict[int, int] | None:
+        """prompt_tokens as {prompt tokens: entries}."""
+        return {p.tokens: p.entries for p in self.prompt_tokens} if self.prompt_tokens else None
 
     @property
     def total_bytes(self) -> int:

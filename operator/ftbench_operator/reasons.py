@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ftbench.api.prediction import PREDICTED_OOM_REASON
 from ftbench.contracts.outcomes import OUTCOMES
-from ftbench.contracts.results import Outcome
+from ftbench.contracts.results import REASON_TOO_FEW_TRAINED_ROWS, Outcome
 
 RESULTS_RECORDED = OUTCOMES[Outcome.SUCCEEDED].status_reason
 GPU_OOM = OUTCOMES[Outcome.GPU_OOM].status_reason
@@ -21,6 +21,8 @@ PREDICTED_TO_FIT = "PredictedToFit"
 PREDICTED_BORDERLINE = "PredictedBorderline"
 PREDICTOR_UNAVAILABLE = "PredictorUnavailable"
 NO_GPU_MEMORY = "NoGpuMemory"
+# The predictor counted the rows that train under the model's tokenizer: they cannot fill one optimizer step.
+TOO_FEW_TRAINED_ROWS = REASON_TOO_FEW_TRAINED_ROWS
 NOT_RUNNABLE = "NotRunnable"
 HOST_OOM_KILLED = "OOMKilled"
 EVICTED = "Evicted"

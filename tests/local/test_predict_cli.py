@@ -174,3 +174,28 @@ def test_a_sweep_is_predicted_point_by_point_and_filled_with_the_fewest_gpus(hom
     assert [(e["model"], e["numberGpus"]) for e in filled["spec"]["include"]] == [
         ("llama-7b", seven["fewestGpus"]), ("llama-13b", thirteen["fewestGpus"])]  # fmt: skip
     assert main(["validate", str(out_path), "--model-map", str(model_map)]) == 0
+
+
+def test_the_rows_that_train_are_counted_with_the_models_own_tokenizer(home, tmp_path, capsys):
+    """Issue 45.2 for a model whose tokenizer ftbench does not build: the predictor tokenizes the dataset's prompts
+    with the tokenizer beside the model's config.json (here llama3.2-1b mapped to a folder holding the tiny
+    model's, whose counts the catalog's generated table has), and states the rows that train at the spec's length,
+    or the refusal the operator gives before creating anything."""
+    from ftbench.catalog import load_catalog
+    from ftbench_trainer.tiny_model import build_tiny_model
+
+    folder = build_tiny_model(tmp_path / "tokenizer-model")
+    capsys.readouterr()  # what building it printed
+    model_map = tmp_path / "model-map.yaml"
+    model_map.write_text(yaml.safe_dump({"llama3.2-1b": {"Vanilla": str(folder)}}))
+    dataset = "news-chars-512-entries-4096"
+    lengths = load_catalog().prompt_lengths("ftbench-tiny-llama", dataset) or {}
+    fields = {"model": "llama3.2-1b", "numberGpus": 0, "gpuModel": None, "torchDtype": "float32",
+              "experiment": "finetune_lora_benchmark-v1.0.0", "datasetId": dataset}  # fmt: skip
+    spec = spec_file(tmp_path, "rows", modelMaxLength=256, batchSize=4, **fields)
+    out = predict(capsys, "predict", str(spec), "--model-map", str(model_map))
+    assert out["rowsOffered"] == 4096 and out["rowsTrained"] == sum(n for t, n in lengths.items() if t < 256)
+    assert "promptTokens" not in out["prediction"]  # the counts, not the histogram, go into status
+    short = spec_file(tmp_path, "short", modelMaxLength=min(lengths), batchSize=4, **fields)
+    out = predict(capsys, "predict", str(short), "--model-map", str(model_map))
+    assert out["rowsTrained"] == 0 and "REFUSED" in out["data"] and "use modelMaxLength" in out["data"]

@@ -92,8 +92,13 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
     install_crd(api, crd())
     core.create_namespace({"metadata": {"name": NS}})
     wait_for(lambda: core.read_namespaced_service_account("default", NS).secrets, 30, what="SA token")
+    from ftbench_trainer.tiny_model import build_tiny_model
+
+    # llama3.2-1b: a folder with a tokenizer (the tiny model's), so the predictor counts the rows that train
+    tokenizer_model = str(build_tiny_model(tmp_path / "with-tokenizer"))
     profile = {**TEST_PROFILE, "modelMap": {"llama-7b": str(seven_b_config(tmp_path / "llama-7b")),
-                                            "allam-1-13b": str(tmp_path / "no-such-model")}}  # fmt: skip
+                                            "allam-1-13b": str(tmp_path / "no-such-model"),
+                                            "llama3.2-1b": tokenizer_model}}  # fmt: skip
     operator = operator_process(
         own_cluster.kubeconfig, tmp_path, profile, env={"FTBENCH_OPERATOR_PREDICTOR_URL": predictor_url}
     ).start()
@@ -110,6 +115,9 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
         # No config.json at its path and no architecture in the catalog: nothing to trace.
         create("unknown", {**full_7b("NVIDIA-A100-SXM4-80GB"), "model": "allam-1-13b"})
         create("off", full_7b("NVIDIA-A100-SXM4-40GB", "off"))
+        # Issue 45.2: prompts of 218 tokens or more under its tokenizer; at modelMaxLength 200 none trains.
+        create("no-rows", {**full_7b("NVIDIA-A100-SXM4-80GB"), "model": "llama3.2-1b", "modelMaxLength": 200,
+                           "torchDtype": "bfloat16"})  # fmt: skip
 
         fits = kubelet.wait_phase("fits", "Pending")
         prediction = fits["status"]["prediction"]
@@ -141,7 +149,14 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
         assert "prediction" not in off["status"]
         assert all(c["type"] != "MemoryFits" for c in off["status"]["conditions"])
 
+        no_rows = kubelet.wait_phase("no-rows", "Invalid")
+        assert condition(no_rows, "Valid")["reason"] == "TooFewTrainedRows", no_rows["status"]
+        assert "spec.modelMaxLength: 0 of the 4096 entries" in no_rows["status"]["message"]
+        assert "use modelMaxLength" in no_rows["status"]["message"]
+        assert no_rows["status"]["prediction"]["rowsTrained"] == 0
+        assert fits["status"]["prediction"].get("rowsTrained") is None  # no tokenizer beside llama-7b's config
+
         jobs = {j.metadata.labels.get("ftbench.io/experiment") for j in batch.list_namespaced_job(NS).items}
-        assert "refused" not in jobs and {"fits", "warned", "unknown", "off"} <= jobs
+        assert not {"refused", "no-rows"} & jobs and {"fits", "warned", "unknown", "off"} <= jobs
     finally:
         operator.stop()

@@ -12,8 +12,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ftbench.api.prediction import MemoryFit, prediction_report
+from ftbench.api.prediction import MemoryFit, prediction_report, rows_of
 from ftbench.api.profile import ClusterProfile, catalog_for
+from ftbench.api.rules_data import too_few_rows
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
@@ -34,6 +35,7 @@ from ftbench_operator.reasons import (
     MISSING_DEPENDENCY,
     NOT_RUNNABLE,
     PREDICTED_OOM,
+    TOO_FEW_TRAINED_ROWS,
     WAITING_FOR_PREDECESSOR,
 )
 from ftbench_operator.writer import Announce, write_status
@@ -76,7 +78,10 @@ async def start_attempt(ctx: OperatorContext, experiment: ExperimentView, attemp
     # From here on the spec is accepted: a run that fails before it starts records it too, so a
     # retry (which runs status.acceptedSpec) runs this spec, never an edit made after it.
     builder.accept(report.spec, accepted_generation)
-    predicted, fit = await _predict(ctx, builder, report.spec, rendered, profile)
+    predicted, fit, too_few = await _predict(ctx, builder, report.spec, rendered, profile)
+    if too_few is not None:  # the trainer would stop before its first step: nothing is created
+        await _invalid(ctx, experiment, builder, TOO_FEW_TRAINED_ROWS, f"spec.modelMaxLength: {too_few}", predicted)
+        return
     if fit is not None and not fit.fits and report.spec.run.oom_precheck == OomPrecheck.REFUSE:
         refused = f"{fit.sentence()}; spec.run.oomPrecheck is refuse, so nothing was created (warn runs it anyway)"
         await _invalid(ctx, experiment, builder, PREDICTED_OOM, refused, predicted)
@@ -127,20 +132,23 @@ async def _predict(
     spec: FineTuneExperimentSpec,
     rendered: Rendered,
     profile: ClusterProfile,
-) -> tuple[status.Status, MemoryFit | None]:
-    """status.prediction and condition MemoryFits before anything is created; the verdict, if there is one."""
+) -> tuple[status.Status, MemoryFit | None, str | None]:
+    """status.prediction and condition MemoryFits before anything is created; the verdict, if there is one; and
+    why the rows that train cannot fill one optimizer step, where the predictor counted them."""
     if spec.run.oom_precheck == OomPrecheck.OFF:
-        return {}, None
+        return {}, None, None
     url = ctx.settings.predictor_url
     if not url:
-        return builder.predicted(None, "no predictor is configured (the chart's predictor.enabled)"), None
+        return builder.predicted(None, "no predictor is configured (the chart's predictor.enabled)"), None, None
     try:
         prediction = await predictor.predict(url, rendered.plan, ctx.settings.predictor_timeout_seconds)
     except predictor.PredictorUnavailable as err:
         log.warning("%s: no memory prediction: %s", rendered.plan.experiment_ref.name, err)
-        return builder.predicted(None, str(err)), None
-    report = prediction_report(prediction, spec, catalog_for(profile), profile)
-    return builder.predicted(report), report.fit
+        return builder.predicted(None, str(err)), None, None
+    catalog = catalog_for(profile)
+    report = prediction_report(prediction, spec, catalog, profile)
+    rows = rows_of(prediction, spec, catalog)
+    return builder.predicted(report), report.fit, too_few_rows(spec, rows) if rows is not None else None
 
 
 async def _not_created(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ftbench.contracts.plan import LaunchPlan
-from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+from ftbench.contracts.prediction import MemoryPrediction, MemorySplit, PromptLength
 from ftbench_trainer.measure.storage import Split
 from ftbench_trainer.predict.depth import trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
@@ -141,9 +141,13 @@ def untraceable(config: Any, exc: Exception) -> str:
     ).rstrip(": ")
 
 
-def predict(plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, int] | None = None) -> MemoryPrediction:
+def predict(
+    plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, int] | None = None, count_rows: bool = True
+) -> MemoryPrediction:
     """The plan's peak per device for its worst batch (every row at modelMaxLength), or for `batch`
-    (rows, padded length): the batch a run measured its peak at, to check the prediction against it."""
+    (rows, padded length): the batch a run measured its peak at, to check the prediction against it.
+    `count_rows`: also the dataset's prompt lengths under the model's tokenizer (before a run; a run that
+    already counted its rows passes False)."""
     started = time.perf_counter()
     config, origin = read_config(plan) if config is None else (config, "given by the caller")
     shape = step_shape(plan)
@@ -187,6 +191,7 @@ def predict(plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, in
         notes.append(
             "DataParallel: predicted for one device at the per-device batch; outputs gathered on GPU 0 not modelled"
         )
+    lengths = _prompt_lengths(plan, notes) if count_rows else None
     split = peak.split
     return MemoryPrediction(
         peak_bytes=peak.bytes,
@@ -206,7 +211,40 @@ def predict(plan: LaunchPlan, config: Any | None = None, *, batch: tuple[int, in
         trainable_parameters=peak.trace.trainable,
         seconds=round(time.perf_counter() - started, 3),
         notes=tuple(notes),
+        prompt_tokens=[PromptLength(tokens=t, entries=n) for t, n in lengths.items()] if lengths else None,
     )
+
+
+def _prompt_lengths(plan: LaunchPlan, notes: list[str]) -> dict[int, int] | None:
+    """The dataset's prompt lengths under the model's tokenizer, or None with a note saying why (never an error:
+    the run counts its rows when it starts)."""
+    from ftbench_trainer.measure.prompt_table import NotCounted
+
+    try:
+        lengths = _cached_lengths(plan)
+    except NotCounted as exc:
+        notes.append(f"rows that train: counted when the run starts ({exc})")
+        return None
+    except (OSError, ValueError, KeyError) as exc:  # a dataset file it cannot read: the run will say more
+        notes.append(f"rows that train: counted when the run starts ({type(exc).__name__}: {exc})")
+        return None
+    notes.append(
+        f"rows that train: {sum(lengths.values())} entries' prompts tokenized with {plan.model.name}'s tokenizer"
+    )
+    return lengths
+
+
+_LENGTHS: dict[tuple[str, bool, str, str], dict[int, int]] = {}
+
+
+def _cached_lengths(plan: LaunchPlan) -> dict[int, int]:
+    """One count per model and dataset in a process (a batch of shapes, the predictor service)."""
+    from ftbench_trainer.measure.prompt_table import plan_prompt_lengths
+
+    key = (plan.model.ref, plan.model.generated, plan.dataset.model_dump_json(), str(plan.data_dir))
+    if key not in _LENGTHS:
+        _LENGTHS[key] = plan_prompt_lengths(plan)
+    return _LENGTHS[key]
 
 
 def _gptq(split: Split, trace: Trace) -> Split:

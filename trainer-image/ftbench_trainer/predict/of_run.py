@@ -37,7 +37,7 @@ class RunPrediction:
             try:
                 from ftbench_trainer.predict.model import predict
 
-                self._predictions[batch] = predict(self.plan, batch=batch)
+                self._predictions[batch] = predict(self.plan, batch=batch, count_rows=False)
             except Exception as exc:  # the prediction is a check of the run, never its outcome
                 log.warning("memory prediction not made for this run: %s: %s", type(exc).__name__, exc)
         return self._predictions[batch]
