@@ -59,8 +59,10 @@ def plan_prompt_lengths(plan: LaunchPlan) -> dict[int, int]:
 
     from ftbench_trainer.inputs import resolve_model
 
+    if not plan.model.generated and not Path(plan.model.ref).is_dir():  # a hub id: nothing is fetched for this
+        raise NotCounted(f"no folder for {plan.model.name} at {plan.model.ref} (a hub id is not fetched)")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(plan))
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(plan), local_files_only=True)
     except (OSError, ValueError) as exc:
         raise NotCounted(f"no tokenizer for {plan.model.name} at {plan.model.ref} ({type(exc).__name__})") from exc
     return dict(sorted(Counter(prompt_tokens(tokenizer, text) for text in _texts(plan)).items()))
