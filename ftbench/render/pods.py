@@ -16,12 +16,14 @@ from ftbench.api.profile import ClusterProfile, Volume
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts import env as E
 from ftbench.contracts.kube import Obj
+from ftbench.contracts.labels import ATTEMPT_LABEL, EXPERIMENT_LABEL
 from ftbench.contracts.live_metrics import METRICS_PORT_NAME
 from ftbench.contracts.plan import PLAN_FILENAME, PLAN_MOUNT_DIR, LaunchPlan
 
 TRAINER_COMMAND = ("ftbench-trainer", "--plan", posixpath.join(PLAN_MOUNT_DIR, PLAN_FILENAME))
 TOPOLOGY_MOUNT_DIR = "/var/run/nvidia-topologyd"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"  # the well-known label every kubelet sets
 NCCL_DEBUG_ENV = {E.NCCL_DEBUG: "INFO", E.NCCL_DEBUG_SUBSYS: "INIT,BOOTSTRAP,ENV"}
 
 
@@ -165,7 +167,8 @@ def security(inputs: PodInputs) -> tuple[Obj, Obj]:
 
 
 def scheduling(inputs: PodInputs) -> Obj:
-    """Node selection on the GPU model, the profile's selectors and tolerations, priority."""
+    """Node selection on the GPU model, the profile's selectors and tolerations, priority; a multi-node run's pods
+    on distinct nodes."""
     profile, spec = inputs.profile, inputs.spec
     selector = dict(profile.node_selector)
     if effective.gpus_per_node(spec) > 0 and spec.gpu_model:
@@ -173,6 +176,8 @@ def scheduling(inputs: PodInputs) -> Obj:
     out: Obj = {}
     if selector:
         out["nodeSelector"] = selector
+    if spec.number_nodes > 1:
+        out["affinity"] = one_pod_per_node(inputs.labels)
     if profile.tolerations:
         out["tolerations"] = [t.to_wire() for t in profile.tolerations]
     if spec.run.priority_class_name:
@@ -182,6 +187,15 @@ def scheduling(inputs: PodInputs) -> Obj:
     if profile.images.pull_secrets:
         out["imagePullSecrets"] = [{"name": n} for n in profile.images.pull_secrets]
     return out
+
+
+def one_pod_per_node(labels: dict[str, str]) -> Obj:
+    """numberNodes N means N nodes: the attempt's pods repel each other per hostname. Without it a scheduler
+    may put two of them on one node that has room for both (2 x 4 GPUs on an 8-GPU node), and the run measures
+    NVLink where the spec asked for the network between nodes."""
+    attempt = {k: labels[k] for k in (EXPERIMENT_LABEL, ATTEMPT_LABEL) if k in labels}
+    term = {"labelSelector": {"matchLabels": attempt}, "topologyKey": HOSTNAME_TOPOLOGY}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
 def pod_metadata(inputs: PodInputs, slot: RuntimeSlot) -> Obj:

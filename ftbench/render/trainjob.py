@@ -61,7 +61,7 @@ def _pod_patch(inputs: PodInputs, slot: RuntimeSlot) -> Obj:
     sched = scheduling(inputs)
     spec: Obj = {
         key: sched[key]
-        for key in ("nodeSelector", "tolerations", "serviceAccountName", "imagePullSecrets")
+        for key in ("nodeSelector", "affinity", "tolerations", "serviceAccountName", "imagePullSecrets")
         if key in sched
     }
     spec |= {
