@@ -139,7 +139,6 @@ class ThroughputPrediction(ApiModel):
         busy = self.compute_seconds + self.overhead_seconds
         exposed = max(0.0, self.inter_node_bytes_per_gpu / bytes_per_second - busy)
         step = busy + exposed
-        parts = {"compute": self.compute_seconds, "overhead": self.overhead_seconds, "communication": exposed}
         return self.model_copy(update={
             "tokens_per_second_estimate": tokens / step,
             "tokens_per_gpu_per_second_estimate": self.tokens_per_gpu_per_second_estimate * self.step_seconds_estimate
@@ -147,8 +146,15 @@ class ThroughputPrediction(ApiModel):
             "step_seconds_estimate": step,
             "mfu_percent_estimate": self.mfu_percent_estimate * self.step_seconds_estimate / step,
             "exposed_communication_seconds": exposed,
-            "dominant": max(parts, key=lambda k: parts[k]),
+            "dominant": dominant(self.compute_seconds, self.overhead_seconds, exposed),
         })  # fmt: skip
+
+
+def dominant(compute: float, overhead: float, exposed: float) -> Literal["compute", "overhead", "communication"]:
+    """What takes most of a step."""
+    if exposed > max(compute, overhead):
+        return "communication"
+    return "overhead" if overhead > compute else "compute"
 
 
 def kind_of(counts: ParameterCounts) -> Kind:
@@ -220,7 +226,6 @@ class StepModel:
 
     def predict(self, gpus: int, constants: ThroughputConstants = FITTED) -> ThroughputPrediction:
         t = self.seconds(constants)
-        parts = {"compute": t.compute, "overhead": t.overhead, "communication": t.exposed}
         return ThroughputPrediction(
             tokens_per_second_estimate=self.step_tokens / t.step,
             tokens_per_gpu_per_second_estimate=self.step_tokens / t.step / gpus,
@@ -229,7 +234,7 @@ class StepModel:
             compute_seconds=t.compute,
             overhead_seconds=t.overhead,
             exposed_communication_seconds=t.exposed,
-            dominant=max(parts, key=lambda k: parts[k]),  # type: ignore[arg-type]
+            dominant=dominant(t.compute, t.overhead, t.exposed),
             inter_node_bytes_per_gpu=self.inter_node_bytes,
         )
 

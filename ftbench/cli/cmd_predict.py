@@ -19,7 +19,7 @@ from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
 from ftbench.cli.predict_sweep import run_sweep
 from ftbench.cli.table import format_table
-from ftbench.contracts.prediction import MemoryPrediction
+from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.predict import prediction_plan, run_batch, run_predictor
 from ftbench.local.runner import LocalRunError, TrainerPython, trainer_profile, trainer_python
@@ -90,8 +90,8 @@ def data_row(prediction: MemoryPrediction, spec: FineTuneExperimentSpec, catalog
     the refusal the operator would give where they cannot fill one optimizer step."""
     rows = rows_of(prediction, spec, catalog)
     if rows is None:
-        why = next((n for n in prediction.notes if n.startswith("rows that train:")), "rows that train: not counted")
-        return ("data", f"{spec.dataset_id}: {why.removeprefix('rows that train: ')}")
+        why = next((n for n in prediction.notes if n.startswith(ROWS_NOTE_PREFIX)), ROWS_NOTE_PREFIX + "not counted")
+        return ("data", f"{spec.dataset_id}: {why.removeprefix(ROWS_NOTE_PREFIX)}")
     refusal = too_few_rows(spec, rows)
     return ("data", f"{spec.dataset_id}: {rows.sentence(spec)}" + (f". REFUSED: {refusal}" if refusal else ""))
 

@@ -47,6 +47,8 @@ class MemorySplit(WireModel):
 
 
 PROMPT_LENGTHS_LIMIT = 65536
+# The note that says how the rows that train were (or why they were not) counted; `ftbench predict` shows it.
+ROWS_NOTE_PREFIX = "rows that train: "
 
 
 class PromptLength(WireModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ftbench.contracts.plan import LaunchPlan
-from ftbench.contracts.prediction import MemoryPrediction, MemorySplit, PromptLength
+from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction, MemorySplit, PromptLength
 from ftbench_trainer.measure.storage import Split
 from ftbench_trainer.predict.depth import trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
@@ -222,14 +222,12 @@ def _prompt_lengths(plan: LaunchPlan, notes: list[str]) -> dict[int, int] | None
 
     try:
         lengths = _cached_lengths(plan)
-    except NotCounted as exc:
-        notes.append(f"rows that train: counted when the run starts ({exc})")
-        return None
-    except (OSError, ValueError, KeyError) as exc:  # a dataset file it cannot read: the run will say more
-        notes.append(f"rows that train: counted when the run starts ({type(exc).__name__}: {exc})")
+    except (NotCounted, OSError, ValueError, KeyError) as exc:  # no tokenizer, or a file it cannot read
+        detail = str(exc) if isinstance(exc, NotCounted) else f"{type(exc).__name__}: {exc}"
+        notes.append(f"{ROWS_NOTE_PREFIX}counted when the run starts ({detail})")
         return None
     notes.append(
-        f"rows that train: {sum(lengths.values())} entries' prompts tokenized with {plan.model.name}'s tokenizer"
+        f"{ROWS_NOTE_PREFIX}{sum(lengths.values())} entries' prompts tokenized with {plan.model.name}'s tokenizer"
     )
     return lengths
 
