@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Provide etcd, kube-apiserver and kube-controller-manager v1.20.2 for the ftbench test control plane.
+# Provide etcd, kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2 for the ftbench test
+# control plane (the scheduler places the rig's pods on its nodes as on a cluster).
 #
 # Recipe: /work/shared/notes/kubernetes-control-plane.md (Debian bookworm). No kind/k3s/envtest
 # downloads are reachable on CI, so kube-apiserver and kube-controller-manager are built from
-# Debian's `kubernetes` source package (it vendors everything), with the vendored
+# Debian's `kubernetes` source package (it vendors everything; the three Kubernetes binaries), with the vendored
 # github.com/modern-go/reflect2 v1.0.1 replaced by v1.0.2 (v1.0.1 segfaults under Go >= 1.18 the
 # first time a custom resource is created). etcd 3.4 comes from the `etcd-server` package.
 #
 # Idempotent:
 #   - KUBEBUILDER_ASSETS set and holding kube-apiserver + etcd  -> nothing to do.
-#   - the cache already holds all three binaries                -> exit immediately.
+#   - the cache already holds all four binaries                 -> exit immediately;
+#     one missing (a cache from before the scheduler)           -> only that one is built.
 # Binaries end up in ${FTBENCH_CACHE:-$HOME/.cache/ftbench}/k8s-1.20.2/bin/ (etcd is copied there),
 # which ftbench_devcluster.ControlPlane searches after KUBEBUILDER_ASSETS.
 #
-# Runs as root on Debian bookworm, non-interactively. About 8 minutes on 2 cores.
+# Runs as root on Debian bookworm, non-interactively. About 10 minutes on 2 cores.
 set -euo pipefail
 
 K8S_VERSION=1.20.2
@@ -22,7 +24,8 @@ ORIG_TARBALL="kubernetes_1.20.5+really1.20.2.orig.tar.gz"
 CACHE_ROOT="${FTBENCH_CACHE:-$HOME/.cache/ftbench}"
 DEST="$CACHE_ROOT/k8s-$K8S_VERSION"
 BIN="$DEST/bin"
-BINARIES=(etcd kube-apiserver kube-controller-manager)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler)
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 
@@ -74,7 +77,9 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 mkdir -p "$BIN"
 install -m 0755 "$(command -v etcd || echo /usr/bin/etcd)" "$BIN/etcd"
 
-if have_all "$BIN" kube-apiserver kube-controller-manager; then
+MISSING=()
+for b in "${K8S_COMMANDS[@]}"; do [[ -x "$BIN/$b" ]] || MISSING+=("$b"); done
+if (( ${#MISSING[@]} == 0 )); then
   log "done: binaries in $BIN"
   echo "$BIN"
   exit 0
@@ -115,11 +120,13 @@ export GOPATH="$SRC/.go" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-}"
 export GOCACHE="${GOCACHE:-$CACHE_ROOT/go-build-cache}"
 mkdir -p .go/src/k8s.io
 [[ -e .go/src/k8s.io/kubernetes ]] || ln -s ../../.. .go/src/k8s.io/kubernetes
-log "building kube-apiserver and kube-controller-manager (takes ~8 minutes on 2 cores)"
+WHAT=""
+for b in "${MISSING[@]}"; do WHAT+=" cmd/$b"; done
+log "building${WHAT} (all three take ~10 minutes on 2 cores)"
 start=$SECONDS
-make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >&2
+make WHAT="${WHAT# }" >&2
 log "go build took $((SECONDS - start)) s"
-install -m 0755 _output/bin/kube-apiserver _output/bin/kube-controller-manager "$BIN/"
+for b in "${MISSING[@]}"; do install -m 0755 "_output/bin/$b" "$BIN/"; done
 
 # The source tree and Go build cache are ~GBs; the binaries are all we need.
 cd "$DEST"

@@ -4,7 +4,9 @@ Why a real control plane and not a fake: the operator's behaviour depends on API
 (defaulting, status subresources, RBAC, owner references and garbage collection, the Job
 controller). etcd + kube-apiserver + kube-controller-manager give exactly that, without Docker,
 a scheduler or a kubelet. Pods therefore stay Pending; tests play the kubelet by writing the Pod
-status subresource, and the Job controller reacts as on a real cluster.
+status subresource, and the Job controller reacts as on a real cluster. Where pods should be
+placed as on a cluster (the end-to-end rig's nodes), `ControlPlane.start_scheduler` adds the real
+kube-scheduler for pods that name it (``spec.schedulerName``), so the other tests' pods still wait.
 
 Everything here is stdlib (the core package must import with pydantic + pyyaml only); certificates
 and keys are made with the ``openssl`` CLI.
@@ -94,6 +96,35 @@ DNS:kubernetes.default.svc
 """
 
 
+def _minor_of(binary: Path) -> int:
+    """Minor version of a binary; flags removed in 1.23/1.24 are passed only to older ones, so newer
+    binaries from KUBEBUILDER_ASSETS work too."""
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"v1\.(\d+)\.", out)
+    return int(match.group(1)) if match else 0
+
+
+def scheduler_config(scheduler_name: str, kubeconfig: Path) -> dict[str, Any]:
+    """KubeSchedulerConfiguration (v1beta1, what 1.20 reads) with one profile, `scheduler_name`, and no leader
+    election. JSON is YAML, so the file needs no YAML writer."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": scheduler_name}],
+    }
+
+
+def _healthy(url: str) -> bool:
+    """A component's /healthz on its self-signed serving certificate (only whether it answers ok)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+        return bool(resp.read().strip() == b"ok")
+
+
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager as child processes, on free loopback ports.
 
@@ -151,6 +182,34 @@ class ControlPlane:
             self.stop()
             raise
         return self
+
+    def start_scheduler(self, scheduler_name: str, binary: str | os.PathLike[str] | None = None) -> str:
+        """Start kube-scheduler for the pods whose ``spec.schedulerName`` is `scheduler_name`; returns its process
+        key (`stop_process`). Its own name keeps it off pods that tests bind or leave Pending themselves (they name
+        the default-scheduler), and a leader election would only slow its start on a control plane of one."""
+        key = f"kube-scheduler-{scheduler_name}"
+        path = Path(binary) if binary is not None else find_binaries(("kube-scheduler",))["kube-scheduler"]
+        config = self.workdir / f"{key}.json"
+        config.write_text(json.dumps(scheduler_config(scheduler_name, self.kubeconfig), indent=2) + "\n")
+        port = free_port()
+        self._spawn(
+            key,
+            [
+                str(path),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / key}",
+                *(["--port=0"] if _minor_of(path) < 23 else []),
+            ],
+        )
+        self._wait(key, lambda: _healthy(f"https://127.0.0.1:{port}/healthz"), self.ready_timeout)
+        return key
+
+    def stop_process(self, key: str, timeout: float = 10.0) -> None:
+        """Stop one process this plane started (a scheduler that served one test package)."""
+        if (proc := self.processes.pop(key, None)) is not None:
+            self._terminate(proc, timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM each process group (reverse start order), SIGKILL what is left after ``timeout``."""
@@ -263,13 +322,7 @@ class ControlPlane:
         self._wait("kube-controller-manager", self._default_sa_exists, self.ready_timeout)
 
     def _minor(self, name: str) -> int:
-        """Minor version of a binary; flags removed in 1.24 are passed only to older ones, so newer
-        binaries from KUBEBUILDER_ASSETS work too."""
-        out = subprocess.run(
-            [str(self.binaries[name]), "--version"], capture_output=True, text=True, check=False
-        ).stdout
-        match = re.search(r"v1\.(\d+)\.", out)
-        return int(match.group(1)) if match else 0
+        return _minor_of(self.binaries[name])
 
     def _openssl(self, *args: str) -> None:
         res = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
