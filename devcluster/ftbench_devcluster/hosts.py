@@ -4,9 +4,9 @@ There is no cluster DNS on one machine, but the names the rendered pods use are 
 once the pods have addresses: the headless-Service pod names (``<hostname>.<subdomain>``, with
 or without ``.<namespace>.svc[.cluster.local]``) that the Indexed Job rendering uses for rank 0,
 the Service names the training operator creates for PyTorchJob pods (``<job>-master-0``), and
-plain pod names. The kubelet writes all of them for every pod of a namespace into every pod's
-hosts file (bind-mounted at ``/etc/hosts`` inside the pod) and rewrites the files when pods or
-Services change.
+plain pod names. The kubelet writes all of them for every pod of a namespace (its own, and those
+the API server reports running on the cluster's other nodes) into every pod's hosts file
+(bind-mounted at ``/etc/hosts`` inside the pod) and rewrites the files when pods or Services change.
 """
 
 from __future__ import annotations
@@ -56,6 +56,20 @@ def pod_hostname(pod: Mapping[str, object]) -> str:
     if index is not None and job and spec.get("subdomain"):
         return f"{job}-{index}"[:63]
     return str(meta.get("name", ""))[:63].rstrip("-.")
+
+
+def api_pod_address(pod: Mapping[str, Any]) -> PodAddress | None:
+    """A running pod of another node as the API server reports it (its podIP), None before it has one or after
+    it ended: the names cluster DNS would serve for it."""
+    meta: dict[str, Any] = pod.get("metadata") or {}
+    spec: dict[str, Any] = pod.get("spec") or {}
+    status: dict[str, Any] = pod.get("status") or {}
+    if not status.get("podIP") or status.get("phase") in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
+        return None
+    return PodAddress(
+        meta["name"], meta["namespace"], status["podIP"], pod_hostname(pod), spec.get("subdomain", ""),
+        dict(meta.get("labels") or {}),
+    )  # fmt: skip
 
 
 def pod_names(pod: PodAddress) -> list[str]:

@@ -59,12 +59,16 @@ def node_labels(name: str, extra: Mapping[str, str], machine: str) -> dict[str, 
     }
 
 
-def node_status(name: str, *, cpus: int, memory: int, gpus: int, kernel: str, machine: str) -> Obj:
-    """Capacity (= allocatable), addresses and node info; ``memory`` in KiB."""
+def node_status(
+    name: str, *, cpus: int, memory: int, gpus: int, kernel: str, machine: str, extra: Mapping[str, str] | None = None
+) -> Obj:
+    """Capacity (= allocatable), addresses and node info; ``memory`` in KiB; ``extra``: quantities that win
+    (extended resources a device plugin would advertise, the larger cpu and memory of the node it stands for)."""
     resources = {"cpu": str(cpus), "memory": f"{memory}Ki", "pods": "110", GPU_RESOURCE: str(gpus)}
+    resources |= dict(extra or {})
     return {
         "capacity": resources,
-        "allocatable": resources,
+        "allocatable": dict(resources),
         "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": name}],
         "nodeInfo": {
             "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": kernel,
@@ -112,25 +116,52 @@ def lease_spec(name: str, renew_time: str) -> Obj:
 class Node:
     """Registers the Node object and keeps it Ready."""
 
-    def __init__(self, rest: Rest, name: str, labels: Mapping[str, str], gpus: int) -> None:
+    def __init__(
+        self,
+        rest: Rest,
+        name: str,
+        labels: Mapping[str, str],
+        gpus: int,
+        *,
+        resources: Mapping[str, str] | None = None,
+        taints: list[Obj] | None = None,
+    ) -> None:
         self.rest = rest
         self.name = name
         self.extra_labels = dict(labels)
         self.gpus = gpus
+        self.resources = dict(resources or {})
+        self.taints = list(taints or [])
         self.labels = node_labels(name, self.extra_labels, platform.machine())
 
     def register(self) -> None:
-        """Create the Node (or refresh its labels), post its status, then the first heartbeat."""
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": self.labels}}
-        if self.rest.call("POST", "/api/v1/nodes", body, missing_ok=True) is None:  # exists: refresh labels
-            self.rest.call("PATCH", f"/api/v1/nodes/{self.name}", {"metadata": {"labels": self.labels}}, patch=True)
+        """Create the Node (or refresh its labels and taints), post its status, then the first heartbeat."""
+        spec = {"taints": self.taints or None}  # None clears the taints a previous registration set
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": self.labels},
+            "spec": spec,
+        }
+        if self.rest.call("POST", "/api/v1/nodes", body, missing_ok=True) is None:  # exists: refresh
+            self.rest.call(
+                "PATCH", f"/api/v1/nodes/{self.name}", {"metadata": {"labels": self.labels}, "spec": spec}, patch=True
+            )
         status = node_status(
             self.name, cpus=os.cpu_count() or 1, memory=memory_kib(), gpus=self.gpus, kernel=platform.release(),
-            machine=platform.machine(),
+            machine=platform.machine(), extra=self.resources,
         )  # fmt: skip
+        # A resource an earlier registration advertised and this one does not (a device plugin gone) is removed:
+        # a merge patch keeps the keys it does not name.
+        before = (self.rest.call("GET", f"/api/v1/nodes/{self.name}") or {}).get("status") or {}
+        for key in ("capacity", "allocatable"):
+            status[key] |= {k: None for k in before.get(key) or {} if k not in status[key]}
         self.rest.call("PATCH", f"/api/v1/nodes/{self.name}/status", {"status": status}, patch=True)
         self.heartbeat()
-        log.info("node %s registered (%s GPUs, labels %s)", self.name, self.gpus, self.extra_labels)
+        log.info(
+            "node %s registered (%s GPUs, labels %s, resources %s, taints %s)",
+            self.name, self.gpus, self.extra_labels, self.resources, self.taints,
+        )  # fmt: skip
 
     def heartbeat(self) -> None:
         """Renew the Ready condition and the Lease (created if missing)."""

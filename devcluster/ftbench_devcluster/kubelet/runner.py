@@ -56,16 +56,23 @@ class LocalKubelet:
         interval: float = 0.5,
         isolate: bool = True,
         images: bool = False,
+        resources: dict[str, str] | None = None,
+        taints: list[Obj] | None = None,
+        bind: bool = True,
+        pvc_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        """`bind`: place the pending pods that fit this node (a one-node cluster without a scheduler); False
+        leaves that to kube-scheduler. `pvc_dir`: claims' directories, shared by the nodes of one cluster."""
         self.rest = rest
         self.objects = ApiObjects(rest)
         self.node_name = node_name
         self.state_dir = Path(state_dir).resolve()
         self.pods_dir = self.state_dir / "pods"
-        self.pvc_dir = self.state_dir / "pvc"
+        self.pvc_dir = Path(pvc_dir).resolve() if pvc_dir else self.state_dir / "pvc"
         self.bin_dir = str(bin_dir) if bin_dir else str(Path(sys.executable).parent)
         self.gpus = machine_gpu_count() if gpus is None else gpus
-        self.node = Node(rest, node_name, labels or {}, self.gpus)
+        self.bind = bind
+        self.node = Node(rest, node_name, labels or {}, self.gpus, resources=resources, taints=taints)
         self.pass_env = pass_env
         self.namespace_labels = dict(namespace_labels or {})
         self.interval = interval
@@ -139,7 +146,8 @@ class LocalKubelet:
             if not node and served is not None and pod["metadata"]["namespace"] not in served:
                 continue
             if not node:
-                self.maybe_bind(pod)
+                if self.bind:
+                    self.maybe_bind(pod)
             elif node == self.node_name:
                 mine.add(pod["metadata"]["uid"])
                 self.sync_pod(pod)
@@ -312,9 +320,17 @@ class LocalKubelet:
         for ns in sorted({r.namespace for r in active if only in (None, r.namespace)}):
             listed = self.rest.call("GET", f"/api/v1/namespaces/{ns}/services", missing_ok=True) or {}
             in_ns = [r for r in active if r.namespace == ns]
-            content = H.hosts_content([r.address for r in in_ns], listed.get("items", []))
+            content = H.hosts_content([r.address for r in in_ns] + self._elsewhere(ns), listed.get("items", []))
             for r in in_ns:
                 H.write_in_place(r.dir / "hosts", content)
+
+    def _elsewhere(self, namespace: str) -> list[H.PodAddress]:
+        """The namespace's running pods on the cluster's other nodes (a multi-node run's other ranks)."""
+        listed = self.rest.call("GET", f"/api/v1/namespaces/{namespace}/pods", missing_ok=True) or {}
+        other = [
+            p for p in listed.get("items", []) if (p.get("spec") or {}).get("nodeName") not in (None, self.node_name)
+        ]
+        return [a for p in other if (a := H.api_pod_address(p)) is not None]
 
     # -- deletion --------------------------------------------------------------------------------
 
