@@ -278,6 +278,13 @@ class ClusterProfile(ApiModel):
         default_factory=dict, description="Extra node selector for training pods."
     )
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for training pods.")
+    scheduler_name: DnsSubdomain | None = Field(
+        None,
+        description="schedulerName of training pods: a second scheduler that places them (Volcano, scheduler-plugins' "
+        "coscheduling, the ftbench test rig's kube-scheduler). Unset: the cluster's default-scheduler. A TrainJob "
+        "cannot patch it (set it in the ClusterTrainingRuntime's pod template): a profile that sets it refuses the "
+        "TrainJob runtime.",
+    )
     default_memory: Quantity = Field("64Gi", description="Memory request/limit when spec.run.memory is unset.")
     cpu_per_gpu: Annotated[int, Field(ge=1)] = Field(2, description="CPU cores per GPU (seed 001: 2, min 2).")
     min_cpu: Annotated[int, Field(ge=1)] = Field(2, description="Minimum CPU cores per pod.")

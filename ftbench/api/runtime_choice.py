@@ -36,7 +36,8 @@ def preferred_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: C
 
     auto: Job for one node; for several, Kubeflow Trainer v2 (TrainJob) where its CRDs and the
     profile's ClusterTrainingRuntime exist, since Kueue queues TrainJobs but is dropping
-    PyTorchJob; else the v1 training operator (PyTorchJob); else an Indexed Job. Several trials
+    PyTorchJob (not where the profile names a schedulerName, which a TrainJob cannot patch); else the v1
+    training operator (PyTorchJob); else an Indexed Job. Several trials
     (the stability experiment) run as an Indexed Job of sequential pods.
     """
     if spec.run.runtime != Runtime.AUTO:
@@ -48,7 +49,7 @@ def preferred_runtime(spec: FineTuneExperimentSpec, catalog: Catalog, profile: C
         return RuntimeChoice(Runtime.JOB, "auto: one node")
     if spec.number_nodes == 1 and spec.target_precision_percent and effective.is_repeated(spec, catalog):
         return RuntimeChoice(Runtime.JOB, "auto: repeats that may stop at targetPrecisionPercent run one Job each")
-    if spec.number_nodes > 1 and features.trainer_v2:
+    if spec.number_nodes > 1 and features.trainer_v2 and not profile.scheduler_name:
         runtime = profile.train_job.runtime_name
         return RuntimeChoice(
             Runtime.TRAIN_JOB, f"auto: Kubeflow Trainer v2 and ClusterTrainingRuntime {runtime} are installed"
@@ -155,6 +156,12 @@ def pytorch_job_refusal(c: Carry) -> str | None:
 
 
 def train_job_refusal(c: Carry) -> str | None:
+    if c.profile.scheduler_name:
+        return (
+            f"{c.chosen}, but the cluster profile's schedulerName {c.profile.scheduler_name} cannot be patched into a "
+            "TrainJob's pods (Trainer v2 runtime patches have no schedulerName); set it in the ClusterTrainingRuntime's "
+            "pod template and leave the profile's unset, or choose spec.run.runtime IndexedJob or PyTorchJob"
+        )
     if not c.spec.run.priority_class_name:
         return None
     return (

@@ -167,8 +167,8 @@ def security(inputs: PodInputs) -> tuple[Obj, Obj]:
 
 
 def scheduling(inputs: PodInputs) -> Obj:
-    """Node selection on the GPU model, the profile's selectors and tolerations, priority; a multi-node run's pods
-    on distinct nodes."""
+    """Node selection on the GPU model, the profile's selectors, tolerations and scheduler, priority; a multi-node
+    run's pods on distinct nodes."""
     profile, spec = inputs.profile, inputs.spec
     selector = dict(profile.node_selector)
     if effective.gpus_per_node(spec) > 0 and spec.gpu_model:
@@ -180,6 +180,8 @@ def scheduling(inputs: PodInputs) -> Obj:
         out["affinity"] = one_pod_per_node(inputs.labels)
     if profile.tolerations:
         out["tolerations"] = [t.to_wire() for t in profile.tolerations]
+    if profile.scheduler_name:
+        out["schedulerName"] = profile.scheduler_name
     if spec.run.priority_class_name:
         out["priorityClassName"] = spec.run.priority_class_name
     if inputs.service_account:
