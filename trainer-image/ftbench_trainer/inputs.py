@@ -12,12 +12,13 @@ from ftbench.contracts.plan import LaunchPlan
 
 
 def resolve_model(plan: LaunchPlan) -> str:
-    """plan.model.ref as a local path or hub id; builds the tiny model there when `generated`."""
+    """plan.model.ref as a local path or hub id; for the `generated` tiny model, where it is built for this
+    stack (plan.model.ref, or a writable cache when that is read-only and holds another transformers major's)."""
     if plan.model.generated:
-        from ftbench_trainer.tiny_model import build_tiny_model
+        from ftbench_trainer.tiny_model import tiny_model_for_this_stack
 
-        build_tiny_model(plan.model.ref)
-    elif plan.model.ref.startswith("/") and not Path(plan.model.ref).exists():
+        return str(tiny_model_for_this_stack(plan.model.ref))
+    if plan.model.ref.startswith("/") and not Path(plan.model.ref).exists():
         # Otherwise from_pretrained reads the path as a hub id and says "Repo id must be in the form ...".
         raise FileNotFoundError(
             f"weights of model {plan.model.name} not found at {plan.model.ref}: put them on the models volume "

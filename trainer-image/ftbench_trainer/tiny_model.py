@@ -24,6 +24,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from ftbench.contracts import env as E
+
 MARKER = ".ftbench-tiny-model.json"
 TINY_MODEL_VERSION = 1
 SPECIAL_TOKENS = ["<s>", "</s>", "<unk>", "<pad>"]
@@ -171,6 +173,22 @@ def build_tiny_model(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def tiny_model_for_this_stack(path: str | os.PathLike) -> Path:
+    """The tiny model at ``path`` when it is built for this transformers major or can be (re)built there; else
+    one built under ``$HF_HOME`` (or the temporary directory): a cluster mounts the models volume read-only,
+    and the model an admin seeded there with one transformers major does not load in the other's image."""
+    import transformers
+
+    path = Path(path)
+    if _is_built(path, _params(0, DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE)):
+        return path
+    if os.access(path if path.exists() else path.parent, os.W_OK):
+        return build_tiny_model(path)
+    major = transformers.__version__.split(".")[0]
+    elsewhere = Path(os.environ.get(E.HF_HOME) or tempfile.gettempdir()) / "ftbench-tiny-models"
+    return build_tiny_model(elsewhere / f"{path.name}-transformers{major}")
 
 
 def main(argv: list[str] | None = None) -> int:
