@@ -1,6 +1,6 @@
-"""Fixtures of the end-to-end tests: one cluster (kubelet + operator) for the package.
+"""Fixtures of the end-to-end tests: one cluster (scheduler, two nodes' kubelets, operator) for the package.
 
-See e2e_kit for why the components are started once and how the kubelet is kept to these tests.
+See e2e_kit for why the components are started once and how the scheduler is kept to these tests.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ _UP: list[Cluster] = []
 
 @pytest.fixture(scope="package")
 def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """The CRDs, the seeded tiny model, the local kubelet and the operator, up for the package.
+    """The CRDs, the seeded tiny model, the scheduler, the nodes' kubelets and the operator, up for the package.
 
-    The kubelet runs the pods in their images (the ones the chart and the cluster profile name)
+    The kubelets run the pods in their images (the ones the chart and the cluster profile name)
     when they can be built here (`image_mode`), else as host processes.
 
     The PyTorchJob CRD goes in before the operator starts, so that kopf watches PyTorchJobs from
@@ -39,11 +39,10 @@ def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPath
     if PYTORCHJOB_CRD_FILE.exists():
         install_crd(kube_api, yaml.safe_load(PYTORCHJOB_CRD_FILE.read_text()))
     cluster = Cluster(control_plane, kube_api, tmp_path_factory.mktemp("e2e"), images=image_mode())
-    if seed_models(cluster.kubelet_dir / "pvc") is None:
+    if seed_models(cluster.pvc_dir) is None:
         pytest.skip("the trainer extra (ftbench_trainer, torch) is not installed")
     try:
-        cluster.kubelet.start()
-        cluster.operator.start()
+        cluster.start()
         _UP.append(cluster)
         yield cluster
     finally:
@@ -53,9 +52,9 @@ def cluster(control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPath
 
 
 def machine_state(cluster: Cluster) -> str:
-    """What a timeout alone does not say: whether the operator, the kubelet and the control plane were
+    """What a timeout alone does not say: whether the operator, the kubelets and the control plane were
     still up, and how loaded and full the machine was (CI's timeouts could not be told apart otherwise)."""
-    lines = [f"{c.name}: {c.state()}" for c in (cluster.operator, cluster.kubelet)]
+    lines = [f"{c.name}: {c.state()}" for c in (cluster.operator, cluster.kubelets)]
     for name, proc in cluster.control_plane.processes.items():
         code = proc.poll()
         lines.append(f"{name}: " + ("running" if code is None else f"exited with {code}"))
@@ -80,7 +79,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.fixture
 def ns(cluster: Cluster, namespace: str) -> str:
-    """A fresh namespace served by the package's kubelet, where the trainer may report progress; the
+    """A fresh namespace served by the package's cluster, where the trainer may report progress; the
     cluster opened again first when an earlier e2e file's teardown closed it (CI lost three tests to a
     closed cluster: their experiments were never seen)."""
     if cluster.closed:
@@ -91,14 +90,14 @@ def ns(cluster: Cluster, namespace: str) -> str:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """On failure, attach the operator's and the kubelet's log tails, and the pods' logs."""
+    """On failure, attach the operator's and the kubelets' log tails, and the pods' logs."""
     outcome = yield
     report = outcome.get_result()
     cluster = getattr(item, "funcargs", {}).get("cluster")
     if report.failed and isinstance(cluster, Cluster):
         report.sections.append(("processes and machine", machine_state(cluster)))
         report.sections.append(("operator log (tail)", cluster.operator.log()[-6000:]))
-        report.sections.append(("kubelet log (tail)", cluster.kubelet.log()[-4000:]))
+        report.sections.append(("kubelet logs (tails)", cluster.kubelets.log()))
         namespace = item.funcargs.get("ns")
         if namespace:
             for pod in cluster.pods(namespace, selector=""):

@@ -1,18 +1,24 @@
-"""The end-to-end tests' cluster: control plane, local kubelet, real operator (fixtures in conftest).
+"""The end-to-end tests' cluster: control plane, scheduler, two nodes, real operator (fixtures in conftest).
 
-Everything is real except the container image: the operator (``python -m ftbench_operator``) and
-the local kubelet (``python -m ftbench_devcluster.kubelet``) run as subprocesses against the
-session's 1.20 control plane, and the kubelet runs the rendered pods' ``ftbench-trainer`` on the
-CPU with the tiny model. Both processes start once for the whole package (starting them and
-seeding the model costs more than most tests), and the restart test kills and restarts them in
-place, so they are objects with ``start``/``kill`` rather than plain fixtures.
+Everything is real except the GPUs and the network between nodes: the operator (``python -m
+ftbench_operator``) runs against the session's 1.20 control plane, the real kube-scheduler places the
+pods on two local kubelets (``python -m ftbench_devcluster.kubelet``, one per node, sharing one
+directory of PersistentVolumeClaims as nodes share a ReadWriteMany volume), and the kubelets run the
+rendered pods' ``ftbench-trainer`` on the CPU with the tiny model, in their images where buildah is
+here. The nodes look like the cluster the operator's profile describes (`ftbench_devcluster.rig`): its
+labels, GPU and RDMA resources, and taints for its tolerations, so a pod a cluster would not place
+stays Pending with ``FailedScheduling`` here too. The processes start once for the whole package
+(starting them and seeding the model costs more than most tests), and the restart test kills and
+restarts them in place, so they are objects with ``start``/``kill`` rather than plain fixtures.
 
-The kubelet only serves namespaces labelled for it, so pods of other test folders sharing the
-control plane (which expect to play the kubelet themselves) stay Pending as they expect.
+The scheduler has its own name, which the profile gives the training pods (``schedulerName``): pods
+of other test folders sharing the control plane (which expect to play the kubelet themselves) name
+the default-scheduler, which does not run, and stay Pending as they expect.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +27,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,40 +35,92 @@ import pytest
 import yaml
 from trainer_rbac import grant_progress
 
+from ftbench.api.profile import ClusterProfile
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench.contracts.kube import Obj
 from ftbench_devcluster.devup import default_operator_command
 from ftbench_devcluster.kubelet import kill_all_pods
+from ftbench_devcluster.rig import RigNode
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DIR = Path(os.environ.get("FTBENCH_SHARED_DIR", REPO.parent / "shared"))
 PYTORCHJOB_CRD_FILE = SHARED_DIR / "fixtures" / "kubeflow" / "kubeflow.org_pytorchjobs.v1.9.2.yaml"
-NODE = f"e2e-{uuid.uuid4().hex[:6]}"
-SERVE_LABEL = ("ftbench.dev/local-kubelet", NODE)
+RIG = f"e2e-{uuid.uuid4().hex[:6]}"
+NODES = (f"{RIG}-a", f"{RIG}-b")
+SCHEDULER = f"ftbench-{RIG}"
 # Offline, single-threaded CPU training: nothing is downloaded and two ranks share 2 cores fairly.
 TRAINER_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 # A 1.20 cluster (no Indexed Jobs, no podFailurePolicy) with the training operator, which the
 # tests play. Storage stays the default: `seed_models` puts the tiny model where it points.
 PROFILE: dict[str, Any] = {
     "features": {"indexedJobs": False, "podFailurePolicy": False, "trainingOperator": True},
+    "schedulerName": SCHEDULER,
 }
+# Each node stands for a cluster's node, whose capacity the scheduler compares with the pods' requests (the
+# profile's defaultMemory, 64Gi, is more than a CI machine has; the kubelet enforces no limits): two A100s
+# (which no test's pod gets: the trainer would find no CUDA), 64 cores, 1 TiB.
+RIG_GPU_MODEL = "NVIDIA-A100-SXM4-80GB"
+RIG_NODE = RigNode(gpus=2, gpu_model=RIG_GPU_MODEL, cpu="64", memory="1Ti")
 TERMINAL = ("Succeeded", "Failed", "Invalid")
+
+REPO_EXAMPLES = REPO / "examples"
+
+
+def on_the_rig(profile: Obj) -> Obj:
+    """A cluster profile with what the rig cannot take from it replaced, and only that: its image registry
+    (the rig's images are built here under the default repository), 1.20's features and the rig's scheduler."""
+    from ftbench.api.profile import DEFAULT_TRAINER_IMAGE
+
+    return profile | {
+        "images": {**(profile.get("images") or {}), "repository": DEFAULT_TRAINER_IMAGE},
+        "features": PROFILE["features"],
+        "schedulerName": PROFILE["schedulerName"],
+    }
+
 
 T = TypeVar("T")
 
 
 def poll(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
-    """``check()`` until it returns something truthy; API errors while objects appear count as no."""
+    """``check()`` until it returns something truthy; API errors while objects appear count as no, a failed
+    assertion in ``check`` fails at once."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
         try:
             if value := check():
                 return value
+        except AssertionError:
+            raise
         except Exception as err:
             last = err
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
+
+
+class Components:
+    """Several `Component`s started, killed and read together (the nodes' kubelets)."""
+
+    def __init__(self, name: str, members: list[Component]) -> None:
+        self.name, self.members = name, members
+
+    def start(self, timeout: float = 60.0) -> None:
+        for member in self.members:
+            member.start(timeout)
+
+    def state(self) -> str:
+        return "; ".join(f"{m.name}: {m.state()}" for m in self.members)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        for member in self.members:
+            member.kill(sig)
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def log(self) -> str:
+        return "\n".join(f"--- {m.name}\n{m.log()[-2000:]}" for m in self.members)
 
 
 class Component:
@@ -121,24 +179,25 @@ class Cluster:
         self.control_plane, self.api, self.workdir, self.images = control_plane, kube_api, workdir, images
         self.core, self.batch, self.custom = CoreV1Api(kube_api), BatchV1Api(kube_api), CustomObjectsApi(kube_api)
         self.closed = False
+        self.scheduler: str | None = None  # the control plane's process key while it runs
         self.kubelet_dir = workdir / "kubelet"
-        self.kubelet_dir.mkdir()
-        env = {**os.environ, **TRAINER_ENV, "KUBECONFIG": str(control_plane.kubeconfig)}
-        kubelet_argv = [
-            sys.executable, "-m", "ftbench_devcluster.kubelet", "--kubeconfig", str(control_plane.kubeconfig),
-            "--node-name", NODE, "--state-dir", str(self.kubelet_dir), "--gpus", "0", "--interval", "0.2",
-            "--namespace-label", "=".join(SERVE_LABEL), *(a for k in TRAINER_ENV for a in ("--pass-env", k)),
-            *(["--images"] if images else []),
-        ]  # fmt: skip
-        self.kubelet = Component("kubelet", kubelet_argv, env, workdir / "kubelet.log", self._node_ready)
+        self.pvc_dir = self.kubelet_dir / "pvc"  # the nodes' shared claims
+        self.pvc_dir.mkdir(parents=True)
+        self.env = {**os.environ, **TRAINER_ENV, "KUBECONFIG": str(control_plane.kubeconfig)}
+        self.kubelets = Components(
+            "kubelets",
+            [
+                Component(f"kubelet {n}", [], self.env, workdir / f"kubelet-{n}.log", lambda n=n: self._node_ready(n))
+                for n in NODES
+            ],
+        )
         operator_argv = default_operator_command()
         if operator_argv is None:
             pytest.skip("the operator extra (kopf, ftbench_operator) is not installed")
-        profile = workdir / "profile.yaml"
-        profile.write_text(yaml.safe_dump(PROFILE))
+        self.profile_file = workdir / "profile.yaml"
         operator_env = {
-            **env,
-            "FTBENCH_OPERATOR_PROFILE_FILE": str(profile),
+            **self.env,
+            "FTBENCH_OPERATOR_PROFILE_FILE": str(self.profile_file),
             "FTBENCH_OPERATOR_METRICS_PORT": "0",
             "FTBENCH_OPERATOR_API_RETRY_DELAY_SECONDS": "0.5",
         }
@@ -146,34 +205,102 @@ class Cluster:
         self.operator = Component(
             "operator", operator_argv, operator_env, workdir / "operator.log", lambda: _http_ok(liveness)
         )
+        self.configure(PROFILE, RIG_NODE)
 
-    def _node_ready(self) -> bool:
-        node = self.core.read_node(NODE)
+    def configure(self, profile: Obj, node: RigNode) -> None:
+        """The profile the operator reads and the nodes' look (taken from it), for the next start."""
+        self.profile_file.write_text(yaml.safe_dump(profile))
+        node_args = node.kubelet_args(ClusterProfile.model_validate(profile))
+        for name, kubelet in zip(NODES, self.kubelets.members, strict=True):
+            kubelet.argv = [
+                sys.executable, "-m", "ftbench_devcluster.kubelet", "--kubeconfig", str(self.control_plane.kubeconfig),
+                "--node-name", name, "--state-dir", str(self.kubelet_dir / name), "--pvc-dir", str(self.pvc_dir),
+                "--gpus", "0", "--interval", "0.2", "--no-bind",
+                *(a for k in TRAINER_ENV for a in ("--pass-env", k)), *(["--images"] if self.images else []),
+                *node_args,
+            ]  # fmt: skip
+
+    @contextlib.contextmanager
+    def profile(self, profile: Obj, node: RigNode) -> Iterator[None]:
+        """The operator on another cluster profile and the nodes as that cluster's, then back to the rig's."""
+        self._restart(profile, node)
+        try:
+            yield
+        finally:
+            self._restart(PROFILE, RIG_NODE)
+
+    def _restart(self, profile: Obj, node: RigNode) -> None:
+        self.operator.stop()
+        self.kubelets.stop()
+        self.configure(profile, node)
+        self.kubelets.start()
+        self.operator.start()
+
+    def _node_ready(self, name: str) -> bool:
+        node = self.core.read_node(name)
         return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
-    def close(self) -> None:
-        """Stop the components and take the node away (the package fixture's cluster stays; see reopen)."""
-        self.closed = True
-        self.operator.stop()
-        self.kubelet.stop()
-        kill_all_pods(self.kubelet_dir)
-        self.control_plane.request("DELETE", f"/api/v1/nodes/{NODE}")
-
-    def reopen(self) -> None:
-        """Start the kubelet (which registers the node again) and the operator after ``close``."""
-        self.kubelet.start()
+    def start(self) -> None:
+        """The scheduler, the kubelets (which register their nodes) and the operator."""
+        self.scheduler = self.control_plane.start_scheduler(SCHEDULER)
+        self.kubelets.start()
         self.operator.start()
         self.closed = False
 
+    def close(self) -> None:
+        """Stop the components and take the nodes away (the package fixture's cluster stays; see reopen)."""
+        self.closed = True
+        self.operator.stop()
+        self.kubelets.stop()
+        if self.scheduler is not None:
+            self.control_plane.stop_process(self.scheduler)
+            self.scheduler = None
+        for name in NODES:
+            kill_all_pods(self.kubelet_dir / name)
+            self.control_plane.request("DELETE", f"/api/v1/nodes/{name}")
+
+    def reopen(self) -> None:
+        """Everything again after ``close``."""
+        self.start()
+
     def serve(self, namespace: str) -> str:
-        """Let the kubelet serve ``namespace`` and the trainer report progress there (the progress
-        rule bound to the namespace's default ServiceAccount, which the pods use when the profile
-        names none)."""
+        """Let the trainer report progress in ``namespace`` (the progress rule bound to the namespace's default
+        ServiceAccount, which the pods use when the profile names none). Any namespace's pods that name the rig's
+        scheduler run on the rig's nodes."""
         from kubernetes.client import RbacAuthorizationV1Api
 
-        self.core.patch_namespace(namespace, {"metadata": {"labels": {SERVE_LABEL[0]: SERVE_LABEL[1]}}})
         grant_progress(RbacAuthorizationV1Api(self.api), namespace, "default")
+        self.claims(namespace, ClusterProfile.model_validate(yaml.safe_load(self.profile_file.read_text())))
         return namespace
+
+    def claims(self, namespace: str, profile: ClusterProfile) -> None:
+        """The profile's PersistentVolumeClaims in ``namespace``, each bound to a PersistentVolume on the nodes'
+        shared claims directory, as an admin provisions them: kube-scheduler does not place a pod whose claim
+        is missing or unbound."""
+        for volume in (profile.storage.models, profile.storage.data):
+            if not volume.claim_name:
+                continue
+            pv_name, storage = f"{namespace}-{volume.claim_name}", {"storage": "100Gi"}
+            with contextlib.suppress(Exception):  # already there: a second profile with the same claims
+                self.core.create_persistent_volume(
+                    {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+                     "spec": {"capacity": storage, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                              "persistentVolumeReclaimPolicy": "Retain",
+                              "hostPath": {"path": str(self.pvc_dir / volume.claim_name)},
+                              "claimRef": {"namespace": namespace, "name": volume.claim_name}}}
+                )  # fmt: skip
+                self.core.create_namespaced_persistent_volume_claim(
+                    namespace,
+                    {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": volume.claim_name},
+                     "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+                              "resources": {"requests": storage}}},
+                )  # fmt: skip
+        poll(lambda: self._claims_bound(namespace), 60, f"the claims in {namespace} bound")
+
+    def _claims_bound(self, namespace: str) -> bool:
+        return all(
+            c.status.phase == "Bound" for c in self.core.list_namespaced_persistent_volume_claim(namespace).items
+        )
 
     # -- experiments ------------------------------------------------------------------------------
 
@@ -215,12 +342,12 @@ class Cluster:
     def container_specs(self, namespace: str, pod: str = "*") -> list[Obj]:
         """What the local kubelet gave the containers of ``pod`` (``podrun``'s spec.json): in
         image mode their root file system and user."""
-        specs = sorted(self.kubelet_dir.glob(f"pods/{namespace}_{pod}_*/containers/*/spec.json"))
+        specs = sorted(self.kubelet_dir.glob(f"*/pods/{namespace}_{pod}_*/containers/*/spec.json"))
         return [json.loads(p.read_text()) for p in specs]
 
     def pod_log(self, namespace: str, pod: str) -> str:
         """The container log the local kubelet keeps (there is no log endpoint on this node)."""
-        logs = sorted(self.kubelet_dir.glob(f"pods/{namespace}_{pod}_*/containers/*/log"))
+        logs = sorted(self.kubelet_dir.glob(f"*/pods/{namespace}_{pod}_*/containers/*/log"))
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs)
 
 

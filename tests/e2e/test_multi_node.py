@@ -2,118 +2,21 @@
 
 1.20 has no Indexed Jobs, so with ``features.trainingOperator`` the operator renders a
 PyTorchJob. No training operator runs here: `TrainingOperator` does what it would (pods and a
-headless Service per replica, the rendezvous env, the job's conditions), and the local kubelet
-runs both pods, which rendezvous over gloo on the CPU through the Service names.
+headless Service per replica, the rendezvous env, the job's conditions); kube-scheduler puts the
+two pods on the rig's two nodes, whose kubelets run them, and they rendezvous over gloo on the CPU
+through the Service names.
 """
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import pytest
-from e2e_kit import PYTORCHJOB_CRD_FILE, Cluster, poll, tiny_lora_spec
+import yaml
+from e2e_kit import NODES, PYTORCHJOB_CRD_FILE, REPO_EXAMPLES, RIG_NODE, Cluster, on_the_rig, poll, tiny_lora_spec
+from training_operator import TrainingOperator
 
-from ftbench.contracts.kube import Obj
+from ftbench.api.profile import ClusterProfile
 
 pytestmark = [pytest.mark.k8s, pytest.mark.training]
-
-KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
-DEFAULT_PORT = 23456  # Kubeflow's default when the container names no pytorchjob-port
-
-
-class TrainingOperator:
-    """Kubeflow's PyTorchJob controller, reduced to what one run needs; `sync` is called in a loop."""
-
-    def __init__(self, cluster: Cluster, namespace: str, job_name: str) -> None:
-        self.cluster, self.namespace, self.job_name = cluster, namespace, job_name
-        self.created = False
-        self.conditions: list[str] = []
-
-    def sync(self) -> None:
-        job = self.cluster.custom.get_namespaced_custom_object(
-            *KUBEFLOW[:2], self.namespace, KUBEFLOW[2], self.job_name
-        )
-        if not self.created:
-            self._create_replicas(job)
-            self.created = True
-        phases = {p.metadata.name: p.status.phase for p in self.cluster.pods(self.namespace, self.selector())}
-        wanted = ["Created"]
-        if any(phase in ("Running", "Succeeded") for phase in phases.values()):
-            wanted.append("Running")
-        if any(phase == "Failed" for phase in phases.values()):
-            wanted.append("Failed")
-        elif phases.get(f"{self.job_name}-master-0") == "Succeeded":
-            wanted.append("Succeeded")  # Kubeflow's default success policy: the master decides
-        if wanted != self.conditions:
-            self._write_conditions(wanted)
-
-    def selector(self) -> str:
-        return f"training.kubeflow.org/job-name={self.job_name}"
-
-    def _create_replicas(self, job: Obj) -> None:
-        owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": self.job_name,
-                 "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}  # fmt: skip
-        replicas = job["spec"]["pytorchReplicaSpecs"]
-        total = sum(int(r.get("replicas", 1)) for r in replicas.values())
-        rank = 0
-        for replica_type in ("Master", "Worker"):
-            for index in range(int(replicas.get(replica_type, {}).get("replicas", 0))):
-                pod, service = self._replica(job, replica_type, index, rank, total, owner)
-                self.cluster.core.create_namespaced_service(self.namespace, service)
-                self.cluster.core.create_namespaced_pod(self.namespace, pod)
-                rank += 1
-
-    def _replica(self, job: Obj, replica_type: str, index: int, rank: int, total: int, owner: Obj) -> tuple[Obj, Obj]:
-        """A replica's pod (template + Kubeflow's labels and env) and its headless Service."""
-        name = f"{self.job_name}-{replica_type.lower()}-{index}"
-        labels = {
-            "training.kubeflow.org/job-name": self.job_name,
-            "training.kubeflow.org/operator-name": "pytorchjob-controller",
-            "training.kubeflow.org/replica-type": replica_type.lower(),
-            "training.kubeflow.org/replica-index": str(index),
-        }
-        template = copy.deepcopy(job["spec"]["pytorchReplicaSpecs"][replica_type]["template"])
-        container = next(c for c in template["spec"]["containers"] if c["name"] == "pytorch")
-        port = next((p["containerPort"] for p in container.get("ports", []) if p.get("name") == "pytorchjob-port"),
-                    DEFAULT_PORT)  # fmt: skip
-        env = {
-            "MASTER_ADDR": f"{self.job_name}-master-0", "MASTER_PORT": str(port), "RANK": str(rank),
-            "WORLD_SIZE": str(total), "PET_NNODES": str(total), "PET_NODE_RANK": str(rank),
-            "PET_NPROC_PER_NODE": str(job["spec"].get("nprocPerNode", "auto")), "PYTHONUNBUFFERED": "1",
-        }  # fmt: skip
-        container["env"] = [*container.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
-        meta = template.get("metadata") or {}
-        pod = {
-            "apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
-            "metadata": {**meta, "name": name, "labels": {**meta.get("labels", {}), **labels}, "ownerReferences": [owner]},
-        }  # fmt: skip
-        service = {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "labels": labels, "ownerReferences": [owner]},
-            "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": "pytorchjob-port", "port": port}]},
-        }  # fmt: skip
-        return pod, service
-
-    def _write_conditions(self, types: list[str]) -> None:
-        now = _now()
-        conditions: list[dict[str, Any]] = [
-            {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": f"PyTorchJob {self.job_name} is {t.lower()}.",
-             "lastUpdateTime": now, "lastTransitionTime": now}
-            for t in types
-        ]  # fmt: skip
-        for earlier in conditions[:-1]:  # Kubeflow keeps one True condition: the latest
-            earlier["status"] = "False"
-        self.cluster.custom.patch_namespaced_custom_object_status(
-            *KUBEFLOW[:2], self.namespace, KUBEFLOW[2], self.job_name, {"status": {"conditions": conditions}}
-        )
-        self.conditions = types
-
-
-def _now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_two_node_pytorchjob_run(cluster: Cluster, ns: str) -> None:
@@ -136,3 +39,54 @@ def test_two_node_pytorchjob_run(cluster: Cluster, ns: str) -> None:
     want = {"two-nodes-a0-master-0": "Succeeded", "two-nodes-a0-worker-0": "Succeeded"}
     poll(lambda: phases() == want, 60, "both pods Succeeded")
     assert "Succeeded" in kubeflow.conditions
+    # kube-scheduler placed them, one per node (the rendered anti-affinity), as the spec's numberNodes says.
+    placed = sorted(p.spec.node_name for p in cluster.pods(ns, kubeflow.selector()))
+    assert placed == sorted(NODES), placed
+
+
+def test_roce_example_trains_with_its_profile(cluster: Cluster, ns: str) -> None:
+    """examples/multi-node-roce.yaml on the cluster examples/profiles/roce-cluster.yaml describes: its nodes
+    (RDMA devices, the taint its toleration is for), its read-only models volume with HF_HOME on the data
+    volume, root pods with IPC_LOCK, its ServiceAccount and NCCL topology ConfigMap.
+
+    What the rig cannot take from them is replaced, and only that: the profile's as `on_the_rig` says; the spec's
+    70B on 16 A100s becomes the tiny model on one CPU rank per node, with the release whose image is built
+    here, a short chars dataset and no requireRoce (gloo between CPU ranks is no RoCE)."""
+    if not PYTORCHJOB_CRD_FILE.exists():
+        pytest.skip(f"upstream PyTorchJob CRD not found at {PYTORCHJOB_CRD_FILE} (set FTBENCH_SHARED_DIR)")
+    profile = on_the_rig(yaml.safe_load((REPO_EXAMPLES / "profiles" / "roce-cluster.yaml").read_text()))
+    spec = yaml.safe_load((REPO_EXAMPLES / "multi-node-roce.yaml").read_text())["spec"]
+    for cpu_cannot in ("gpuModel", "fmsHfTuningVersion"):
+        del spec[cpu_cannot]
+    spec |= {k: v for k, v in tiny_lora_spec(maxSteps=6).items() if k not in ("experiment", "engine")}
+    spec["run"] = {**spec["run"], "requireRoce": False}
+    roce = ClusterProfile.model_validate(profile)
+    assert roce.storage.models.read_only and roce.storage.hf_home.startswith(roce.storage.data.mount_path)
+    with cluster.profile(profile, RIG_NODE):
+        cluster.claims(ns, roce)
+        # The account an admin creates for root pods with IPC_LOCK; the operator binds its progress Role to it.
+        cluster.core.create_namespaced_service_account(ns, {"metadata": {"name": roce.roce.service_account}})
+        topology = {"metadata": {"name": roce.roce.topology_config_map}, "data": {"topo.xml": "<system/>"}}
+        cluster.core.create_namespaced_config_map(ns, topology)
+        nodes = [cluster.core.read_node(n) for n in NODES]
+        assert all(n.status.capacity[roce.roce.device_resource] == str(roce.roce.device_count) for n in nodes)
+        assert all([t.key for t in n.spec.taints or []] == ["nvidia.com/gpu"] for n in nodes)
+
+        cluster.apply(ns, "roce", spec)
+        poll(lambda: cluster.experiment(ns, "roce").get("status", {}).get("job"), 120, "status.job")
+        kubeflow = TrainingOperator(cluster, ns, "roce-a0")
+        run = cluster.follow(ns, "roce", timeout=300, on_poll=kubeflow.sync)
+        assert run.final["phase"] == "Succeeded", run.final
+        assert run.final["environment"]["numberNodes"] == 2 and run.final["results"]["trainTokensPerSecond"] > 0
+        pods = cluster.pods(ns, kubeflow.selector())
+        assert sorted(p.spec.node_name for p in pods) == sorted(NODES)
+        for pod in pods:
+            [container] = pod.spec.containers
+            assert container.resources.requests[roce.roce.device_resource] == str(roce.roce.device_count)
+            mounts = {m.mount_path: m for m in container.volume_mounts}
+            assert mounts[roce.storage.models.mount_path].read_only is True
+            env = {e.name: e.value for e in container.env if e.value is not None}
+            assert env["HF_HOME"] == roce.storage.hf_home
+        if cluster.images:  # in the trainer image, as root (the profile's roce.runAsRoot)
+            specs = cluster.container_specs(ns)
+            assert specs and all(s["rootfs"] and s["user"]["uid"] == 0 for s in specs), specs

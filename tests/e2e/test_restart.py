@@ -1,4 +1,4 @@
-"""The operator and the local kubelet both die mid-training and come back: nothing doubles, nothing is lost."""
+"""The operator and the nodes' kubelets all die mid-training and come back: nothing doubles, nothing is lost."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ def test_operator_and_kubelet_restarted_mid_run(cluster: Cluster, ns: str) -> No
     poll(lambda: cluster.experiment(ns, "restart").get("status", {}).get("progress"), 90, "first progress report")
     [pod] = cluster.pods(ns)
     cluster.operator.kill()
-    cluster.kubelet.kill()
+    cluster.kubelets.kill()
     time.sleep(1)  # the trainer goes on alone; its process belongs to no component
-    cluster.kubelet.start()
+    cluster.kubelets.start()
     cluster.operator.start()
 
     run = cluster.follow(ns, "restart", timeout=150)
