@@ -71,8 +71,13 @@ def runtime_ref(rendered: Rendered) -> dict[str, str]:
 
 
 def workload_ref(rendered: Rendered) -> dict[str, str]:
-    """status.job: the first workload (for one Job per trial, trial 0's Job)."""
-    first = next(o for o in rendered.objects if o["metadata"]["name"] == rendered.names.workloads[0])
+    """status.job: the first workload (for one Job per trial, trial 0's Job), not the headless Service of the
+    same name that an Indexed Job renders before it."""
+    first = next(
+        o
+        for o in rendered.objects
+        if o["metadata"]["name"] == rendered.names.workloads[0] and workload_kind(o["apiVersion"], o["kind"])
+    )
     return {"apiVersion": first["apiVersion"], "kind": first["kind"], "name": first["metadata"]["name"]}
 
 

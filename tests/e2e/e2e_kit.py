@@ -38,6 +38,7 @@ from trainer_rbac import grant_progress
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from ftbench.contracts.kube import Obj
+from ftbench.contracts.labels import EXPERIMENT_LABEL
 from ftbench_devcluster.devup import default_operator_command
 from ftbench_devcluster.kubelet import kill_all_pods
 from ftbench_devcluster.rig import RigNode
@@ -240,11 +241,13 @@ class Cluster:
         node = self.core.read_node(name)
         return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
-    def start(self) -> None:
-        """The scheduler, the kubelets (which register their nodes) and the operator."""
+    def start(self, *, operator: bool = True) -> None:
+        """The scheduler, the kubelets (which register their nodes) and the operator (unless it comes otherwise,
+        as the chart's pod)."""
         self.scheduler = self.control_plane.start_scheduler(SCHEDULER)
         self.kubelets.start()
-        self.operator.start()
+        if operator:
+            self.operator.start()
         self.closed = False
 
     def close(self) -> None:
@@ -335,6 +338,25 @@ class Cluster:
             events = [f"{e.reason}: {e.message}" for e in self.core.list_namespaced_event(namespace).items]
             raise AssertionError(f"{err}\nlast status: {seen[-1:]}\njobs: {jobs}\nevents: {events}") from None
         return Follow(final, seen)
+
+    def placement(self, namespace: str, name: str, nodes: int, on_poll: Callable[[], None] | None = None) -> list[str]:
+        """The nodes kube-scheduler put experiment ``name``'s pods on, once ``nodes`` of them are placed (sorted)."""
+
+        def placed() -> list[str] | None:
+            status = self.experiment(namespace, name).get("status") or {}
+            assert status.get("phase") != "Invalid", status
+            if on_poll is not None and status.get("job"):
+                on_poll()
+            pods = self.pods(namespace, f"{EXPERIMENT_LABEL}={name}")
+            on = sorted(p.spec.node_name for p in pods if p.spec.node_name)
+            return on if len(on) == nodes else None
+
+        return poll(placed, 120, f"{nodes} pod(s) of experiment {namespace}/{name} placed")
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Delete experiment ``name`` and wait until its pods are gone (their GPUs free for the next one)."""
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        poll(lambda: not self.pods(namespace, f"{EXPERIMENT_LABEL}={name}"), 120, f"{namespace}/{name}'s pods gone")
 
     def pods(self, namespace: str, selector: str = "app.kubernetes.io/managed-by=ftbench") -> list[Any]:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)

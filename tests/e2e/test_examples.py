@@ -15,12 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_kit import PYTORCHJOB_CRD_FILE, REPO_EXAMPLES, Cluster, on_the_rig, poll
+from e2e_kit import PYTORCHJOB_CRD_FILE, REPO_EXAMPLES, Cluster, on_the_rig
 from training_operator import TrainingOperator
 
 from ftbench.api.profile import ClusterProfile
-from ftbench.api.resource import GROUP, PLURAL, VERSION
-from ftbench.contracts.labels import EXPERIMENT_LABEL
 from ftbench_devcluster.rig import RigNode
 
 pytestmark = [pytest.mark.k8s]
@@ -69,20 +67,9 @@ def _placed(cluster: Cluster, ns: str, doc: dict[str, Any]) -> None:
     cluster.apply(ns, name, spec)
     nodes = spec.get("numberNodes", 1)
     kubeflow = TrainingOperator(cluster, ns, f"{name}-a0") if nodes > 1 else None
-
-    def placed() -> list[str] | None:
-        status = cluster.experiment(ns, name).get("status") or {}
-        assert status.get("phase") != "Invalid", status
-        if kubeflow is not None and status.get("job"):
-            kubeflow.sync()
-        pods = cluster.pods(ns, f"{EXPERIMENT_LABEL}={name}")
-        names = sorted(p.spec.node_name for p in pods if p.spec.node_name)
-        return names if len(names) == nodes else None
-
-    on = poll(placed, 120, f"example {name}'s pods placed on {nodes} node(s)")
+    on = cluster.placement(ns, name, nodes, on_poll=kubeflow.sync if kubeflow else None)
     assert len(set(on)) == nodes, on
-    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-    poll(lambda: not cluster.pods(ns, f"{EXPERIMENT_LABEL}={name}"), 120, f"example {name}'s pods gone")
+    cluster.delete(ns, name)
 
 
 @pytest.mark.training

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from e2e_kit import RIG_GPU_MODEL, Cluster, poll, tiny_lora_spec
+from e2e_kit import NODES, PROFILE, RIG_GPU_MODEL, RIG_NODE, Cluster, poll, tiny_lora_spec
 
 from ftbench.contracts.kube import Obj
 
@@ -37,3 +37,17 @@ def test_a_pod_no_node_can_take_is_failed_scheduling(
     events = [e for e in cluster.core.list_namespaced_event(ns).items if e.reason == "FailedScheduling"]
     assert events and all(why in e.message for e in events), [e.message for e in events]
     assert all(p.spec.node_name is None for p in cluster.pods(ns))
+
+
+def test_a_two_node_indexed_job_is_placed_on_two_nodes(cluster: Cluster, ns: str) -> None:
+    """The IndexedJob runtime's Job, as a cluster with Indexed Jobs (>= 1.24) gets it, lands one pod per node.
+
+    The rig's 1.20 API server drops completionMode (it has no Indexed Jobs), so its Job controller makes the
+    two pods without completion indexes and they cannot train; what is checked is where kube-scheduler puts
+    the pods of that template: on two nodes, by the rendered anti-affinity."""
+    profile = PROFILE | {"features": {**PROFILE["features"], "indexedJobs": True}}
+    with cluster.profile(profile, RIG_NODE):
+        cluster.apply(ns, "indexed", tiny_lora_spec(numberNodes=2, run={"runtime": "IndexedJob"}))
+        assert cluster.placement(ns, "indexed", 2) == sorted(NODES)
+        assert cluster.experiment(ns, "indexed")["status"]["job"]["kind"] == "Job"
+        cluster.delete(ns, "indexed")

@@ -1,6 +1,7 @@
 """The images on the test control plane, as a cluster runs them: the chart's operator Deployment
 from the operator image, and the experiments' pods from the trainer images, both run by the local
-kubelet in image mode (each container in its image's root file system, as its user)."""
+kubelets in image mode (each container in its image's root file system, as its user), on the nodes
+kube-scheduler places them on."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_kit import Cluster, poll, tiny_lora_spec
+from e2e_kit import SCHEDULER, Cluster, poll, tiny_lora_spec
 
 from ftbench.api.crd import crd
 from ftbench.contracts.enums import Engine
@@ -29,13 +30,14 @@ pytestmark = [pytest.mark.images, pytest.mark.k8s, pytest.mark.training]
 def cluster(
     images: list[plan.ImageBuild], control_plane: Any, kube_api: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    """A local kubelet in image mode; no operator process: the operator comes as the chart's pod."""
+    """The rig's scheduler and nodes, kubelets in image mode; no operator process: the operator comes as the
+    chart's pod (which names the rig's scheduler, as its training pods do through the chart's clusterProfile)."""
     install_crd(kube_api, crd())
     cluster = Cluster(control_plane, kube_api, tmp_path_factory.mktemp("images"), images=True)
-    if seed_models(cluster.kubelet_dir / "pvc") is None:
+    if seed_models(cluster.pvc_dir) is None:
         pytest.skip("the trainer extra (ftbench_trainer, torch) is not installed: no tiny model to seed")
     try:
-        cluster.kubelet.start()
+        cluster.start(operator=False)
         yield cluster
     finally:
         cluster.close()
@@ -67,6 +69,8 @@ def operator(cluster: Cluster, kube_api: Any) -> Iterator[tuple[str, dict[str, i
     cluster.serve(namespace)
     ports = {"health": free_port(), "metrics": free_port()}
     values = {
+        "schedulerName": SCHEDULER,
+        "clusterProfile": {"schedulerName": SCHEDULER},
         "watch": {"namespaces": [namespace]},
         "operator": {"healthPort": ports["health"]},
         "metrics": {"port": ports["metrics"]},
@@ -129,7 +133,7 @@ def test_trl_image_trains_an_experiment_to_succeeded(cluster: Cluster, operator:
     env = final["environment"]
     # The result went through the termination-message file the kubelet mounted at /dev/termination-log
     # inside the pod's root (not the host's /dev, where trainers run outside containers write theirs).
-    [log] = cluster.kubelet_dir.glob(f"pods/{namespace}_trl-a0-*/containers/trainer/termination-log")
+    [log] = cluster.kubelet_dir.glob(f"*/pods/{namespace}_trl-a0-*/containers/trainer/termination-log")
     assert '"outcome":"Succeeded"' in log.read_text()
     assert not Path("/dev/termination-log").exists(), "image mode made a mount point in the host's /dev"
     assert env["image"] == plan.trainer_image(Engine.TRL) and env["engine"] == "trl", env

@@ -562,3 +562,27 @@ def test_a_finished_run_records_its_measured_peak_beside_the_prediction():
 def test_every_experiment_condition_type_has_its_place_in_the_order() -> None:
     """Conditions are listed in CONDITION_ORDER; a new type in the contract must get a place there."""
     assert set(st.CONDITION_ORDER) == set(ConditionType) - {ConditionType.COMPLETE}  # Complete: sweeps only
+
+
+@pytest.mark.parametrize(
+    ("runtime", "kind"), [("IndexedJob", "Job"), ("PyTorchJob", "PyTorchJob"), ("TrainJob", "TrainJob"), ("Job", "Job")]
+)
+def test_status_job_is_the_workload_not_its_service(runtime: str, kind: str) -> None:
+    """An Indexed Job renders its headless Service first, under the same name: status.job, which the operator
+    follows, must be the Job (the rig's placement test found it named the Service)."""
+    from ftbench.api.profile import ClusterProfile, Features
+    from ftbench.api.spec import FineTuneExperimentSpec
+    from ftbench.catalog import load_catalog
+    from ftbench.render.manifests import render_experiment
+    from ftbench_operator.children import workload_ref
+
+    nodes = 1 if runtime == "Job" else 2
+    spec = FineTuneExperimentSpec.model_validate(
+        {"model": "llama-7b", "numberGpus": 8 * nodes, "numberNodes": nodes, "gpuModel": "NVIDIA-A100-SXM4-80GB",
+         "batchSize": 16, "modelMaxLength": 2048, "datasetId": "news-tokens-16384plus-entries-4096",
+         "run": {"runtime": runtime}}
+    )  # fmt: skip
+    features = Features(indexed_jobs=True, training_operator=True, trainer_v2=True)
+    rendered = render_experiment(spec, load_catalog(), ClusterProfile(features=features), name="e", namespace="ns")
+    ref = workload_ref(rendered)
+    assert ref["kind"] == kind and ref["name"] == rendered.names.workloads[0], ref
