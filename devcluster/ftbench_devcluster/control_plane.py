@@ -97,7 +97,7 @@ DNS:kubernetes.default.svc
 
 
 def _minor_of(binary: Path) -> int:
-    """Minor version of a binary; flags removed in 1.23/1.24 are passed only to older ones, so newer
+    """Minor version of a binary; flags removed in 1.24 are passed only to older ones, so newer
     binaries from KUBEBUILDER_ASSETS work too."""
     out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"v1\.(\d+)\.", out)

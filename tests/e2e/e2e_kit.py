@@ -280,11 +280,13 @@ class Cluster:
         """The profile's PersistentVolumeClaims in ``namespace``, each bound to a PersistentVolume on the nodes'
         shared claims directory, as an admin provisions them: kube-scheduler does not place a pod whose claim
         is missing or unbound."""
+        from kubernetes.client.exceptions import ApiException
+
         for volume in (profile.storage.models, profile.storage.data):
             if not volume.claim_name:
                 continue
             pv_name, storage = f"{namespace}-{volume.claim_name}", {"storage": "100Gi"}
-            with contextlib.suppress(Exception):  # already there: a second profile with the same claims
+            with contextlib.suppress(ApiException):  # already there (409): a second profile with the same claims
                 self.core.create_persistent_volume(
                     {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
                      "spec": {"capacity": storage, "accessModes": ["ReadWriteMany"], "storageClassName": "",

@@ -87,6 +87,7 @@ class LocalKubelet:
         self.runs: dict[str, PodRun] = {}
         self._notes: dict[str, str] = {}  # last Pending message per pod uid, to patch only changes
         self._hosts_at = 0.0  # monotonic time of the last hosts-file rewrite
+        self._listed: list[Obj] = []  # the pods of the last sync's list
         self._octet = 100 + zlib.crc32(node_name.encode()) % 100  # 127.<octet>.x.y, per node name
         self._lock = threading.Lock()  # guards self.runs against the deletion threads
 
@@ -139,6 +140,7 @@ class LocalKubelet:
         }
 
     def sync(self, pods: list[Obj]) -> None:
+        self._listed = pods  # what the other nodes run, for the hosts files (`_elsewhere`)
         mine: set[str] = set()
         served = self._served_namespaces()
         for pod in pods:
@@ -325,10 +327,13 @@ class LocalKubelet:
                 H.write_in_place(r.dir / "hosts", content)
 
     def _elsewhere(self, namespace: str) -> list[H.PodAddress]:
-        """The namespace's running pods on the cluster's other nodes (a multi-node run's other ranks)."""
-        listed = self.rest.call("GET", f"/api/v1/namespaces/{namespace}/pods", missing_ok=True) or {}
+        """The namespace's running pods on the cluster's other nodes (a multi-node run's other ranks), from the
+        sync's list of every pod."""
         other = [
-            p for p in listed.get("items", []) if (p.get("spec") or {}).get("nodeName") not in (None, self.node_name)
+            p
+            for p in self._listed
+            if p["metadata"]["namespace"] == namespace
+            and (p.get("spec") or {}).get("nodeName") not in (None, self.node_name)
         ]
         return [a for p in other if (a := H.api_pod_address(p)) is not None]
 
