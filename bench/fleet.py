@@ -40,6 +40,10 @@ SAMPLE = REPO.parent / "shared" / "data" / "ado-fleet" / "fleet-sample-A.csv"
 STORE = REPO / "bench" / "results" / "fleet-sample-A.json"
 DOCS = REPO / "docs" / "benchmarks.md"
 SECTION = "fleet-memory"
+ACCURACY = REPO / "ftbench" / "api" / "fleet_accuracy.py"
+# ado's parameters (the CSV's columns before its measurements): rows equal in all of them are repeats.
+PARAMETERS = ("exp", "gc", "fk", "autostop", "method", "model_name", "number_nodes", "gpu_model", "number_gpus",
+              "tokens_per_sample", "batch_size", "enable_roce", "fast_moe", "fms_hf_tuning_version")  # fmt: skip
 CLEAN_EXPERIMENTS = ("finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0")
 CLEAN_RELEASES = ("2.4.0", "2.7.1", "2.8.2", "3.0.0", "3.1.0")
 GIB = 2**30
@@ -305,10 +309,101 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f} %" if whole else "no group"
 
 
+def bands(judged: list[Judged]) -> dict[tuple[str, str], tuple[int, float, float]]:
+    """ftbench.api.fleet_accuracy's BANDS: per scope and model kind (and per scope over both kinds), the rows that
+    ran and their median and 90th percentile |predicted - measured| in percentage points."""
+    from ftbench.api.fleet_accuracy import ANY_KIND, DENSE, MOE, SCOPES, kind, scope
+    from ftbench.catalog import load_catalog
+
+    models = load_catalog().models
+    errors: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for j in judged:
+        if j.device is None or j.measured_percent is None:
+            continue
+        where = scope(j.prediction.world_size, j.prediction.nodes)
+        error = abs(j.device.percent - j.measured_percent)
+        errors[(where, ANY_KIND)].append(error)
+        errors[(where, kind(models[j.spec["model"]].architecture) or ANY_KIND)].append(error)
+    out = {}
+    order = {k: i for i, k in enumerate((DENSE, MOE, ANY_KIND))}
+    for key, values in sorted(errors.items(), key=lambda kv: (SCOPES.index(kv[0][0]), order[kv[0][1]])):
+        p90 = _p90(values)
+        assert p90 is not None
+        out[key] = (len(values), round(statistics.median(values), 1), round(p90, 1))
+    return out
+
+
+def write_bands(found: dict[tuple[str, str], tuple[int, float, float]]) -> None:
+    start, end = "# fleet-accuracy:start", "# fleet-accuracy:end"
+    text = ACCURACY.read_text()
+    head, rest = text.split(start, 1)
+    first, rest = rest.split("\n", 1)
+    _, tail = rest.split(end, 1)
+    lines = [f'    ("{s}", "{k}"): ({n}, {m}, {p}),' for (s, k), (n, m, p) in found.items()]
+    body = "\n".join(["BANDS: Final[dict[tuple[str, str], tuple[int, float, float]]] = {", *lines, "}"])
+    ACCURACY.write_text(f"{head}{start}{first}\n{body}\n{end}{tail}")
+
+
+def bands_table(found: dict[tuple[str, str], tuple[int, float, float]]) -> str:
+    from ftbench.api.fleet_accuracy import MIN_ROWS
+
+    lines = [
+        "How sure a prediction is: `ftbench predict` and `status.prediction.fit.fleetAccuracy` quote the band of the "
+        f"run's group (its scope's band over both kinds where a group has fewer than {MIN_ROWS} rows), from "
+        "`ftbench/api/fleet_accuracy.py`, which `tabulate --write-docs` writes from the same store.",
+        "",
+        "| scope | model kind | rows that ran | median pp | p90 pp |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    lines += [f"| {s} | {k} | {n} | {m:.1f} | {p:.1f} |" for (s, k), (n, m, p) in found.items()]
+    return "\n".join(lines)
+
+
+def repeatability(sample: Path) -> str:
+    """ado's own spread: configurations it measured more than once, equal in every parameter it records, and
+    equal but for gradient checkpointing's reentrancy and fast kernels (flags that leave the peak alone in most
+    of the sample's pairs). No prediction can be closer to both runs of a pair than half their difference."""
+    import csv
+    import itertools
+
+    rows = [r for r in csv.DictReader(sample.open()) if r["is_valid"] == "1" and clean_row(r)]
+    lines = [
+        "ado's own repeatability (no prediction can be nearer both runs of a pair than half their difference):",
+        "",
+        "| repeats: equal in | configurations | pairs | median difference pp | p90 pp | pairs over 8 pp |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for label, ignored in (("every parameter", ()), ("all but gc", ("gc",)), ("all but gc and fk", ("gc", "fk"))):
+        groups: dict[tuple[str, ...], list[float]] = defaultdict(list)
+        for r in rows:
+            groups[tuple(r[c] for c in PARAMETERS if c not in ignored)].append(float(r["gpu_memory_utilization_peak"]))
+        repeated = [v for v in groups.values() if len(v) > 1]
+        pairs = [abs(a - b) for v in repeated for a, b in itertools.combinations(v, 2)]
+        if not pairs:
+            continue
+        over = sum(d > 8 for d in pairs)
+        lines.append(
+            f"| {label} | {len(repeated)} | {len(pairs)} | {statistics.median(pairs):.1f} | {_fmt(_p90(pairs))} | "
+            f"{over} ({_pct(over, len(pairs))}) |"
+        )
+    return "\n".join(lines)
+
+
+def clean_row(row: dict[str, str]) -> bool:
+    """A CSV row of the clean set (`clean`, on ado's columns: `3` is 3.0.0, as ado_rows reads it)."""
+    release = "3.0.0" if row["fms_hf_tuning_version"] == "3" else row["fms_hf_tuning_version"]
+    return row["exp"] in CLEAN_EXPERIMENTS and release in CLEAN_RELEASES and "80GB" in row["gpu_model"]
+
+
 def tabulate(store: Path, write_docs: bool) -> str:
     judged = judge(store)
+    found = bands(judged)
     body = (
         table(judged)
+        + "\n\n"
+        + bands_table(found)
+        + "\n\n"
+        + repeatability(SAMPLE)
         + "\n\n"
         + min_gpus_table(judged)
         + "\n\n<details><summary>Every clear row</summary>\n\n"
@@ -321,6 +416,7 @@ def tabulate(store: Path, write_docs: bool) -> str:
         head, rest = text.split(start, 1)
         _, tail = rest.split(end, 1)
         DOCS.write_text(f"{head}{start}\n{body}\n{end}{tail}")
+        write_bands(found)
     return body
 
 

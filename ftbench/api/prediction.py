@@ -16,6 +16,7 @@ from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
 from ftbench.api.device_memory import DeviceMemory, device_memory
+from ftbench.api.fleet_accuracy import FleetAccuracy, fleet_accuracy, spec_kind
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules_data import RowsThatTrain, rows_that_train
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -50,6 +51,11 @@ class MemoryFit(ApiModel):
     borderline: bool = Field(description="Within 10 % of the capacity either way: the untraced parts decide.")
     headroom_bytes: int = Field(description="Capacity minus what must fit (negative: predicted OOM).")
     device: DeviceMemory | None = Field(None, description="The device-level peak term by term.")
+    fleet_accuracy: FleetAccuracy | None = Field(
+        None,
+        description="How sure predictedPercent is: how far it was from the NVML peak real A100-80GB runs measured on "
+        "ado's fleet rows like this run (its scope and model kind; docs/benchmarks.md).",
+    )
 
     def sentence(self) -> str:
         gib = 2**30
@@ -62,8 +68,11 @@ class MemoryFit(ApiModel):
         )
 
 
-def memory_fit(prediction: MemoryPrediction, gpu_model: str | None, profile: ClusterProfile) -> MemoryFit | None:
-    """The verdict, or None where there is nothing to compare with (CPU ranks, a GPU model the profile lacks)."""
+def memory_fit(
+    prediction: MemoryPrediction, gpu_model: str | None, profile: ClusterProfile, model_kind: str | None = None
+) -> MemoryFit | None:
+    """The verdict, or None where there is nothing to compare with (CPU ranks, a GPU model the profile lacks);
+    `model_kind` (dense or MoE/hybrid, `fleet_accuracy.spec_kind`) picks the fleet's error band."""
     if prediction.device != "cuda" or not gpu_model or gpu_model not in profile.gpu_memory:
         return None
     device = device_memory(prediction, profile.gpu_memory[gpu_model])
@@ -78,6 +87,7 @@ def memory_fit(prediction: MemoryPrediction, gpu_model: str | None, profile: Clu
         borderline=abs(capacity - device.required_bytes) <= BORDERLINE_FRACTION * capacity,
         headroom_bytes=capacity - device.required_bytes,
         device=device,
+        fleet_accuracy=fleet_accuracy(prediction.world_size, prediction.nodes, model_kind),
     )
 
 
@@ -167,7 +177,7 @@ def prediction_report(
     rows = rows_of(prediction, spec, catalog)
     return PredictionReport(
         prediction=prediction.model_copy(update={"prompt_tokens": None}),  # the counts below say what status needs
-        fit=memory_fit(prediction, spec.gpu_model, profile),
+        fit=memory_fit(prediction, spec.gpu_model, profile, spec_kind(spec, catalog)),
         rows_offered=rows.offered if rows is not None else None,
         rows_trained=rows.trained if rows is not None else None,
         throughput=throughput,

@@ -118,6 +118,9 @@ def device_rows(report: PredictionReport) -> list[tuple[str, str]]:
     rows = [("peak per device (NVML, estimate)", f"{device.total_bytes / GIB:.2f} GiB, {device.percent:.0f} % of the "
              f"card, dominated by {device.dominant}")]  # fmt: skip
     rows += [(f"  {t.name}", f"{t.bytes / GIB:.2f} GiB") for t in device.terms]
+    accuracy = report.fit.fleet_accuracy if report.fit else None
+    if accuracy is not None:
+        rows.append(("  how sure (ado's fleet)", accuracy.sentence()))
     return rows
 
 

@@ -85,6 +85,10 @@ def test_full_fine_tuning_fits_at_7b_and_not_at_13b_until_sharded(home, tmp_path
     assert four["prediction"]["sharding"] == "FULL_SHARD" and four["prediction"]["worldSize"] == 4
     assert four["fit"]["fits"] is True
     assert four["prediction"]["peakBytes"] < thirteen["prediction"]["peakBytes"] / 3
+    # How sure: the error band of ado's fleet rows like this run (several GPUs on one node, a dense model).
+    assert four["fit"]["fleetAccuracy"]["group"] == "several GPUs on one node, dense"
+    assert main(["predict", str(sharded), "--model-map", str(model_map)]) == 0
+    assert "how sure (ado's fleet)" in capsys.readouterr().out
 
 
 def test_lora_needs_a_fraction_of_full_fine_tuning(home, tmp_path, model_map, capsys):

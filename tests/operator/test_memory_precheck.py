@@ -124,6 +124,7 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
         assert prediction["prediction"]["tracedParameters"] == 6_738_415_616
         assert prediction["prediction"]["phase"] == "optimizer" and prediction["fit"]["fits"] is True
         assert 75 < prediction["fit"]["predictedPercent"] < 90
+        assert prediction["fit"]["fleetAccuracy"]["group"] == "one GPU, dense"  # how sure: ado's fleet's band
         assert condition(fits, "MemoryFits")["reason"] in ("PredictedToFit", "PredictedBorderline")
 
         refused = kubelet.wait_phase("refused", "Invalid")

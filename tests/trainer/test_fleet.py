@@ -58,6 +58,12 @@ def test_the_docs_table_is_the_stored_predictions_tabulated(bench: ModuleType):
     )
 
 
+def test_the_error_bands_predictions_quote_are_the_stored_predictions_tabulated(bench: ModuleType):
+    from ftbench.api.fleet_accuracy import BANDS
+
+    assert bench.bands(bench.judge(bench.STORE)) == BANDS, "run: bench/fleet.py tabulate --write-docs"
+
+
 def test_clear_outcomes_need_a_smaller_run_and_no_larger_one(bench: ModuleType):
     spec = {"model": "m", "numberGpus": 2}
     rows = [
