@@ -13,9 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ftbench.api.profile import ClusterProfile
+from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.catalog import load_catalog
 from ftbench.contracts.enums import Runtime
 from ftbench.contracts.plan import ExperimentRef
 from ftbench.contracts.results import TrainerResult
@@ -23,14 +22,23 @@ from ftbench.host.ports import free_port
 from ftbench.render.plan import build_plan
 
 
-def run_trainer(root: Path, name: str, fields: dict[str, Any], data: Path) -> TrainerResult:
-    """Train the FineTuneExperiment spec `fields` once; datasets are generated into (and reused from) `data`."""
+def run_trainer(
+    root: Path, name: str, fields: dict[str, Any], data: Path, profile: dict[str, Any] | None = None
+) -> TrainerResult:
+    """Train the FineTuneExperiment spec `fields` once; datasets are generated into (and reused from) `data`;
+    `profile`: more cluster-profile fields (a modelMap, say)."""
     spec = FineTuneExperimentSpec.model_validate(fields)
     out = Path(tempfile.mkdtemp(dir=root))
     storage = {"dataDir": str(data), "modelRoot": str(root / "models"), "hfHome": str(root / "hf")}
-    profile = ClusterProfile.model_validate({"storage": storage, "masterPort": free_port()})
+    overlay = {"storage": storage, "masterPort": free_port(), **(profile or {})}
+    cluster = ClusterProfile.model_validate(overlay)
     plan = build_plan(
-        spec, load_catalog(), profile, ref=ExperimentRef(name=name), runtime=Runtime.JOB, output_dir=str(out / "o")
+        spec,
+        catalog_for(cluster),
+        cluster,
+        ref=ExperimentRef(name=name),
+        runtime=Runtime.JOB,
+        output_dir=str(out / "o"),
     )
     plan = plan.model_copy(
         update={"output": plan.output.model_copy(update={"termination_message_path": str(out / "termination")})}

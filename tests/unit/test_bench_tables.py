@@ -41,3 +41,19 @@ def test_the_precision_table_is_the_stored_runs_analysed_again() -> None:
     # What the docs claim of it: the target arm measured fewer seconds for an interval as tight as asked.
     assert summary["measuredSecondsRatio"] < 1
     assert summary["target"]["medianHalfWidthPercent"] <= summary["targetPercent"]
+
+
+def test_the_fsdp1_accumulation_table_is_the_stored_runs_tabulated() -> None:
+    bench = _bench("fsdp1_accumulation")
+    rows = json.loads(bench.RESULTS.read_text())["rows"]
+    assert bench.table(rows) in (ROOT / "docs" / "benchmarks.md").read_text(), (
+        "bench/fsdp1_accumulation.py --tabulate --write-docs"
+    )
+    # What the docs claim of it: under accumulation the real step keeps the whole model's unsharded gradient
+    # (FSDP's no_sync), whatever the ranks, where the arithmetic adds only the sharded one.
+    for ranks in (2, 4):
+        one, four = (
+            next(r for r in rows if r["ranks"] == ranks and r["gradientAccumulationSteps"] == g) for g in (1, 4)
+        )
+        measured = four["measuredPeakBytes"] - one["measuredPeakBytes"]
+        assert abs(measured - one["parameterBytes"]) <= 0.1 * one["parameterBytes"], (ranks, measured)
