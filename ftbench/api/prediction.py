@@ -3,8 +3,9 @@
 Pure: a `MemoryPrediction` (tensor memory, traced) plus the profile's `gpuMemory` for the spec's
 GPU model gives the device-level peak as NVML counts it (`ftbench.api.device_memory`: tensors, CUDA
 context, the allocator's reserve, communication buffers) and the verdict, `MemoryFit`. The
-prediction is an estimate and says so: `borderline` marks a requirement within `BORDERLINE_FRACTION`
-of the capacity either way, where the untraced parts decide.
+prediction is an estimate and says so: `fleetAccuracy` is how far it was from real GPUs on ado's fleet rows
+like the run, and `borderline` marks a requirement within that 90th-percentile error of the capacity either
+way (`BORDERLINE_FRACTION` where the fleet has no such rows), where the verdict could go either way.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ class MemoryFit(ApiModel):
         "beside the measured PeakMem%)."
     )
     fits: bool = Field(description="What must fit (every term but the allocator's reserve) is at most the capacity.")
-    borderline: bool = Field(description="Within 10 % of the capacity either way: the untraced parts decide.")
+    borderline: bool = Field(
+        description="What must fit is within the fleet's 90th-percentile error (fleetAccuracy; 10 % without one) of "
+        "the capacity either way: the verdict could go either way."
+    )
     headroom_bytes: int = Field(description="Capacity minus what must fit (negative: predicted OOM).")
     device: DeviceMemory | None = Field(None, description="The device-level peak term by term.")
     fleet_accuracy: FleetAccuracy | None = Field(
@@ -77,6 +81,8 @@ def memory_fit(
         return None
     device = device_memory(prediction, profile.gpu_memory[gpu_model])
     capacity = device.capacity_bytes
+    accuracy = fleet_accuracy(prediction.world_size, prediction.nodes, model_kind)
+    margin = accuracy.p90_percent_points / 100 if accuracy else BORDERLINE_FRACTION
     return MemoryFit(
         gpu_model=gpu_model,
         capacity_bytes=capacity,
@@ -84,10 +90,10 @@ def memory_fit(
         predicted_total_bytes=device.total_bytes,
         predicted_percent=device.percent,
         fits=device.fits,
-        borderline=abs(capacity - device.required_bytes) <= BORDERLINE_FRACTION * capacity,
+        borderline=abs(capacity - device.required_bytes) <= margin * capacity,
         headroom_bytes=capacity - device.required_bytes,
         device=device,
-        fleet_accuracy=fleet_accuracy(prediction.world_size, prediction.nodes, model_kind),
+        fleet_accuracy=accuracy,
     )
 
 
