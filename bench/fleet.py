@@ -363,10 +363,11 @@ def repeatability(sample: Path) -> str:
     """ado's own spread: configurations it measured more than once, equal in every parameter it records, and
     equal but for gradient checkpointing's reentrancy and fast kernels (flags that leave the peak alone in most
     of the sample's pairs). No prediction can be closer to both runs of a pair than half their difference."""
-    import csv
     import itertools
 
-    rows = [r for r in csv.DictReader(sample.open()) if r["is_valid"] == "1" and clean_row(r)]
+    from ftbench.local.ado_rows import read_ado_csv
+
+    rows = [ado.raw for ado in read_ado_csv(sample.read_text()) if ado.is_valid and clean(ado.spec)]
     lines = [
         "ado's own repeatability (no prediction can be nearer both runs of a pair than half their difference):",
         "",
@@ -387,12 +388,6 @@ def repeatability(sample: Path) -> str:
             f"{over} ({_pct(over, len(pairs))}) |"
         )
     return "\n".join(lines)
-
-
-def clean_row(row: dict[str, str]) -> bool:
-    """A CSV row of the clean set (`clean`, on ado's columns: `3` is 3.0.0, as ado_rows reads it)."""
-    release = "3.0.0" if row["fms_hf_tuning_version"] == "3" else row["fms_hf_tuning_version"]
-    return row["exp"] in CLEAN_EXPERIMENTS and release in CLEAN_RELEASES and "80GB" in row["gpu_model"]
 
 
 def tabulate(store: Path, write_docs: bool) -> str:

@@ -10,10 +10,11 @@ and docs/measurements.md quotes them. (FSDP2 runs, trl's, are traced sharded ins
   LM head) gathered from the first forward to the end of backward (FSDP1 does not reshard the root
   after forward) and, where it trains, its unsharded gradient through backward; the decoder layers
   gathered one at a time (forward: one, two with forward prefetch; backward: two, the layer and the
-  one prefetched), plus the layer's unsharded gradient. A backward peak before any gradient exists is
-  the loss's (its logits' gradient, first of backward): there only the last layer is gathered, which
-  the root's pre-backward prefetches, and no unit has a gradient yet (bench/fsdp1_accumulation.py:
-  2 ranks without accumulation measured 285 MB where two gathered layers predicted 304).
+  one prefetched), plus the layer's unsharded gradient. A backward peak before any decoder layer's
+  gradient exists (at most the LM head's, the root's) is the loss's, first of backward: there only the
+  last layer is gathered, which the root's pre-backward prefetches, and no layer has a gradient yet
+  (bench/fsdp1_accumulation.py: 2 ranks without accumulation measured 285 MB where two gathered layers
+  predicted 304).
 - SHARD_GRAD_OP, HYBRID_SHARD_ZERO2, DeepSpeed ZeRO-2: gradients and optimizer state / N.
 - DDP: everything replicated, plus its gradient buckets (one more copy of the gradients).
 - NO_SHARD: replicated.
@@ -100,7 +101,7 @@ def shard_phase(split: Split, phase: str, s: Sharding, sizes: Sizes, *, gradient
     # Backward's loss, before any decoder layer's gradient (at most the LM head's, the root's): only the
     # prefetched last layer is gathered beside the root, and no layer holds an unsharded gradient.
     loss = phase == "backward" and g <= sizes.root_trainable
-    layers = 2 if (phase == "backward" and not loss) or (phase != "backward" and s.forward_prefetch) else 1
+    layers = (1 if loss else 2) if phase == "backward" else (2 if s.forward_prefetch else 1)
     gathered = (layer * layers + root) if computing else 0
     # Each unit's gradient before its reduce-scatter: the layer's, and FSDP1's root's through backward.
     unsharded = (0 if loss else min(layer, g)) + root_grad if phase == "backward" and g else 0
