@@ -433,7 +433,9 @@ def fit(store: Path) -> None:
         features = device_features(j.prediction)
         names = sorted(features)
         xs.append([features[k] for k in names])
-        ys.append((j.measured_percent / 100 * capacity - j.device.tensor_bytes) / GIB)
+        # The unsharded gradients are counted at their size (one copy), not fitted.
+        known = j.device.tensor_bytes + j.device.term("unshardedGradients")
+        ys.append((j.measured_percent / 100 * capacity - known) / GIB)
     x, y = np.array(xs), np.array(ys)
     weights = np.ones(len(y))
     for _ in range(100):  # iteratively reweighted least squares towards the L1 fit

@@ -2,7 +2,7 @@
 
 Pure: a `MemoryPrediction` (tensor memory, traced) plus the profile's `gpuMemory` for the spec's
 GPU model gives the device-level peak as NVML counts it (`ftbench.api.device_memory`: tensors, CUDA
-context, the allocator's reserve, communication buffers) and the verdict, `MemoryFit`. The
+context, the allocator's reserve, FSDP1's unsharded gradients under accumulation, communication buffers) and the verdict, `MemoryFit`. The
 prediction is an estimate and says so: `fleetAccuracy` is how far it was from real GPUs on ado's fleet rows
 like the run, and `borderline` marks a requirement within that 90th-percentile error of the capacity either
 way (`BORDERLINE_FRACTION` where the fleet has no such rows), where the verdict could go either way.

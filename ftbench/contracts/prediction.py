@@ -69,6 +69,11 @@ class MemoryPrediction(WireModel):
         description="The most forward or backward hold beyond parameters, gradients and optimizer state "
         "(activations, the loss path, temporaries): what the caching allocator's reserve grows with.",
     )
+    unsharded_gradient_bytes: Bytes = Field(
+        0,
+        description="FSDP1 with gradient accumulation: the whole unsharded gradient of what FSDP trains, which its "
+        "no_sync keeps between micro-steps (not in peak_bytes; the device-level peak counts it).",
+    )
     runtime_overhead_bytes: Bytes = Field(
         0,
         description="Not traced: CUDA context, NCCL buffers, allocator reserve; the cluster profile's constant for "

@@ -13,7 +13,7 @@ from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction, Mem
 from ftbench_trainer.measure.storage import Split
 from ftbench_trainer.predict.depth import trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
-from ftbench_trainer.predict.shard import Sharding, Sizes, shard
+from ftbench_trainer.predict.shard import Sharding, Sizes, shard, unsharded_gradients
 from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace
 
 # FSDP strategies traced with FSDP2 on a fake process group, and those that reshard after forward.
@@ -73,6 +73,7 @@ class StepPeak:
     split: Split
     trace: Trace
     activations: int = 0  # the most forward or backward hold beyond state: what the allocator's cache grows by
+    unsharded_gradients: int = 0  # FSDP1 no_sync's unsharded gradients between micro-steps (shard.unsharded_gradients)
 
     @classmethod
     def of(cls, phases: dict[str, Split], trace: Trace) -> StepPeak:
@@ -114,7 +115,9 @@ def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = Fal
             parameters=sizes.parameters - trace.quantizable_weights * 2 + quantized,
             layer=int(sizes.layer * GPTQ_BYTES_PER_WEIGHT / 2),
         )
-    return StepPeak.of(shard(traced, s, sizes), trace)
+    return dataclasses.replace(
+        StepPeak.of(shard(traced, s, sizes), trace), unsharded_gradients=unsharded_gradients(s, sizes)
+    )
 
 
 def sizes_of(trace: Trace) -> Sizes:
@@ -179,8 +182,14 @@ def predict(
             "FSDP1 computed from the single-rank trace: flat parameters, the root unit gathered from forward to "
             "the end of backward"
             + (
-                ", what trains held in float32 (16 bytes per trained parameter: ado's fleet)"
+                ", what trains upcast to float32 by accelerate's mixed precision (16 bytes per trained parameter)"
                 if s.master_factor > 1
+                else ", what trains in the load dtype (no mixed precision: accelerate does not upcast)"
+            )
+            + (
+                f", {peak.unsharded_gradients / 2**30:.1f} GiB of unsharded gradients between the "
+                f"{shape.gradient_accumulation} micro-steps (no_sync)"
+                if peak.unsharded_gradients
                 else ""
             )
             + (f", experts placed per expert-parallel rank (fastMoe {s.expert_parallel})" if s.expert_parallel else "")
@@ -203,6 +212,7 @@ def predict(
         ),
         phase=peak.phase,  # type: ignore[arg-type]
         activations_peak_bytes=peak.activations,
+        unsharded_gradient_bytes=peak.unsharded_gradients,
         device=shape.device,
         world_size=plan.topology.world_size,
         nodes=plan.topology.number_nodes,

@@ -9,12 +9,12 @@ from ftbench_trainer.predict.trace import StepShape
 
 MIXED = {"bf16": "bfloat16", "fp16": "float16"}
 SIXTEEN_BIT = ("bfloat16", "float16")
-# FSDP1 on GPUs (fms-hf-tuning's accelerate launch) holds what trains in float32: ado's fleet of A100 runs
-# fits 16 bytes per trained parameter per shard (float32 parameters, gradients and both AdamW moments)
-# far better than the 8 of a 16-bit state (docs/benchmarks.md, "ado's fleet"); on CPU ranks the same
-# releases keep the load dtype (results.rankMemory of a two-rank fms-hf-tuning 2.4.0 run), so CPU
-# plans keep 1.
-FSDP1_GPU_MASTER_FACTOR = 2.0
+# With mixed precision on, accelerate upcasts FSDP1's trained flat parameters of a 16-bit model to float32
+# (`Accelerator.prepare_model`: `if self.mixed_precision != "no"`, accelerate 1.0.1 to 1.11, every offered
+# fms-hf-tuning release's): parameters, gradients and AdamW moments of what trains take twice the bytes.
+# Without it (ado's default and ftbench's) they keep the load dtype: results.rankMemory of a two-rank
+# fms-hf-tuning 2.4.0 run on CPU, and ado's fleet (docs/benchmarks.md, "ado's fleet").
+FSDP1_MIXED_MASTER_FACTOR = 2.0
 # FlashAttention kernels do not exist on CPU; torch's memory-efficient sdpa kernel keeps the same
 # O(seq) state (output plus log-sum-exp), so it stands in for them in the trace (see `traced_attention`).
 FLASH = ("flash_attention_2", "flash_attention_3")
@@ -114,10 +114,17 @@ def sharding(plan: LaunchPlan) -> Sharding:
         forward_prefetch=fsdp.forward_prefetch,
         offload_parameters=fsdp.offload_params,
         offload_optimizer=fsdp.offload_params,
-        master_factor=FSDP1_GPU_MASTER_FACTOR
-        if fsdp1 and not plan.use_cpu and str(plan.training.torch_dtype) in SIXTEEN_BIT
-        else 1.0,
+        master_factor=FSDP1_MIXED_MASTER_FACTOR if fsdp1 and mixed_precision(plan) else 1.0,
         fsdp1=fsdp1,
         flat_parameters=fsdp1 and not fsdp.use_orig_params,
         expert_parallel=plan.training.fast_moe,
+        no_sync=plan.training.gradient_accumulation_steps > 1,
     )
+
+
+def mixed_precision(plan: LaunchPlan) -> bool:
+    """Whether accelerate runs this 16-bit model with mixed precision on (its launch config, or the trainer's
+    bf16/fp16 arguments, which transformers passes to accelerate): what makes it upcast FSDP1's weights."""
+    t = plan.training
+    on = t.bf16 or t.fp16 or plan.mixed_precision != "no"
+    return bool(on) and str(t.torch_dtype) in SIXTEEN_BIT

@@ -18,9 +18,16 @@ and docs/measurements.md quotes them. (FSDP2 runs, trl's, are traced sharded ins
 - SHARD_GRAD_OP, HYBRID_SHARD_ZERO2, DeepSpeed ZeRO-2: gradients and optimizer state / N.
 - DDP: everything replicated, plus its gradient buckets (one more copy of the gradients).
 - NO_SHARD: replicated.
-- Master weights (`Sharding.master_factor`): FSDP1 on GPUs keeps what trains in float32 in ado's
-  fleet (parameters, gradients and AdamW moments: 16 bytes per trained parameter; docs/benchmarks.md,
-  "ado's fleet"), twice the 16-bit model's bytes; frozen weights stay in the load dtype.
+- Master weights (`Sharding.master_factor`): with mixed precision on, accelerate upcasts FSDP1's
+  flat parameters that train to float32 (`Accelerator.prepare_model`, every release's accelerate:
+  `if self.mixed_precision != "no"`), so their gradients and AdamW moments are float32 too: twice the
+  16-bit model's bytes. Without mixed precision (ado's and ftbench's default) what trains keeps the
+  load dtype; frozen weights always do.
+- Gradient accumulation (`Sharding.no_sync`): on every micro-step but the last, accelerate runs
+  backward under FSDP1's `no_sync`, which keeps each flat parameter's whole unsharded gradient
+  until the step syncs (torch's FSDP docs; 2 and 4 CPU ranks: +72-75 MB for 69 MB of gradients,
+  bench/fsdp1_accumulation.py). `unsharded_gradients` states its size; the device-level peak
+  counts it (ftbench.api.device_memory), the traced split does not.
 - AdamW's foreach temporaries: over every parameter at once where the optimizer sees plain
   parameters, one flat parameter at a time where it sees FSDP1's flat parameters (use_orig_params
   false: torch's foreach default skips a FlatParameter).
@@ -52,6 +59,7 @@ class Sharding:
     fsdp1: bool = False  # FSDP1's arithmetic (the root unit stays gathered from forward to backward)
     flat_parameters: bool = False  # FSDP1 without use_orig_params: AdamW steps one flat parameter at a time
     expert_parallel: int = 0  # fastMoe's expert-parallel degree (0: the experts are FSDP's like the rest)
+    no_sync: bool = False  # gradient accumulation: FSDP1 keeps unsharded gradients between micro-steps
 
     @property
     def label(self) -> str:
@@ -117,6 +125,14 @@ def shard_phase(split: Split, phase: str, s: Sharding, sizes: Sizes, *, gradient
     if s.offload_optimizer:
         state = 0
     return Split(params + gathered, grads + unsharded, state, x)
+
+
+def unsharded_gradients(s: Sharding, sizes: Sizes) -> int:
+    """Bytes of the unsharded gradients FSDP1's `no_sync` keeps between micro-steps: every trained parameter
+    FSDP manages (fastMoe's experts are not FSDP's), in the traced dtype; 0 where nothing is sharded."""
+    if not (s.fsdp1 and s.no_sync and s.ranks > 1 and s.kind in FULL + GRADS_AND_STATE):
+        return 0
+    return sizes.trainable - (sizes.experts_trainable if s.expert_parallel else 0)
 
 
 def shard(phases: dict[str, Split], s: Sharding, sizes: Sizes) -> dict[str, Split]:
