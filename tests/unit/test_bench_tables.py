@@ -43,17 +43,26 @@ def test_the_precision_table_is_the_stored_runs_analysed_again() -> None:
     assert summary["target"]["medianHalfWidthPercent"] <= summary["targetPercent"]
 
 
-def test_the_fsdp1_accumulation_table_is_the_stored_runs_tabulated() -> None:
-    bench = _bench("fsdp1_accumulation")
+def test_the_fsdp_accumulation_table_is_the_stored_runs_tabulated() -> None:
+    bench = _bench("fsdp_accumulation")
     rows = json.loads(bench.RESULTS.read_text())["rows"]
     assert bench.table(rows) in (ROOT / "docs" / "benchmarks.md").read_text(), (
-        "bench/fsdp1_accumulation.py --tabulate --write-docs"
+        "bench/fsdp_accumulation.py --tabulate --write-docs"
     )
     # What the docs claim of it: under accumulation the real step keeps the whole model's unsharded gradient
-    # (FSDP's no_sync), whatever the ranks, where the arithmetic adds only the sharded one.
-    for ranks in (2, 4):
-        one, four = (
-            next(r for r in rows if r["ranks"] == ranks and r["gradientAccumulationSteps"] == g) for g in (1, 4)
-        )
-        measured = four["measuredPeakBytes"] - one["measuredPeakBytes"]
-        assert abs(measured - one["parameterBytes"]) <= 0.1 * one["parameterBytes"], (ranks, measured)
+    # (FSDP1's no_sync, FSDP2's set_requires_gradient_sync(False)), whatever the ranks; FSDP2's trace follows
+    # it (within 5 %), FSDP1's arithmetic adds only the sharded gradient to the tensor peak.
+    for version in (1, 2):
+        for ranks in (2, 4):
+            one, four = (
+                next(
+                    r
+                    for r in rows
+                    if (r["fsdpVersion"], r["ranks"], r["gradientAccumulationSteps"]) == (version, ranks, g)
+                )
+                for g in (1, 4)
+            )
+            measured = four["measuredPeakBytes"] - one["measuredPeakBytes"]
+            assert abs(measured - one["parameterBytes"]) <= 0.1 * one["parameterBytes"], (version, ranks, measured)
+            if version == 2:
+                assert abs(four["errorPercent"]) <= 5.0, (ranks, four)

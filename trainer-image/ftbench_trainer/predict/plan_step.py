@@ -52,6 +52,21 @@ def logits_accuracy() -> bool:
     return "shift_logits" in source and "argmax" in source
 
 
+def fsdp2_no_sync() -> bool:
+    """Whether this environment's accelerate runs an FSDP2 model's accumulated micro-steps without reducing their
+    gradients (accelerate 1.11 on: `Accelerator.no_sync` calls `set_requires_gradient_sync(False)`, so each
+    parameter's whole unsharded gradient stays until the last micro-step; accelerate 1.6 finds no `no_sync` on an
+    FSDP2 module and reduces every micro-step)."""
+    import inspect
+
+    try:
+        from accelerate import Accelerator
+
+        return "set_requires_gradient_sync" in inspect.getsource(Accelerator.no_sync)
+    except (ImportError, OSError, TypeError):
+        return False
+
+
 def traced_attention(attention: str) -> str:
     return "sdpa" if attention in FLASH else attention
 
@@ -78,6 +93,7 @@ def step_shape(plan: LaunchPlan) -> StepShape:
         seq=t.model_max_length,
         device="cpu" if plan.use_cpu else "cuda",
         gradient_accumulation=t.gradient_accumulation_steps,
+        no_sync=t.gradient_accumulation_steps > 1 and fsdp2_no_sync(),
         lora_r=lora_r,
         lora_alpha=lora_alpha,
         lora_dropout=lora_dropout,

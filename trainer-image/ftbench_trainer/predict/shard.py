@@ -13,7 +13,7 @@ and docs/measurements.md quotes them. (FSDP2 runs, trl's, are traced sharded ins
   one prefetched), plus the layer's unsharded gradient. A backward peak before any decoder layer's
   gradient exists (at most the LM head's, the root's) is the loss's, first of backward: there only the
   last layer is gathered, which the root's pre-backward prefetches, and no layer has a gradient yet
-  (bench/fsdp1_accumulation.py: 2 ranks without accumulation measured 285 MB where two gathered layers
+  (bench/fsdp_accumulation.py: 2 ranks without accumulation measured 285 MB where two gathered layers
   predicted 304).
 - SHARD_GRAD_OP, HYBRID_SHARD_ZERO2, DeepSpeed ZeRO-2: gradients and optimizer state / N.
 - DDP: everything replicated, plus its gradient buckets (one more copy of the gradients).
@@ -26,7 +26,7 @@ and docs/measurements.md quotes them. (FSDP2 runs, trl's, are traced sharded ins
 - Gradient accumulation (`Sharding.no_sync`): on every micro-step but the last, accelerate runs
   backward under FSDP1's `no_sync`, which keeps each flat parameter's whole unsharded gradient
   until the step syncs (torch's FSDP docs; 2 and 4 CPU ranks: +72-75 MB for 69 MB of gradients,
-  bench/fsdp1_accumulation.py). `unsharded_gradients` states its size; the device-level peak
+  bench/fsdp_accumulation.py). `unsharded_gradients` states its size; the device-level peak
   counts it (ftbench.api.device_memory), the traced split does not.
 - AdamW's foreach temporaries: over every parameter at once where the optimizer sees plain
   parameters, one flat parameter at a time where it sees FSDP1's flat parameters (use_orig_params

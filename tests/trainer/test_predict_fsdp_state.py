@@ -1,4 +1,4 @@
-"""FSDP1's state as accelerate and torch hold it: what trains upcast to float32 only under mixed precision
+"""FSDP state as accelerate and torch hold it: what trains upcast to float32 only under mixed precision
 (accelerate's `prepare_model`), and the whole unsharded gradient `no_sync` keeps between accumulated
 micro-steps, which the device-level peak counts and the fits/OOM verdict leaves out (docs/measurements.md)."""
 
@@ -71,3 +71,20 @@ def test_the_device_level_peak_counts_them_and_the_verdict_does_not() -> None:
     assert device.required_bytes == device.total_bytes - 131 * GIB and device.fits
     without = device_memory(prediction.model_copy(update={"unsharded_gradient_bytes": 0}), DEFAULT_GPU_MEMORY[A100])
     assert without.required_bytes == device.required_bytes and without.term("unshardedGradients") == 0
+
+
+def test_fsdp2_traces_accumulation_with_whole_unsharded_gradients(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """trl's FSDP2 under accelerate 1.11 on: the micro-steps before the last reduce nothing, so the traced second
+    micro-step holds every parameter's whole unsharded gradient, not its shard (bench/fsdp_accumulation.py)."""
+    from ftbench_trainer.predict.model import predict
+    from ftbench_trainer.predict.plan_step import fsdp2_no_sync
+
+    assert fsdp2_no_sync()  # this environment's accelerate (trl's engine)
+    peaks = {}
+    for ga in (1, 4):
+        plan = make_plan(tmp_path, tiny_model_dir, tmp_path, numberGpus=2, device="cpu", gradientAccumulationSteps=ga)
+        assert sharding(plan).kind == "FULL_SHARD" and not sharding(plan).fsdp1
+        prediction = predict(plan, count_rows=False)
+        peaks[ga] = prediction.peak_bytes
+        gradient = prediction.trainable_parameters * 4  # float32
+    assert peaks[4] - peaks[1] >= 0.9 * gradient > 0  # the shard would add half of it

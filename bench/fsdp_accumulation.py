@@ -1,9 +1,9 @@
-"""FSDP1 and gradient accumulation on CPU ranks: what a rank really holds against what ftbench predicts.
+"""FSDP1, FSDP2 and gradient accumulation on CPU ranks: what a rank really holds against what ftbench predicts.
 
-Not a test: run it by hand; it writes bench/results/fsdp1-accumulation.json, and `--write-docs` puts the
+Not a test: run it by hand; it writes bench/results/fsdp-accumulation.json, and `--write-docs` puts the
 table in docs/benchmarks.md (tests/unit/test_bench_tables.py keeps the two the same)::
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python bench/fsdp1_accumulation.py --write-docs
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python bench/fsdp_accumulation.py --write-docs
 
 Why: ado's fleet (fms-hf-tuning: accelerate's FSDP1, gradient accumulation 4) is predicted with FSDP1
 arithmetic on a single-rank trace, and its 2-GPU full fine-tuning rows are over-predicted by about the
@@ -14,7 +14,8 @@ activations, on 2 and 4 ranks, with gradient accumulation 1 and 4. The Trainer r
 of an accumulation under FSDP's `no_sync`, which keeps each unit's whole unsharded gradient until the
 last micro-step: the measured GA 4 - GA 1 difference says whether that happened (it is the whole
 model's gradient, whatever the ranks) and the predicted difference is what the arithmetic assumes (the
-sharded gradients).
+sharded gradients). FSDP2 (trl's default) is traced on fake ranks instead; accelerate 1.11 on runs its
+accumulated micro-steps without reducing too (`set_requires_gradient_sync(False)`), which the trace follows.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from trainer_run import run_trainer
 from ftbench.contracts.results import TrainerResult
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "fsdp1-accumulation.json"
+RESULTS = REPO / "bench" / "results" / "fsdp-accumulation.json"
 DOCS = REPO / "docs" / "benchmarks.md"
-SECTION = "fsdp1-accumulation"
+SECTION = "fsdp-accumulation"
 MODEL = "llama3.2-1b"  # the catalog name the wide model is mapped to (its architecture is replaced below)
 WIDE = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 8,
         "num_key_value_heads": 8, "head_dim": 64}  # fmt: skip
@@ -51,7 +52,7 @@ BASE: dict[str, Any] = {
     "maxSteps": 2,
     "torchDtype": "float32",
 }
-VARIANTS = [(ranks, ga) for ranks in (2, 4) for ga in (1, 4)]
+VARIANTS = [(version, ranks, ga) for version in (1, 2) for ranks in (2, 4) for ga in (1, 4)]
 
 
 def wide_model(root: Path) -> Path:
@@ -70,10 +71,11 @@ def wide_model(root: Path) -> Path:
     return out
 
 
-def row(ranks: int, ga: int, result: TrainerResult) -> dict[str, Any]:
+def row(version: int, ranks: int, ga: int, result: TrainerResult) -> dict[str, Any]:
     m = result.metrics
     assert m is not None and m.predicted_peak_bytes and m.cpu_tensor_peak_bytes
     return {
+        "fsdpVersion": version,
         "ranks": ranks,
         "gradientAccumulationSteps": ga,
         "measuredPeakBytes": m.cpu_tensor_peak_bytes,
@@ -85,23 +87,27 @@ def row(ranks: int, ga: int, result: TrainerResult) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """One line per rank count: both accumulations' peaks, and the difference against the gradients' sizes."""
+    """One line per FSDP version and rank count: both accumulations' peaks, and the difference against the
+    gradients' sizes."""
     lines = [
-        "| ranks | GA 1: measured / predicted MB (error) | GA 4: measured / predicted MB (error) "
+        "| FSDP | ranks | GA 1: measured / predicted MB (error) | GA 4: measured / predicted MB (error) "
         "| GA 4 - GA 1 measured MB | predicted MB | whole model's gradient MB | sharded gradient MB |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: |",
+        "| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     mb = 1e6
-    for ranks in sorted({r["ranks"] for r in rows}):
+    for version, ranks in sorted({(r["fsdpVersion"], r["ranks"]) for r in rows}):
         one, four = (
-            next(r for r in rows if r["ranks"] == ranks and r["gradientAccumulationSteps"] == g) for g in (1, 4)
+            next(
+                r for r in rows if (r["fsdpVersion"], r["ranks"], r["gradientAccumulationSteps"]) == (version, ranks, g)
+            )
+            for g in (1, 4)
         )
         cells = [
             f"{r['measuredPeakBytes'] / mb:.0f} / {r['predictedPeakBytes'] / mb:.0f} ({r['errorPercent']:+.1f} %)"
             for r in (one, four)
         ]
         lines.append(
-            f"| {ranks} | {cells[0]} | {cells[1]} "
+            f"| {version} | {ranks} | {cells[0]} | {cells[1]} "
             f"| {(four['measuredPeakBytes'] - one['measuredPeakBytes']) / mb:.0f} "
             f"| {(four['predictedPeakBytes'] - one['predictedPeakBytes']) / mb:.0f} "
             f"| {one['parameterBytes'] / mb:.0f} | {one['gradientBytesPerRank'] / mb:.0f} |"
@@ -128,9 +134,10 @@ def main() -> int:
         data.mkdir()
         mapped = {"modelMap": {MODEL: {"Vanilla": str(wide_model(root))}}}
         rows = []
-        for ranks, ga in VARIANTS:
-            fields = {**BASE, "numberGpus": ranks, "gradientAccumulationSteps": ga}
-            rows.append(row(ranks, ga, run_trainer(root, f"r{ranks}-ga{ga}", fields, data, profile=mapped)))
+        for version, ranks, ga in VARIANTS:
+            fields = {**BASE, "fsdpVersion": version, "numberGpus": ranks, "gradientAccumulationSteps": ga}
+            result = run_trainer(root, f"v{version}-r{ranks}-ga{ga}", fields, data, profile=mapped)
+            rows.append(row(version, ranks, ga, result))
         RESULTS.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
     body = table(json.loads(RESULTS.read_text())["rows"])
     print(body)
