@@ -49,5 +49,7 @@ def test_a_two_node_indexed_job_is_placed_on_two_nodes(cluster: Cluster, ns: str
     with cluster.profile(profile, RIG_NODE):
         cluster.apply(ns, "indexed", tiny_lora_spec(numberNodes=2, run={"runtime": "IndexedJob"}))
         assert cluster.placement(ns, "indexed", 2) == sorted(NODES)
-        assert cluster.experiment(ns, "indexed")["status"]["job"]["kind"] == "Job"
+        # The operator records the Job it made after creating it: its pods can be placed before that patch lands.
+        job = poll(lambda: (cluster.experiment(ns, "indexed").get("status") or {}).get("job"), 60, "status.job")
+        assert job["kind"] == "Job"
         cluster.delete(ns, "indexed")
