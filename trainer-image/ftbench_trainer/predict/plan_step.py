@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ftbench.contracts.enums import DistributedBackend
 from ftbench.contracts.plan import LaunchPlan
 from ftbench_trainer.predict.shard import Sharding
@@ -35,6 +37,7 @@ def fused_lm_head_outputs() -> tuple[str, ...]:
     return SFT_FUSED_OUTPUTS if hasattr(sft_trainer, "add_fused_lm_head") else ()
 
 
+@functools.cache
 def logits_accuracy() -> bool:
     """Whether this environment's SFTTrainer computes its token accuracy from the full logits (trl 0.1x:
     `shift_logits.argmax` in `compute_loss`; trl 1.x takes it from its fused LM head instead)."""
@@ -52,6 +55,7 @@ def logits_accuracy() -> bool:
     return "shift_logits" in source and "argmax" in source
 
 
+@functools.cache
 def fsdp2_no_sync() -> bool:
     """Whether this environment's accelerate runs an FSDP2 model's accumulated micro-steps without reducing their
     gradients (accelerate 1.11 on: `Accelerator.no_sync` calls `set_requires_gradient_sync(False)`, so each
@@ -142,5 +146,4 @@ def mixed_precision(plan: LaunchPlan) -> bool:
     """Whether accelerate runs this 16-bit model with mixed precision on (its launch config, or the trainer's
     bf16/fp16 arguments, which transformers passes to accelerate): what makes it upcast FSDP1's weights."""
     t = plan.training
-    on = t.bf16 or t.fp16 or plan.mixed_precision != "no"
-    return bool(on) and str(t.torch_dtype) in SIXTEEN_BIT
+    return (t.bf16 or t.fp16 or plan.mixed_precision != "no") and str(t.torch_dtype) in SIXTEEN_BIT
