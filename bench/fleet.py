@@ -420,7 +420,9 @@ def fit(store: Path) -> None:
     """Least absolute deviations of measured - tensors over the device-level terms' causes (the median error is
     what the fleet's check asks for, and a few rows that ran far from every model would pull a least-squares
     fit), on rows that ran below the saturation the allocator shows near the card's capacity (above ~95 % it
-    gives its cache back), leaving out fastMoe rows (their expert placement is modelled coarsely)."""
+    gives its cache back), leaving out fastMoe rows (their expert placement is modelled coarsely). The context is
+    the cluster profile's per-GPU-model constant (`gpuMemory.runtimeOverhead`, a setting users change), so it is
+    taken as set and the fit sizes the other terms beside it."""
     import numpy as np
 
     from ftbench.api.device_memory import device_features
@@ -433,8 +435,8 @@ def fit(store: Path) -> None:
         features = device_features(j.prediction)
         names = sorted(features)
         xs.append([features[k] for k in names])
-        # The unsharded gradients are counted at their size (one copy), not fitted.
-        known = j.device.tensor_bytes + j.device.term("unshardedGradients")
+        # The unsharded gradients are counted at their size (one copy), not fitted; the context is the profile's.
+        known = j.device.tensor_bytes + j.device.term("unshardedGradients") + j.device.term("context")
         ys.append((j.measured_percent / 100 * capacity - known) / GIB)
     x, y = np.array(xs), np.array(ys)
     weights = np.ones(len(y))

@@ -74,6 +74,12 @@ class MemoryPrediction(WireModel):
         description="FSDP1 with gradient accumulation: the whole unsharded gradient of what FSDP trains, which its "
         "no_sync keeps between micro-steps (not in peak_bytes; the device-level peak counts it).",
     )
+    expert_shapes_vary: bool = Field(
+        False,
+        description="The engine's MoE layers make tensors sized by each expert's token count, which the router "
+        "changes every step (transformers 4.x GraniteMoe and Mixtral experts, fastMoe's expert-parallel dispatch): "
+        "the caching allocator's reserve grows with them (ftbench.api.device_memory).",
+    )
     runtime_overhead_bytes: Bytes = Field(
         0,
         description="Not traced: CUDA context, NCCL buffers, allocator reserve; the cluster profile's constant for "

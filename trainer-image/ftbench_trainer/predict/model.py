@@ -213,6 +213,7 @@ def predict(
         phase=peak.phase,  # type: ignore[arg-type]
         activations_peak_bytes=peak.activations,
         unsharded_gradient_bytes=peak.unsharded_gradients,
+        expert_shapes_vary=peak.trace.routing is not None,
         device=shape.device,
         world_size=plan.topology.world_size,
         nodes=plan.topology.number_nodes,

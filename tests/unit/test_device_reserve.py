@@ -1,0 +1,39 @@
+"""The allocator's reserve in the device-level peak (ftbench.api.device_memory): a fraction of what forward and
+backward hold beyond state, larger where an MoE engine's expert tensors change shape from step to step."""
+
+from __future__ import annotations
+
+from ftbench.api.device_memory import (
+    RESERVE_FRACTION,
+    ROUTED_RESERVE_FRACTION,
+    device_features,
+    device_memory,
+    reserve_fraction,
+)
+from ftbench.api.profile import DEFAULT_GPU_MEMORY
+from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+
+GIB = 2**30
+
+
+def prediction(expert_shapes_vary: bool) -> MemoryPrediction:
+    split = MemorySplit(parameters_bytes=6 * GIB, gradients_bytes=0, optimizer_bytes=0, activations_bytes=20 * GIB)
+    return MemoryPrediction(
+        peak_bytes=26 * GIB, split=split, phase="backward", activations_peak_bytes=20 * GIB, device="cuda",
+        world_size=2, sharding="FULL_SHARD", traced_parameters=1, trainable_parameters=1, seconds=1.0,
+        expert_shapes_vary=expert_shapes_vary,
+    )  # fmt: skip
+
+
+def test_varying_expert_shapes_add_to_the_reserve_and_not_to_the_verdict() -> None:
+    gpu = DEFAULT_GPU_MEMORY["NVIDIA-A100-SXM4-80GB"]
+    dense, moe = device_memory(prediction(False), gpu), device_memory(prediction(True), gpu)
+    assert dense.term("allocatorReserve") == int(RESERVE_FRACTION * 20 * GIB)
+    assert moe.term("allocatorReserve") == int((RESERVE_FRACTION + ROUTED_RESERVE_FRACTION) * 20 * GIB)
+    assert reserve_fraction(prediction(True)) > reserve_fraction(prediction(False)) > 0
+    assert moe.total_bytes > dense.total_bytes and moe.required_bytes == dense.required_bytes
+
+
+def test_the_fit_sees_the_routed_activations_as_their_own_cause() -> None:
+    assert device_features(prediction(False))["reserve_of_routed_activations"] == 0.0
+    assert device_features(prediction(True))["reserve_of_routed_activations"] == 20.0
