@@ -420,16 +420,15 @@ def fit(store: Path) -> None:
     """Least absolute deviations of measured - tensors over the device-level terms' causes (the median error is
     what the fleet's check asks for, and a few rows that ran far from every model would pull a least-squares
     fit), on rows that ran below the saturation the allocator shows near the card's capacity (above ~95 % it
-    gives its cache back), leaving out fastMoe rows (their expert placement is modelled coarsely). The context is
-    the cluster profile's per-GPU-model constant (`gpuMemory.runtimeOverhead`, a setting users change), so it is
-    taken as set and the fit sizes the other terms beside it."""
+    gives its cache back). The context is the cluster profile's per-GPU-model constant (`gpuMemory.runtimeOverhead`,
+    a setting users change), so it is taken as set and the fit sizes the other terms beside it."""
     import numpy as np
 
     from ftbench.api.device_memory import device_features
 
     xs, ys, names = [], [], []
     for j in judge(store):
-        if j.device is None or j.measured_percent is None or j.measured_percent > 95 or j.spec.get("fastMoe"):
+        if j.device is None or j.measured_percent is None or j.measured_percent > 95:
             continue
         capacity = j.device.capacity_bytes
         features = device_features(j.prediction)

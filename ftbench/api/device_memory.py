@@ -15,8 +15,11 @@ fitted on ado's fleet sample A (`bench/fleet.py fit`; docs/benchmarks.md, "ado's
   (`MemoryPrediction.activations_peak_bytes`): a fraction of it. A larger fraction where the engine's MoE
   layers make tensors sized by each expert's token count (`MemoryPrediction.expert_shapes_vary`): the router
   changes those counts every step, so blocks cut for one step's sizes fit the next step's requests less
-  often and the allocator cuts more (ado's MoE rows: 0.18 more per byte than the dense models' 0.26, LoRA
-  and full alike).
+  often and the allocator cuts more (ado's MoE rows: 0.18 more per byte than the dense models' 0.25, LoRA
+  and full alike). More again where fastMoe dispatches each MoE layer's tokens across expert-parallel ranks
+  (`MemoryPrediction.expert_parallel` above 1): the all-to-all gives every rank a different number of rows each
+  step, and the layer's largest tensors (its gathered input, the experts' intermediates and outputs) take
+  that size, so the allocator's big blocks change size with them.
 - `unshardedGradients`: FSDP1 with gradient accumulation keeps every trained flat parameter's whole
   unsharded gradient between micro-steps (its `no_sync`, which accelerate enters on all but the last):
   `MemoryPrediction.unsharded_gradient_bytes`, counted at its size (one copy of the trained weights'
@@ -48,12 +51,14 @@ from ftbench.contracts.prediction import MemoryPrediction
 
 GIB: Final = 2**30
 # Fitted on ado's fleet sample A (bench/fleet.py fit, least absolute deviations): the reserve as a fraction of
-# forward's and backward's largest non-state bytes (and the more of it where MoE experts' shapes vary), NCCL's
+# forward's and backward's largest non-state bytes (more where MoE experts' shapes vary, more again where fastMoe
+# dispatches tokens across ranks), NCCL's
 # buffers on several ranks of one node, and the extra when ranks span nodes.
-RESERVE_FRACTION: Final = 0.26
+RESERVE_FRACTION: Final = 0.25
 ROUTED_RESERVE_FRACTION: Final = 0.18  # added to RESERVE_FRACTION where expert shapes vary from step to step
-COMMUNICATION_BYTES: Final = int(1.8 * GIB)
-INTER_NODE_BYTES: Final = int(4.3 * GIB)
+DISPATCHED_RESERVE_FRACTION: Final = 0.2  # added again where fastMoe dispatches tokens across expert-parallel ranks
+COMMUNICATION_BYTES: Final = int(1.9 * GIB)
+INTER_NODE_BYTES: Final = int(4.2 * GIB)
 
 Bytes = Annotated[int, Field(ge=0)]
 
@@ -98,7 +103,11 @@ def communication_bytes(world_size: int, nodes: int) -> int:
 
 def reserve_fraction(prediction: MemoryPrediction) -> float:
     """The allocator's reserve per byte of forward's and backward's largest non-state hold."""
-    return RESERVE_FRACTION + (ROUTED_RESERVE_FRACTION if prediction.expert_shapes_vary else 0.0)
+    return (
+        RESERVE_FRACTION
+        + (ROUTED_RESERVE_FRACTION if prediction.expert_shapes_vary else 0.0)
+        + (DISPATCHED_RESERVE_FRACTION if prediction.expert_parallel > 1 else 0.0)
+    )
 
 
 def device_memory(prediction: MemoryPrediction, gpu: GpuMemory) -> DeviceMemory:
@@ -126,11 +135,11 @@ def device_memory(prediction: MemoryPrediction, gpu: GpuMemory) -> DeviceMemory:
 def device_features(prediction: MemoryPrediction) -> dict[str, float]:
     """The causes of the fitted terms, in GiB or as indicators (bench/fleet.py fits their sizes; the context is the
     profile's)."""
+    activations = prediction.activations_peak_bytes / GIB
     return {
-        "reserve_of_activations": prediction.activations_peak_bytes / GIB,
-        "reserve_of_routed_activations": prediction.activations_peak_bytes / GIB
-        if prediction.expert_shapes_vary
-        else 0.0,
+        "reserve_of_activations": activations,
+        "reserve_of_routed_activations": activations if prediction.expert_shapes_vary else 0.0,
+        "reserve_of_dispatched_activations": activations if prediction.expert_parallel > 1 else 0.0,
         "several_ranks": 1.0 if prediction.world_size > 1 else 0.0,
         "several_nodes": 1.0 if prediction.nodes > 1 else 0.0,
     }

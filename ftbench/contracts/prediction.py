@@ -80,6 +80,12 @@ class MemoryPrediction(WireModel):
         "changes every step (transformers 4.x GraniteMoe and Mixtral experts, fastMoe's expert-parallel dispatch): "
         "the caching allocator's reserve grows with them (ftbench.api.device_memory).",
     )
+    expert_parallel: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="fastMoe's expert-parallel degree on several FSDP ranks (0: none, or one rank): above 1, every "
+        "MoE layer dispatches its tokens to the ranks that hold their experts, into buffers sized by how many rows "
+        "each rank receives that step.",
+    )
     runtime_overhead_bytes: Bytes = Field(
         0,
         description="Not traced: CUDA context, NCCL buffers, allocator reserve; the cluster profile's constant for "

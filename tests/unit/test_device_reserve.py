@@ -1,9 +1,11 @@
 """The allocator's reserve in the device-level peak (ftbench.api.device_memory): a fraction of what forward and
-backward hold beyond state, larger where an MoE engine's expert tensors change shape from step to step."""
+backward hold beyond state, larger where an MoE engine's expert tensors change shape from step to step, and
+larger again where fastMoe dispatches tokens across expert-parallel ranks."""
 
 from __future__ import annotations
 
 from ftbench.api.device_memory import (
+    DISPATCHED_RESERVE_FRACTION,
     RESERVE_FRACTION,
     ROUTED_RESERVE_FRACTION,
     device_features,
@@ -16,12 +18,12 @@ from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
 GIB = 2**30
 
 
-def prediction(expert_shapes_vary: bool) -> MemoryPrediction:
+def prediction(expert_shapes_vary: bool, expert_parallel: int = 0) -> MemoryPrediction:
     split = MemorySplit(parameters_bytes=6 * GIB, gradients_bytes=0, optimizer_bytes=0, activations_bytes=20 * GIB)
     return MemoryPrediction(
         peak_bytes=26 * GIB, split=split, phase="backward", activations_peak_bytes=20 * GIB, device="cuda",
         world_size=2, sharding="FULL_SHARD", traced_parameters=1, trainable_parameters=1, seconds=1.0,
-        expert_shapes_vary=expert_shapes_vary,
+        expert_shapes_vary=expert_shapes_vary, expert_parallel=expert_parallel,
     )  # fmt: skip
 
 
@@ -37,3 +39,17 @@ def test_varying_expert_shapes_add_to_the_reserve_and_not_to_the_verdict() -> No
 def test_the_fit_sees_the_routed_activations_as_their_own_cause() -> None:
     assert device_features(prediction(False))["reserve_of_routed_activations"] == 0.0
     assert device_features(prediction(True))["reserve_of_routed_activations"] == 20.0
+
+
+def test_expert_parallel_dispatch_adds_to_the_reserve_above_one_rank_of_experts() -> None:
+    gpu = DEFAULT_GPU_MEMORY["NVIDIA-A100-SXM4-80GB"]
+    routed = device_memory(prediction(True), gpu).term("allocatorReserve")
+    # fastMoe 1 runs ScatterMoE's kernels without an all-to-all: no dispatch buffers.
+    assert device_memory(prediction(True, expert_parallel=1), gpu).term("allocatorReserve") == routed
+    dispatched = device_memory(prediction(True, expert_parallel=4), gpu)
+    assert dispatched.term("allocatorReserve") == int(
+        (RESERVE_FRACTION + ROUTED_RESERVE_FRACTION + DISPATCHED_RESERVE_FRACTION) * 20 * GIB
+    )
+    features = device_features(prediction(True, expert_parallel=4))
+    assert features["reserve_of_dispatched_activations"] == 20.0
+    assert device_features(prediction(True, expert_parallel=1))["reserve_of_dispatched_activations"] == 0.0

@@ -214,6 +214,7 @@ def predict(
         activations_peak_bytes=peak.activations,
         unsharded_gradient_bytes=peak.unsharded_gradients,
         expert_shapes_vary=peak.trace.routing is not None,
+        expert_parallel=s.expert_parallel,
         device=shape.device,
         world_size=plan.topology.world_size,
         nodes=plan.topology.number_nodes,
