@@ -52,8 +52,7 @@ from ftbench.contracts.prediction import MemoryPrediction
 GIB: Final = 2**30
 # Fitted on ado's fleet sample A (bench/fleet.py fit, least absolute deviations): the reserve as a fraction of
 # forward's and backward's largest non-state bytes (more where MoE experts' shapes vary, more again where fastMoe
-# dispatches tokens across ranks), NCCL's
-# buffers on several ranks of one node, and the extra when ranks span nodes.
+# dispatches tokens across ranks), NCCL's buffers on several ranks of one node, and the extra when ranks span nodes.
 RESERVE_FRACTION: Final = 0.25
 ROUTED_RESERVE_FRACTION: Final = 0.18  # added to RESERVE_FRACTION where expert shapes vary from step to step
 DISPATCHED_RESERVE_FRACTION: Final = 0.2  # added again where fastMoe dispatches tokens across expert-parallel ranks
@@ -101,13 +100,19 @@ def communication_bytes(world_size: int, nodes: int) -> int:
     return COMMUNICATION_BYTES + (INTER_NODE_BYTES if nodes > 1 else 0)
 
 
+def _reserve_causes(prediction: MemoryPrediction) -> dict[str, tuple[bool, float]]:
+    """Each cause of the allocator's reserve: (whether it applies, its fraction of the activations), keyed by the
+    name the fleet fit gives its feature."""
+    return {
+        "reserve_of_activations": (True, RESERVE_FRACTION),
+        "reserve_of_routed_activations": (prediction.expert_shapes_vary, ROUTED_RESERVE_FRACTION),
+        "reserve_of_dispatched_activations": (prediction.expert_parallel > 1, DISPATCHED_RESERVE_FRACTION),
+    }
+
+
 def reserve_fraction(prediction: MemoryPrediction) -> float:
     """The allocator's reserve per byte of forward's and backward's largest non-state hold."""
-    return (
-        RESERVE_FRACTION
-        + (ROUTED_RESERVE_FRACTION if prediction.expert_shapes_vary else 0.0)
-        + (DISPATCHED_RESERVE_FRACTION if prediction.expert_parallel > 1 else 0.0)
-    )
+    return sum(fraction for applies, fraction in _reserve_causes(prediction).values() if applies)
 
 
 def device_memory(prediction: MemoryPrediction, gpu: GpuMemory) -> DeviceMemory:
@@ -137,9 +142,7 @@ def device_features(prediction: MemoryPrediction) -> dict[str, float]:
     profile's)."""
     activations = prediction.activations_peak_bytes / GIB
     return {
-        "reserve_of_activations": activations,
-        "reserve_of_routed_activations": activations if prediction.expert_shapes_vary else 0.0,
-        "reserve_of_dispatched_activations": activations if prediction.expert_parallel > 1 else 0.0,
+        **{name: activations if applies else 0.0 for name, (applies, _) in _reserve_causes(prediction).items()},
         "several_ranks": 1.0 if prediction.world_size > 1 else 0.0,
         "several_nodes": 1.0 if prediction.nodes > 1 else 0.0,
     }

@@ -77,7 +77,8 @@ class MemoryPrediction(WireModel):
     expert_shapes_vary: bool = Field(
         False,
         description="The engine's MoE layers make tensors sized by each expert's token count, which the router "
-        "changes every step (transformers 4.x GraniteMoe and Mixtral experts, fastMoe's expert-parallel dispatch): "
+        "changes every step (transformers 4.x GraniteMoe, granite-4.0-h and Mixtral experts; fastMoe's dispatch is "
+        "expert_parallel): "
         "the caching allocator's reserve grows with them (ftbench.api.device_memory).",
     )
     expert_parallel: Annotated[int, Field(ge=0)] = Field(

@@ -86,12 +86,15 @@ def test_clear_outcomes_need_a_smaller_run_and_no_larger_one(bench: ModuleType):
 def test_the_stored_predictions_record_fast_moe_and_varying_expert_shapes(stored: dict[int, dict]):
     """What the reserve term's causes read (ftbench.api.device_memory): fastMoe's degree on several ranks, and the
     4.x MoE experts' varying shapes, for every MoE row of the sample and no dense one."""
+    from ftbench.api.fleet_accuracy import MOE, kind
+
+    models = load_catalog().models
     predicted = [row for row in stored.values() if "prediction" in row]
-    moe = ("a800m", "mixtral", "granite-4.0-h")
     for row in predicted:
         several = row["spec"]["numberGpus"] > 1
         assert row["prediction"]["expertParallel"] == (row["spec"].get("fastMoe", 0) if several else 0), row["line"]
-        assert row["prediction"]["expertShapesVary"] == any(m in row["spec"]["model"] for m in moe), row["line"]
+        is_moe = kind(models[row["spec"]["model"]].architecture) == MOE
+        assert row["prediction"]["expertShapesVary"] == is_moe, row["line"]
     assert any(row["prediction"]["expertParallel"] > 1 for row in predicted)
 
 
