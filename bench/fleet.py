@@ -152,6 +152,25 @@ class Judged:
     device: Any | None  # ftbench.api.device_memory.DeviceMemory
     prediction: Any | None  # ftbench.contracts.prediction.MemoryPrediction
     reason: str | None  # why there is no prediction
+    partner: str | None = None  # what the same configuration's other experiment did (`partners`): ran, failed
+
+
+def partners(rows: list[dict[str, Any]]) -> dict[int, str]:
+    """line -> "ran" or "failed": what ado's other benchmark experiment (full against LoRA) did on the same
+    configuration (every other parameter equal), where ado's table lists it on the adjacent line, as it lists
+    most pairs. ado's memory figure is NVML's `used` of the whole device, sampled by AIM from the trainer's
+    train begin (docs/measurements.md, "ado's rows"): it counts every process on the GPU, not only the run's."""
+    by_line = {r["line"]: r for r in rows}
+
+    def rest(spec: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in spec.items() if k != "experiment"}
+
+    out = {}
+    for r in rows:
+        for near in (by_line.get(r["line"] - 1), by_line.get(r["line"] + 1)):
+            if near and near["spec"]["experiment"] != r["spec"]["experiment"] and rest(near["spec"]) == rest(r["spec"]):
+                out[r["line"]] = "ran" if near["isValid"] else "failed"
+    return out
 
 
 def judge(store: Path) -> list[Judged]:
@@ -162,6 +181,7 @@ def judge(store: Path) -> list[Judged]:
     data = json.loads(store.read_text())
     rows = data["rows"]
     clear = outcomes(rows)
+    paired = partners(rows)
     out = []
     for r in rows:
         prediction = MemoryPrediction.model_validate(r["prediction"]) if "prediction" in r else None
@@ -175,6 +195,7 @@ def judge(store: Path) -> list[Judged]:
                 device=device_memory(prediction, gpu) if prediction else None,
                 prediction=prediction,
                 reason=r.get("refused") or r.get("error"),
+                partner=paired.get(r["line"]),
             )
         )
     return out
@@ -390,6 +411,34 @@ def repeatability(sample: Path) -> str:
     return "\n".join(lines)
 
 
+def partner_table(judged: list[Judged]) -> str:
+    """The rows that ran, by what the same configuration's other experiment did (`partners`), signed: a
+    measurement that counts another process's memory reads above the run's own."""
+    lines = [
+        "The rows that ran, by what ado's other experiment on the same configuration did (full against LoRA, "
+        "the adjacent line of ado's table; ado's figure is the whole GPU's NVML `used`, every process's):",
+        "",
+        "| the other experiment | rows that ran | median measured - predicted pp | rows over 8 pp | those rows (lines) |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    ran = [j for j in judged if j.outcome and j.device and j.measured_percent is not None]
+    for label, partner in (("failed", "failed"), ("ran", "ran"), ("not in the sample", None)):
+        group = [j for j in ran if j.partner == partner]
+        signed = [j.measured_percent - j.device.percent for j in group]
+        over = sorted(j.line for j, e in zip(group, signed, strict=True) if abs(e) > 8)
+        lines.append(
+            f"| {label} | {len(group)} | {statistics.median(signed):+.1f} | {len(over)} | {', '.join(map(str, over))} |"
+        )
+    rest = sorted(abs(j.device.percent - j.measured_percent) for j in ran if j.partner != "failed")
+    lines += [
+        "",
+        f"Without the rows whose other experiment failed: {len(rest)} rows, |predicted - measured| median "
+        f"{statistics.median(rest):.1f}, 90th percentile {_fmt(_p90(rest))} percentage points, "
+        f"{sum(e > 8 for e in rest)} rows over 8.",
+    ]
+    return "\n".join(lines)
+
+
 def tabulate(store: Path, write_docs: bool) -> str:
     judged = judge(store)
     found = bands(judged)
@@ -399,6 +448,8 @@ def tabulate(store: Path, write_docs: bool) -> str:
         + bands_table(found)
         + "\n\n"
         + repeatability(SAMPLE)
+        + "\n\n"
+        + partner_table(judged)
         + "\n\n"
         + min_gpus_table(judged)
         + "\n\n<details><summary>Every clear row</summary>\n\n"

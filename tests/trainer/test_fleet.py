@@ -83,6 +83,26 @@ def test_clear_outcomes_need_a_smaller_run_and_no_larger_one(bench: ModuleType):
     assert bench.outcomes([*socket_rows, {"line": 6, "isValid": True, "spec": sockets}])[2] == "oom"
 
 
+def test_a_rows_partner_is_the_other_experiment_of_the_same_configuration_on_the_adjacent_line(bench: ModuleType):
+    spec = {"model": "m", "numberGpus": 32, "modelMaxLength": 512, "batchSize": 32}
+    full, lora = "finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0"
+    rows = [
+        {"line": 1, "isValid": False, "spec": {**spec, "experiment": full}},
+        {"line": 2, "isValid": True, "spec": {**spec, "experiment": lora}},
+        {"line": 3, "isValid": True, "spec": {**spec, "experiment": full, "batchSize": 64}},  # another configuration
+        {"line": 5, "isValid": True, "spec": {**spec, "experiment": lora, "batchSize": 64}},  # not adjacent to 3
+        {"line": 6, "isValid": True, "spec": {**spec, "experiment": lora, "batchSize": 64}},  # same experiment as 5
+    ]
+    assert bench.partners(rows) == {1: "ran", 2: "failed"}
+
+
+def test_the_llama_70b_lora_rows_whose_full_run_failed_are_paired_so_in_the_store(bench: ModuleType):
+    """docs/benchmarks.md's reading of ado's 4-node llama3.1-70b LoRA rows rests on these pairs of sample A."""
+    paired = bench.partners(json.loads(bench.STORE.read_text())["rows"])
+    assert all(paired[line] == "failed" for line in (134, 136, 138, 140, 148, 156))
+    assert paired[232] == paired[238] == paired[233] == paired[237] == "ran" and 224 not in paired
+
+
 def test_the_stored_predictions_record_fast_moe_and_varying_expert_shapes(stored: dict[int, dict]):
     """What the reserve term's causes read (ftbench.api.device_memory): fastMoe's degree on several ranks, and the
     4.x MoE experts' varying shapes, for every MoE row of the sample and no dense one."""
