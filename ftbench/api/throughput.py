@@ -32,8 +32,8 @@ communication that these do not hide:
 All constants (FITTED) are fitted together on ado's fleet sample A (`bench/fleet_throughput.py fit`:
 Huber-weighted least squares of log tokens/s, every clean row that ran). Limits (docs/measurements.md,
 "Predicted throughput"): rows are assumed to fill modelMaxLength (padding computed); the fleet's runs are
-A100-80GB with fms-hf-tuning, gradient checkpointing on and one micro-step per optimizer step, so
-the overhead of other GPUs and of gradient accumulation is extrapolated; the error is stated per family
+A100-80GB with fms-hf-tuning, gradient checkpointing on and ado's default of 4 micro-steps per optimizer
+step, so the overhead of other GPUs and of other accumulation is extrapolated; the error is stated per family
 and GPU count (bench/fleet_throughput.py's table, with a cross-validated estimate).
 """
 
