@@ -422,7 +422,7 @@ def partner_table(judged: list[Judged]) -> str:
         "| --- | ---: | ---: | ---: | --- |",
     ]
     ran = [j for j in judged if j.outcome and j.device and j.measured_percent is not None]
-    for label, partner in (("failed", "failed"), ("ran", "ran"), ("not in the sample", None)):
+    for label, partner in (("failed", "failed"), ("ran", "ran"), ("not on an adjacent line", None)):
         group = [j for j in ran if j.partner == partner]
         signed = [j.measured_percent - j.device.percent for j in group]
         over = sorted(j.line for j, e in zip(group, signed, strict=True) if abs(e) > 8)
