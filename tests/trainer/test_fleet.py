@@ -96,9 +96,11 @@ def test_a_rows_partner_is_the_other_experiment_of_the_same_configuration_on_the
     assert bench.partners(rows) == {1: "ran", 2: "failed"}
 
 
-def test_the_llama_70b_lora_rows_whose_full_run_failed_are_paired_so_in_the_store(bench: ModuleType):
+def test_the_llama_70b_lora_rows_whose_full_run_failed_are_paired_so_in_the_store(
+    bench: ModuleType, stored: dict[int, dict]
+):
     """docs/benchmarks.md's reading of ado's 4-node llama3.1-70b LoRA rows rests on these pairs of sample A."""
-    paired = bench.partners(json.loads(bench.STORE.read_text())["rows"])
+    paired = bench.partners(list(stored.values()))
     assert all(paired[line] == "failed" for line in (134, 136, 138, 140, 148, 156))
     assert paired[232] == paired[238] == paired[233] == paired[237] == "ran" and 224 not in paired
 
