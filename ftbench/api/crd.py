@@ -105,6 +105,22 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "priority": 1,
     },
     {
+        "name": "PredMemP90",
+        "type": "number",
+        "jsonPath": ".status.prediction.fit.fleetAccuracy.p90PercentPoints",
+        "description": "how sure PredMem% is: the out-of-sample 90th-percentile error on ado's fleet, points of the "
+        "card (status.prediction.fit.fleetAccuracy says how it was validated and what lies outside the calibration)",
+        "priority": 1,
+    },
+    {
+        "name": "PredTokP90%",
+        "type": "number",
+        "jsonPath": ".status.prediction.throughput.accuracy.p90Percent",
+        "description": "how sure PredTok/s is: the out-of-sample 90th-percentile error on ado's fleet, % "
+        "(status.prediction.throughput.accuracy)",
+        "priority": 1,
+    },
+    {
         "name": "TokPredErr%",
         "type": "number",
         "jsonPath": ".status.prediction.throughputErrorPercent",

@@ -40,6 +40,7 @@ large runs do without it is not known without a GPU (docs/measurements.md, limit
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Final
 
 from pydantic import Field
@@ -58,6 +59,25 @@ ROUTED_RESERVE_FRACTION: Final = 0.18  # added to RESERVE_FRACTION where expert 
 DISPATCHED_RESERVE_FRACTION: Final = 0.2  # added again where fastMoe dispatches tokens across expert-parallel ranks
 COMMUNICATION_BYTES: Final = int(1.9 * GIB)
 INTER_NODE_BYTES: Final = int(4.2 * GIB)
+
+
+@dataclass(frozen=True)
+class DeviceConstants:
+    """The fitted sizes of the device-level terms: one set per fit (the fleet's, a fold's, a cluster's calibration)."""
+
+    reserve_of_activations: float = RESERVE_FRACTION
+    reserve_of_routed_activations: float = ROUTED_RESERVE_FRACTION
+    reserve_of_dispatched_activations: float = DISPATCHED_RESERVE_FRACTION
+    several_ranks: float = COMMUNICATION_BYTES / GIB  # GiB
+    several_nodes: float = INTER_NODE_BYTES / GIB  # GiB
+
+    @classmethod
+    def of_fit(cls, coefficients: dict[str, float]) -> DeviceConstants:
+        """From a fit's coefficients, keyed as `device_features` names the causes."""
+        return cls(**coefficients)
+
+
+FITTED_DEVICE: Final = DeviceConstants()
 
 Bytes = Annotated[int, Field(ge=0)]
 
@@ -94,36 +114,43 @@ class DeviceMemory(ApiModel):
         return next((t.bytes for t in self.terms if t.name == name), 0)
 
 
-def communication_bytes(world_size: int, nodes: int) -> int:
+def communication_bytes(world_size: int, nodes: int, constants: DeviceConstants = FITTED_DEVICE) -> int:
     if world_size < 2:
         return 0
-    return COMMUNICATION_BYTES + (INTER_NODE_BYTES if nodes > 1 else 0)
+    return int((constants.several_ranks + (constants.several_nodes if nodes > 1 else 0)) * GIB)
 
 
-def _reserve_causes(prediction: MemoryPrediction) -> dict[str, tuple[bool, float]]:
+def _reserve_causes(
+    prediction: MemoryPrediction, constants: DeviceConstants = FITTED_DEVICE
+) -> dict[str, tuple[bool, float]]:
     """Each cause of the allocator's reserve: (whether it applies, its fraction of the activations), keyed by the
     name the fleet fit gives its feature."""
     return {
-        "reserve_of_activations": (True, RESERVE_FRACTION),
-        "reserve_of_routed_activations": (prediction.expert_shapes_vary, ROUTED_RESERVE_FRACTION),
-        "reserve_of_dispatched_activations": (prediction.expert_parallel > 1, DISPATCHED_RESERVE_FRACTION),
+        "reserve_of_activations": (True, constants.reserve_of_activations),
+        "reserve_of_routed_activations": (prediction.expert_shapes_vary, constants.reserve_of_routed_activations),
+        "reserve_of_dispatched_activations": (
+            prediction.expert_parallel > 1,
+            constants.reserve_of_dispatched_activations,
+        ),
     }
 
 
-def reserve_fraction(prediction: MemoryPrediction) -> float:
+def reserve_fraction(prediction: MemoryPrediction, constants: DeviceConstants = FITTED_DEVICE) -> float:
     """The allocator's reserve per byte of forward's and backward's largest non-state hold."""
-    return sum(fraction for applies, fraction in _reserve_causes(prediction).values() if applies)
+    return sum(fraction for applies, fraction in _reserve_causes(prediction, constants).values() if applies)
 
 
-def device_memory(prediction: MemoryPrediction, gpu: GpuMemory) -> DeviceMemory:
-    """The device-level peak of a prediction on one GPU model."""
+def device_memory(
+    prediction: MemoryPrediction, gpu: GpuMemory, constants: DeviceConstants = FITTED_DEVICE
+) -> DeviceMemory:
+    """The device-level peak of a prediction on one GPU model, with the fleet's constants or another fit's."""
     capacity = int(quantity_bytes(gpu.capacity))
     terms = {
         "tensors": prediction.peak_bytes,
         "context": int(quantity_bytes(gpu.runtime_overhead)),
-        "allocatorReserve": int(reserve_fraction(prediction) * prediction.activations_peak_bytes),
+        "allocatorReserve": int(reserve_fraction(prediction, constants) * prediction.activations_peak_bytes),
         "unshardedGradients": prediction.unsharded_gradient_bytes,
-        "communication": communication_bytes(prediction.world_size, prediction.nodes),
+        "communication": communication_bytes(prediction.world_size, prediction.nodes, constants),
     }
     total = sum(terms.values())
     required = total - terms["allocatorReserve"] - terms["unshardedGradients"]

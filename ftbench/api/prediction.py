@@ -10,6 +10,7 @@ way (`BORDERLINE_FRACTION` where the fleet has no such rows), where the verdict 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
@@ -17,7 +18,7 @@ from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
 from ftbench.api.device_memory import DeviceMemory, device_memory
-from ftbench.api.fleet_accuracy import FleetAccuracy, fleet_accuracy, spec_kind
+from ftbench.api.fleet_accuracy import FleetAccuracy, Question, fleet_accuracy, question, scope, throughput_accuracy
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules_data import RowsThatTrain, rows_that_train
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -31,6 +32,26 @@ BORDERLINE_FRACTION: Final = 0.10
 # The reason of a run refused for a predicted OOM (spec.run.oomPrecheck refuse): the operator writes it,
 # sweeps read it (the point is skipped, not launched).
 PREDICTED_OOM_REASON: Final = "PredictedOOM"
+
+
+# Why the verdict leaves a device-level term out (ftbench.api.device_memory): shown beside it when it matters.
+LEFT_OUT_OF_VERDICT: Final = {
+    "allocatorReserve": "the caching allocator frees its cached blocks and retries before it reports an OOM",
+    "unshardedGradients": "FSDP's no_sync holds them between accumulated micro-steps on CPU ranks and in ado's dense "
+    "runs up to 8B, but ado's mixtral-8x7b and llama3.1-70b full runs ran without room for them "
+    "(docs/measurements.md, limits)",
+}
+
+
+class RiskTerm(ApiModel):
+    """A device-level term the verdict leaves out, where it would take the total past the card."""
+
+    name: str = Field(description="The term (allocatorReserve, unshardedGradients).")
+    bytes: Annotated[int, Field(ge=0)] = Field(description="What it adds to the device-level total.")
+    why: str = Field(description="Why the verdict leaves it out.")
+
+    def sentence(self) -> str:
+        return f"{self.name} {self.bytes / 2**30:.1f} GiB, left out because {self.why}"
 
 
 class MemoryFit(ApiModel):
@@ -48,7 +69,15 @@ class MemoryFit(ApiModel):
         description="Estimate: the device-level peak as a percentage of the capacity, at most 100 (kubectl's PredMem%, "
         "beside the measured PeakMem%)."
     )
-    fits: bool = Field(description="What must fit (every term but the allocator's reserve) is at most the capacity.")
+    required_bytes: Annotated[int, Field(ge=0)] = Field(
+        0, description="What must fit for the run not to fail: every term of `device` but those in atRisk."
+    )
+    fits: bool = Field(description="requiredBytes is at most the capacity: the verdict.")
+    at_risk: list[RiskTerm] = Field(
+        default_factory=list,
+        description="Terms the verdict leaves out that would take the device-level total past the capacity, each "
+        "with why it is left out (empty where the total fits).",
+    )
     borderline: bool = Field(
         description="What must fit is within the fleet's 90th-percentile error (fleetAccuracy; 10 % without one) of "
         "the capacity either way: the verdict could go either way."
@@ -62,34 +91,58 @@ class MemoryFit(ApiModel):
     )
 
     def sentence(self) -> str:
+        """The verdict beside the total it judged: where terms are left out, the total that must fit, and the terms
+        at risk after it, so no total above the card stands beside "fits"."""
         gib = 2**30
         verdict = "fits" if self.fits else "does not fit (predicted OOM)"
         edge = ", borderline" if self.borderline else ""
-        terms = " + ".join(f"{t.name} {t.bytes / gib:.1f}" for t in self.device.terms if t.bytes) if self.device else ""
+        left_out = {r.name for r in self.at_risk}
+        terms = " + ".join(
+            f"{t.name} {t.bytes / gib:.1f}" for t in (self.device.terms if self.device else []) if t.bytes and
+            t.name not in left_out
+        )  # fmt: skip
+        shown = self.required_bytes if self.at_risk else self.predicted_total_bytes
+        what = "must fit" if self.at_risk else "as NVML counts it"
+        risk = (
+            "; at risk (left out of the verdict; with them NVML's count would pass the card): "
+            + "; ".join(r.sentence() for r in self.at_risk)
+            if self.at_risk
+            else ""
+        )
         return (
-            f"predicted {self.predicted_total_bytes / gib:.1f} GiB per GPU as NVML counts it ({terms} GiB) of "
-            f"{self.capacity_bytes / gib:.1f} GiB on {self.gpu_model}: {verdict}{edge}"
+            f"predicted {shown / gib:.1f} GiB per GPU {what} ({terms} GiB) of {self.capacity_bytes / gib:.1f} GiB "
+            f"on {self.gpu_model}: {verdict}{edge}{risk}"
         )
 
 
 def memory_fit(
-    prediction: MemoryPrediction, gpu_model: str | None, profile: ClusterProfile, model_kind: str | None = None
+    prediction: MemoryPrediction, gpu_model: str | None, profile: ClusterProfile, asked: Question | None = None
 ) -> MemoryFit | None:
     """The verdict, or None where there is nothing to compare with (CPU ranks, a GPU model the profile lacks);
-    `model_kind` (dense or MoE/hybrid, `fleet_accuracy.spec_kind`) picks the fleet's error band."""
+    `asked` (`fleet_accuracy.question` of the spec: model, kind, what lies outside the calibration) picks the
+    fleet's out-of-sample band; without it, the band of a model the fleet has not seen."""
     if prediction.device != "cuda" or not gpu_model or gpu_model not in profile.gpu_memory:
         return None
     device = device_memory(prediction, profile.gpu_memory[gpu_model])
     capacity = device.capacity_bytes
-    accuracy = fleet_accuracy(prediction.world_size, prediction.nodes, model_kind)
+    where = scope(prediction.world_size, prediction.nodes)
+    asked = dataclasses.replace(asked, scope=where) if asked is not None else Question(scope=where)
+    accuracy = fleet_accuracy(asked)
     margin = accuracy.p90_percent_points / 100 if accuracy else BORDERLINE_FRACTION
+    over = device.total_bytes > capacity
     return MemoryFit(
         gpu_model=gpu_model,
         capacity_bytes=capacity,
         runtime_overhead_bytes=device.term("context"),
         predicted_total_bytes=device.total_bytes,
         predicted_percent=device.percent,
+        required_bytes=device.required_bytes,
         fits=device.fits,
+        at_risk=[
+            RiskTerm(name=name, bytes=device.term(name), why=why)
+            for name, why in LEFT_OUT_OF_VERDICT.items()
+            if over and device.term(name)
+        ],
         borderline=abs(capacity - device.required_bytes) <= margin * capacity,
         headroom_bytes=capacity - device.required_bytes,
         device=device,
@@ -179,11 +232,14 @@ def prediction_report(
 ) -> PredictionReport:
     """The memory prediction with its verdict, the predicted throughput and the run time it implies: what
     `ftbench predict` prints and the operator writes to status.prediction (one composition for both)."""
+    asked = question(spec, catalog)
     throughput = predict_throughput(spec, catalog)
+    if throughput is not None:
+        throughput = throughput.model_copy(update={"accuracy": throughput_accuracy(asked)})
     rows = rows_of(prediction, spec, catalog)
     return PredictionReport(
         prediction=prediction.model_copy(update={"prompt_tokens": None}),  # the counts below say what status needs
-        fit=memory_fit(prediction, spec.gpu_model, profile, spec_kind(spec, catalog)),
+        fit=memory_fit(prediction, spec.gpu_model, profile, asked),
         rows_offered=rows.offered if rows is not None else None,
         rows_trained=rows.trained if rows is not None else None,
         throughput=throughput,

@@ -48,6 +48,7 @@ from pydantic import Field
 
 from ftbench.api import effective
 from ftbench.api.api_model import ApiModel
+from ftbench.api.fleet_accuracy import ThroughputAccuracy
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.catalog.parameters import ParameterCounts, UnknownArchitecture, parameter_counts
@@ -128,6 +129,11 @@ class ThroughputPrediction(ApiModel):
         0.0,
         description="Bytes each GPU moves across nodes per optimizer step in the collectives (0 on one node): "
         "divided by a measured bus bandwidth, the communication time.",
+    )
+    accuracy: ThroughputAccuracy | None = Field(
+        None,
+        description="How sure tokensPerSecondEstimate is: its out-of-sample error on ado's fleet rows like this run "
+        "(grouped folds, or a model left out where the fleet lacks the model; widened outside the calibration).",
     )
 
     def with_bus_bandwidth(self, bytes_per_second: float) -> ThroughputPrediction:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ftbench.api.fleet_accuracy import question
 from ftbench.api.prediction import PredictionReport, memory_fit, prediction_report, rows_of
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import KIND, SWEEP_KIND
@@ -105,22 +106,32 @@ def smallest_shapes(
     plans = [prediction_plan(s.spec, f"{name}-shape-{i}", catalog, runner) for i, s in enumerate(shapes)]
     fits: list[bool | None] = []
     for shape, predicted in zip(shapes, run_batch(plans, python), strict=True):
-        fit = None if isinstance(predicted, str) else memory_fit(predicted, shape.spec.gpu_model, profile)
+        asked = question(shape.spec, catalog)
+        fit = None if isinstance(predicted, str) else memory_fit(predicted, shape.spec.gpu_model, profile, asked)
         fits.append(fit.fits if fit is not None else None)
     return answer(shapes, fits)
 
 
 def device_rows(report: PredictionReport) -> list[tuple[str, str]]:
-    """The device-level peak as NVML counts it, its terms and the one that dominates (none on CPU)."""
-    device = report.fit.device if report.fit else None
-    if device is None:
+    """The device-level peak as NVML counts it, its terms and the one that dominates (none on CPU); where terms the
+    verdict leaves out would pass the card, what must fit first and those terms marked at risk."""
+    fit = report.fit
+    device = fit.device if fit else None
+    if fit is None or device is None:
         return []
-    rows = [("peak per device (NVML, estimate)", f"{device.total_bytes / GIB:.2f} GiB, {device.percent:.0f} % of the "
-             f"card, dominated by {device.dominant}")]  # fmt: skip
-    rows += [(f"  {t.name}", f"{t.bytes / GIB:.2f} GiB") for t in device.terms]
-    accuracy = report.fit.fleet_accuracy if report.fit else None
-    if accuracy is not None:
-        rows.append(("  how sure (ado's fleet)", accuracy.sentence()))
+    risky = {r.name for r in fit.at_risk}
+    if risky:
+        share = 100 * fit.required_bytes / max(1, fit.capacity_bytes)
+        head = (f"{fit.required_bytes / GIB:.2f} GiB must fit, {share:.0f} % of the card; with the terms at risk "
+                "NVML's count would pass the card")  # fmt: skip
+    else:
+        head = f"{device.total_bytes / GIB:.2f} GiB, {device.percent:.0f} % of the card, dominated by {device.dominant}"
+    rows = [("peak per device (NVML, estimate)", head)]
+    rows += [
+        (f"  {t.name}", f"{t.bytes / GIB:.2f} GiB" + (" (at risk)" if t.name in risky else "")) for t in device.terms
+    ]
+    if fit.fleet_accuracy is not None:
+        rows.append(("  how sure (ado's fleet)", fit.fleet_accuracy.sentence()))
     return rows
 
 
@@ -129,9 +140,11 @@ def throughput_rows(report: PredictionReport) -> list[tuple[str, str]]:
     t, r = report.throughput, report.run_time
     if t is None or r is None:
         return [("tokens/s (estimate)", "not predicted: CPU ranks, or a GPU model or architecture ftbench cannot size")]
+    sure = [("  how sure (ado's fleet)", t.accuracy.sentence())] if t.accuracy is not None else []
     return [
         ("tokens/s (estimate)", f"{t.tokens_per_second_estimate:,.0f} ({t.tokens_per_gpu_per_second_estimate:,.0f} per "
          f"GPU), step {t.step_seconds_estimate:.2f} s, MFU {t.mfu_percent_estimate:.0f} %, dominated by {t.dominant}"),
+        *sure,
         ("run time (estimate)", f"{r.steps_estimate:,} steps, {r.seconds_estimate / 3600:.2f} h of training, "
          f"{r.gpu_hours_estimate:.2f} GPU-hours (bounded by {r.bounded_by}; model loading not included)"),
     ]  # fmt: skip
@@ -160,7 +173,9 @@ def table(report: PredictionReport, shapes: ShapeAnswer | None = None, data: tup
         *(shapes.sentences() if shapes is not None else []),
         ("predicted in", f"{p.seconds:.1f} s"),
     ]
+    outside = report.fit.fleet_accuracy.outside_calibration if report.fit and report.fit.fleet_accuracy else []
     notes = "\n".join(f"note: {n}" for n in p.notes)
+    notes += "".join(f"\nnote: outside the calibration: {line}" for line in outside)
     notes += '\nnote: the device-level peak is an estimate of what NVML counts (docs/measurements.md, "Device memory")'
     notes += (
         "\nnote: tokens/s is fitted on ado's A100 fleet, and its error there is in docs/benchmarks.md (\"ado's fleet: "

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from ftbench.api.fleet_accuracy import question
 from ftbench.api.prediction import memory_fit
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.shapes import Shape, gpu_shapes
@@ -104,7 +105,8 @@ def predict_points(
         for (row, candidate, _), predicted in zip(batch, answers, strict=True):
             target = candidate.spec if candidate is not None else row.point.spec
             assert target is not None
-            fit = None if isinstance(predicted, str) else memory_fit(predicted, target.gpu_model, profile)
+            asked = question(target, catalog)
+            fit = None if isinstance(predicted, str) else memory_fit(predicted, target.gpu_model, profile, asked)
             if candidate is None:
                 row.fits = fit.fits if fit is not None else None
                 row.percent = fit.device.percent if fit is not None and fit.device is not None else None

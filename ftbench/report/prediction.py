@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from ftbench.api.fleet_accuracy import ThroughputAccuracy, question, throughput_accuracy
 from ftbench.api.prediction import all_gather_bus_bytes
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.throughput import predict_throughput
@@ -36,10 +37,14 @@ def run_columns(m: Metrics | None) -> tuple[str, str, str]:
     )
 
 
-THROUGHPUT_HEADERS = ("predicted tokens/s (estimate)", "tokens/s prediction error %")
+THROUGHPUT_HEADERS = (
+    "predicted tokens/s (estimate)",
+    "tokens/s prediction error %",
+    "how sure: out-of-sample p90 error %",
+)
 
 
-def throughput_columns(spec: FineTuneExperimentSpec | None, run: RunMeasurement, catalog: Catalog) -> tuple[str, str]:
+def throughput_columns(spec: FineTuneExperimentSpec | None, run: RunMeasurement, catalog: Catalog) -> tuple[str, str, str]:
     """The throughput predicted for the run's spec (pure arithmetic: ftbench.api.throughput; with its network
     preflight's bus bandwidth where it had one) and its error against the measured steady tokens/s; empty
     cells where there is no prediction (CPU ranks)."""
@@ -50,7 +55,7 @@ def throughput_columns(spec: FineTuneExperimentSpec | None, run: RunMeasurement,
 
 def point_throughput_columns(
     spec: FineTuneExperimentSpec | None, runs: Sequence[RunMeasurement], point: int, catalog: Catalog
-) -> tuple[str, str]:
+) -> tuple[str, str, str]:
     """A sweep point's predicted tokens/s (with its runs' mean preflight bus bandwidth where they had one) and
     its error against the mean steady tokens/s of its runs."""
     mine = [r for r in runs if r.point == point and r.metrics is not None and r.metrics.steady_state_tokens_per_second]
@@ -62,12 +67,23 @@ def point_throughput_columns(
 
 def throughput_cells(
     spec: FineTuneExperimentSpec | None, measured: float | None, catalog: Catalog, bus: float | None = None
-) -> tuple[str, str]:
+) -> tuple[str, str, str]:
     predicted = predict_throughput(spec, catalog) if spec is not None else None
-    if predicted is None:
-        return ("", "")
+    if spec is None or predicted is None:
+        return ("", "", "")
     if bus:
         predicted = predicted.with_bus_bandwidth(bus)
     value = predicted.tokens_per_second_estimate
     error = f"{100.0 * (value - measured) / measured:+.1f}" if measured else ""
-    return (f"{value:,.1f}", error)
+    return (f"{value:,.1f}", error, band_cell(throughput_accuracy(question(spec, catalog))))
+
+
+def band_cell(accuracy: ThroughputAccuracy | None) -> str:
+    """The fleet's out-of-sample 90th-percentile error and how it was validated; where the spec lies outside the
+    calibration, so (the band is widened)."""
+    if accuracy is None:
+        return ""
+    outside = (
+        f"; outside the calibration: {'; '.join(accuracy.outside_calibration)}" if accuracy.outside_calibration else ""
+    )
+    return f"{accuracy.p90_percent:.0f} ({accuracy.validation}{outside})"

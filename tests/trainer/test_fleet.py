@@ -58,10 +58,45 @@ def test_the_docs_table_is_the_stored_predictions_tabulated(bench: ModuleType):
     )
 
 
-def test_the_error_bands_predictions_quote_are_the_stored_predictions_tabulated(bench: ModuleType):
-    from ftbench.api.fleet_accuracy import BANDS
+def test_the_error_bands_predictions_quote_are_the_stored_predictions_held_out(bench: ModuleType):
+    """The bands are out of sample (grouped folds; a model left out), and the calibration domain is what the rows
+    that ran cover: both as `tabulate --write-docs` generates them from the store."""
+    from ftbench.api import fleet_accuracy as fa
 
-    assert bench.bands(bench.judge(bench.STORE)) == BANDS, "run: bench/fleet.py tabulate --write-docs"
+    judged = bench.judge(bench.STORE)
+    found = bench.all_bands(bench.out_of_sample(judged))
+    assert found == {"MEMORY_BANDS": fa.MEMORY_BANDS, "MEMORY_UNSEEN_MODEL_BANDS": fa.MEMORY_UNSEEN_MODEL_BANDS}, (
+        "run: bench/fleet.py tabulate --write-docs"
+    )
+    domain = bench.calibration_domain(judged)
+    assert domain == {name: getattr(fa, name) for name in domain}, "run: bench/fleet.py tabulate --write-docs"
+
+
+def test_folds_keep_configurations_repeats_and_full_lora_pairs_whole(bench: ModuleType, stored: dict[int, dict]):
+    """No configuration, repeat or full/LoRA pair of the sample straddles two folds, and the folds are even."""
+    specs = {line: row["spec"] for line, row in stored.items()}
+    folds = bench.grouped_folds(specs)
+    by_group: dict[str, set[str]] = {}
+    for line, spec in specs.items():
+        by_group.setdefault(bench.fold_group(spec), set()).add(folds[line])
+    assert all(len(parts) == 1 for parts in by_group.values())
+    for line, other in bench.partners(list(stored.values())).items():
+        partner = next(n for n in (line - 1, line + 1) if n in specs and specs[n]["experiment"] != specs[line]["experiment"]
+                       and bench.fold_group(specs[n]) == bench.fold_group(specs[line]))  # fmt: skip
+        assert folds[partner] == folds[line], (line, other)
+    sizes = [sum(1 for parts in by_group.values() if parts == {f}) for f in sorted(set(folds.values()))]
+    assert len(sizes) == bench.FOLDS and max(sizes) - min(sizes) <= 1
+
+
+def test_held_out_rows_are_predicted_by_constants_fitted_without_them(bench: ModuleType):
+    """Leaving a model out changes its rows' fitted terms and nothing else: the traced tensors stay."""
+    judged = bench.judge(bench.STORE)
+    held = {
+        j.line: j for j in bench.held_out(judged, {j.line: "out" for j in judged if j.spec["model"] == "llama3.1-70b"})
+    }
+    moved = [j for j in judged if j.device is not None and held[j.line].device != j.device]
+    assert moved and all(j.spec["model"] == "llama3.1-70b" for j in moved)
+    assert all(held[j.line].device.tensor_bytes == j.device.tensor_bytes for j in moved)
 
 
 def test_clear_outcomes_need_a_smaller_run_and_no_larger_one(bench: ModuleType):

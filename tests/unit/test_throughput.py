@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ftbench.api import fleet_accuracy as fa
 from ftbench.api import throughput as tp
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
@@ -66,7 +67,12 @@ def test_the_constants_are_the_fit_and_the_docs_table_is_fresh() -> None:
     assert fitted.gpu_efficiency.keys() == tp.FITTED.gpu_efficiency.keys() == {"H100", "H200"}
     for family, value in fitted.gpu_efficiency.items():
         assert tp.FITTED.gpu_efficiency[family] == pytest.approx(value, abs=0.002), family
-    assert docs_section(fleet_throughput.SECTION) == fleet_throughput.tabulate(fleet_throughput.STORE, False)
+    body, found = fleet_throughput.report(*fleet_throughput.validated(fleet_throughput.STORE))
+    assert docs_section(fleet_throughput.SECTION) == body, "run: bench/fleet_throughput.py tabulate --write-docs"
+    assert found == {
+        "THROUGHPUT_BANDS": fa.THROUGHPUT_BANDS,
+        "THROUGHPUT_UNSEEN_MODEL_BANDS": fa.THROUGHPUT_UNSEEN_MODEL_BANDS,
+    }
     assert docs_section(fleet_throughput.OWN_SECTION) == fleet_throughput.tabulate_own(write_docs=False)
 
 
@@ -157,6 +163,8 @@ def test_a_report_shows_a_gpu_runs_predicted_throughput_beside_the_measured() ->
     cells = dict(zip(table.headers, table.rows[0], strict=True))
     assert cells["tokens/s prediction error %"] == "+25.0"
     assert cells["predicted tokens/s (estimate)"] == f"{predicted.tokens_per_second_estimate:,.1f}"
+    band = cells["how sure: out-of-sample p90 error %"]  # the default release is older than the fleet's
+    assert "(leave one model out, widened; outside the calibration: engine fms-hf-tuning" in band
 
 
 def test_a_reports_sweep_table_shows_each_points_predicted_throughput_beside_its_runs_mean() -> None:
