@@ -1,6 +1,7 @@
 """The shapes `ftbench predict --min-gpus` tries: ado autoconf's question, answered with the memory prediction.
 
-"What is the fewest GPUs this fits on, and the largest batch that fits on the GPUs I have?" The spec's
+"What is the fewest GPUs this fits on, and the largest batch that fits on the GPUs I have?" The second is answered
+at doublings only (the largest of batchSize x 1, 2, 4, ... that fits), and named so. The spec's
 batchSize is ado's global batch (one forward/backward pass over all devices), so more GPUs mean fewer rows
 per device and more sharding: the candidates are the spec at 1, 2, 4, ... GPUs (batchSize must stay a
 multiple of the GPU count, ado's is_valid.1), on as many nodes as the profile's GPUs per node need (8 where
@@ -87,7 +88,13 @@ class ShapeAnswer:
     def sentences(self) -> list[tuple[str, str]]:
         return [
             ("fewest GPUs that fit (estimate)", self.fewest.describe() if self.fewest else "none of those tried fits"),
-            ("largest batch that fits (estimate)", self.largest.describe() if self.largest else "none tried fits"),
+            (
+                "largest batchSize x 1, 2, 4, ... that fits (estimate)",
+                self.largest.describe() + " (the next doubling does not fit or was not tried; a batch between the "
+                "two was not tried)"
+                if self.largest
+                else "none tried fits",
+            ),
         ]
 
 

@@ -41,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--min-gpus",
         action="store_true",
-        help="also the fewest GPUs the spec fits on (at its batchSize) and the largest batchSize that fits on its "
-        "GPUs: every shape predicted in one process (ado autoconf's question; slower); for a sweep, each point's "
+        help="also the fewest GPUs the spec fits on (at its batchSize) and the largest of batchSize x 1, 2, 4, ... "
+        "that fits on its GPUs (doublings only): every shape predicted in one process (ado autoconf's question; slower); for a sweep, each point's "
         "fewest GPUs",
     )
     p.add_argument(

@@ -44,7 +44,9 @@ THROUGHPUT_HEADERS = (
 )
 
 
-def throughput_columns(spec: FineTuneExperimentSpec | None, run: RunMeasurement, catalog: Catalog) -> tuple[str, str, str]:
+def throughput_columns(
+    spec: FineTuneExperimentSpec | None, run: RunMeasurement, catalog: Catalog
+) -> tuple[str, str, str]:
     """The throughput predicted for the run's spec (pure arithmetic: ftbench.api.throughput; with its network
     preflight's bus bandwidth where it had one) and its error against the measured steady tokens/s; empty
     cells where there is no prediction (CPU ranks)."""
