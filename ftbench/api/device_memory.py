@@ -141,13 +141,14 @@ def reserve_fraction(prediction: MemoryPrediction, constants: DeviceConstants = 
 
 
 def device_memory(
-    prediction: MemoryPrediction, gpu: GpuMemory, constants: DeviceConstants = FITTED_DEVICE
+    prediction: MemoryPrediction, gpu: GpuMemory, constants: DeviceConstants = FITTED_DEVICE, context_offset: int = 0
 ) -> DeviceMemory:
-    """The device-level peak of a prediction on one GPU model, with the fleet's constants or another fit's."""
+    """The device-level peak of a prediction on one GPU model, with the fleet's constants or another fit's;
+    `context_offset`: what a cluster's calibration adds to the context (ftbench.api.calibrate, may be negative)."""
     capacity = int(quantity_bytes(gpu.capacity))
     terms = {
         "tensors": prediction.peak_bytes,
-        "context": int(quantity_bytes(gpu.runtime_overhead)),
+        "context": max(0, int(quantity_bytes(gpu.runtime_overhead)) + context_offset),
         "allocatorReserve": int(reserve_fraction(prediction, constants) * prediction.activations_peak_bytes),
         "unshardedGradients": prediction.unsharded_gradient_bytes,
         "communication": communication_bytes(prediction.world_size, prediction.nodes, constants),

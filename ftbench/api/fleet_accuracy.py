@@ -24,6 +24,7 @@ from pydantic import Field
 
 from ftbench.api import effective
 from ftbench.api.api_model import ApiModel
+from ftbench.api.calibration import Calibration
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Engine
@@ -186,6 +187,7 @@ class Question:
     kind: str | None = None
     model: str | None = None
     outside: tuple[str, ...] = ()
+    experiment: str = ""
 
 
 def scope(world_size: int, nodes: int) -> str:
@@ -220,40 +222,46 @@ def engine_release(spec: FineTuneExperimentSpec) -> str:
     return spec.engine.value
 
 
-def outside_calibration(spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[str, ...]:
-    """Each way a GPU spec lies outside what calibrated the predictions, one line each (empty inside)."""
+def outside_calibration(
+    spec: FineTuneExperimentSpec, catalog: Catalog, calibration: Calibration | None = None
+) -> tuple[str, ...]:
+    """Each way a GPU spec lies outside what calibrated the predictions, one line each (empty inside): the fleet's
+    rows, and the runs of the profile's own calibration (`ftbench calibrate`) where it has one."""
     if not FLEET_MODELS or effective.uses_cpu(spec):
         return ()
+    runs = calibration.runs if calibration else []
     out = []
     family = gpu_family(spec.gpu_model or "")
-    if family not in FLEET_GPU_FAMILIES:
+    if family not in FLEET_GPU_FAMILIES and family not in {gpu_family(r.gpu_model) for r in runs}:
         out.append(
             f"GPU {spec.gpu_model} ({family or 'unknown family'}): no fleet run on it, so the "
             f"{'/'.join(FLEET_GPU_FAMILIES)} fleet's efficiency and allocator terms stand in (and the profile's context)"
         )
     model = catalog.models.get(spec.model)
     arch = architecture_key(model.architecture if model else None)
-    if arch is not None and arch not in FLEET_ARCHITECTURES:
+    own = {architecture_key(m.architecture) for r in runs if (m := catalog.models.get(r.model)) is not None}
+    if arch is not None and arch not in FLEET_ARCHITECTURES and arch not in own:
         out.append(f"architecture {arch}: no fleet model of it ({', '.join(FLEET_ARCHITECTURES)})")
     release = engine_release(spec)
-    if release not in FLEET_RELEASES:
+    if release not in FLEET_RELEASES and release not in {r.engine for r in runs}:
         out.append(f"engine {release}: the fleet ran {', '.join(FLEET_RELEASES)}")
-    if spec.number_gpus > FLEET_MAX_GPUS:
-        out.append(f"scale: {spec.number_gpus} GPUs, the fleet ran at most {FLEET_MAX_GPUS}")
-    if spec.number_nodes > FLEET_MAX_NODES:
-        out.append(f"scale: {spec.number_nodes} nodes, the fleet ran at most {FLEET_MAX_NODES}")
+    if spec.number_gpus > (most := max([FLEET_MAX_GPUS, *(r.number_gpus for r in runs)])):
+        out.append(f"scale: {spec.number_gpus} GPUs, the fleet ran at most {most}")
+    if spec.number_nodes > (most := max([FLEET_MAX_NODES, *(r.number_nodes for r in runs)])):
+        out.append(f"scale: {spec.number_nodes} nodes, the fleet ran at most {most}")
     low, high = FLEET_SEQUENCE
     if not low <= spec.model_max_length <= high:
         out.append(f"scale: modelMaxLength {spec.model_max_length}, the fleet ran {low} to {high}")
     return tuple(out)
 
 
-def question(spec: FineTuneExperimentSpec, catalog: Catalog) -> Question:
+def question(spec: FineTuneExperimentSpec, catalog: Catalog, calibration: Calibration | None = None) -> Question:
     return Question(
         scope=scope(max(1, spec.number_gpus), spec.number_nodes),
         kind=spec_kind(spec, catalog),
         model=spec.model,
-        outside=outside_calibration(spec, catalog),
+        outside=outside_calibration(spec, catalog, calibration),
+        experiment=spec.experiment.value,
     )
 
 

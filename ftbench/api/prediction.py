@@ -17,12 +17,14 @@ from typing import Annotated, Any, Final
 from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
-from ftbench.api.device_memory import DeviceMemory, device_memory
+from ftbench.api.calibrate import Asked, calibrated_device, calibrated_throughput, used
+from ftbench.api.calibration import CalibrationUsed
+from ftbench.api.device_memory import DeviceMemory
 from ftbench.api.fleet_accuracy import FleetAccuracy, Question, fleet_accuracy, question, scope, throughput_accuracy
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.rules_data import RowsThatTrain, rows_that_train
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.throughput import RunTimeEstimate, ThroughputPrediction, predict_throughput, run_time
+from ftbench.api.throughput import RunTimeEstimate, ThroughputPrediction, run_time
 from ftbench.catalog import Catalog
 from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.network import Collective, NetworkInEffect
@@ -123,7 +125,10 @@ def memory_fit(
     fleet's out-of-sample band; without it, the band of a model the fleet has not seen."""
     if prediction.device != "cuda" or not gpu_model or gpu_model not in profile.gpu_memory:
         return None
-    device = device_memory(prediction, profile.gpu_memory[gpu_model])
+    near = (
+        Asked(asked.model, asked.experiment, prediction.world_size, prediction.nodes) if asked and asked.model else None
+    )
+    device = calibrated_device(prediction, gpu_model, profile.gpu_memory[gpu_model], profile.calibration, near)
     capacity = device.capacity_bytes
     where = scope(prediction.world_size, prediction.nodes)
     asked = dataclasses.replace(asked, scope=where) if asked is not None else Question(scope=where)
@@ -188,6 +193,11 @@ class PredictionReport(ApiModel):
         description="The throughput prediction again with the inter-node bus bandwidth the run's network preflight "
         "measured (multi-node runs with run.networkPreflight); throughputErrorPercent is against it when set.",
     )
+    calibration: CalibrationUsed | None = Field(
+        None,
+        description="The cluster profile's calibration this prediction used (ftbench calibrate) and what of it applied; "
+        "unset without one: the fleet's constants as they are.",
+    )
     measured_tokens_per_second: Annotated[float, Field(ge=0)] | None = Field(
         None, description="The run's steady tokens/s (status.results.steadyStateTokensPerSecond), once it succeeded."
     )
@@ -232,8 +242,8 @@ def prediction_report(
 ) -> PredictionReport:
     """The memory prediction with its verdict, the predicted throughput and the run time it implies: what
     `ftbench predict` prints and the operator writes to status.prediction (one composition for both)."""
-    asked = question(spec, catalog)
-    throughput = predict_throughput(spec, catalog)
+    asked = question(spec, catalog, profile.calibration)
+    throughput = calibrated_throughput(spec, catalog, profile.calibration)
     if throughput is not None:
         throughput = throughput.model_copy(update={"accuracy": throughput_accuracy(asked)})
     rows = rows_of(prediction, spec, catalog)
@@ -244,6 +254,7 @@ def prediction_report(
         rows_trained=rows.trained if rows is not None else None,
         throughput=throughput,
         run_time=run_time(spec, catalog, throughput) if throughput is not None else None,
+        calibration=used(profile.calibration, spec),
     )
 
 

@@ -26,6 +26,7 @@ from ftbench.api.bounds import (
     Quantity,
     ResourceName,
 )
+from ftbench.api.calibration import Calibration
 from ftbench.catalog import Catalog, load_catalog
 from ftbench.contracts.enums import Engine, Runtime
 
@@ -368,6 +369,12 @@ class ClusterProfile(ApiModel):
         default_factory=lambda: dict(DEFAULT_GPU_MEMORY),
         description="Per GPU model (spec.gpuModel, the gpuNodeLabel value): its memory and the runtime overhead a "
         "memory prediction adds. Replaces the default table (A100, H100, H200, L40S, V100, A10G, RTX 3090) when set.",
+    )
+    calibration: Calibration | None = Field(
+        None,
+        description="Corrections this cluster's own runs fitted to the fleet-fitted predictions (`ftbench calibrate "
+        "--profile FILE` writes it): per GPU family, fabric and model, with the runs they came from. Predictions "
+        "that use it name it (status.prediction.calibration).",
     )
     model_map: dict[str, dict[str, str] | str] = Field(
         default_factory=dict,

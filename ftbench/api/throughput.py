@@ -230,8 +230,10 @@ class StepModel:
         communication = self.inter_node_bytes / (constants.rdma_bytes if self.rdma else constants.tcp_bytes)
         return StepSeconds(compute, overhead, max(0.0, communication - compute - overhead))
 
-    def predict(self, gpus: int, constants: ThroughputConstants = FITTED) -> ThroughputPrediction:
-        t = self.seconds(constants)
+    def predict(self, gpus: int, constants: ThroughputConstants = FITTED, factor: float = 1.0) -> ThroughputPrediction:
+        """`factor`: a calibration's step-time factor for the model (ftbench.api.calibrate), 1 without one."""
+        s = self.seconds(constants)
+        t = StepSeconds(s.compute * factor, s.overhead * factor, s.exposed * factor)
         return ThroughputPrediction(
             tokens_per_second_estimate=self.step_tokens / t.step,
             tokens_per_gpu_per_second_estimate=self.step_tokens / t.step / gpus,

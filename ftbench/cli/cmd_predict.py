@@ -106,7 +106,7 @@ def smallest_shapes(
     plans = [prediction_plan(s.spec, f"{name}-shape-{i}", catalog, runner) for i, s in enumerate(shapes)]
     fits: list[bool | None] = []
     for shape, predicted in zip(shapes, run_batch(plans, python), strict=True):
-        asked = question(shape.spec, catalog)
+        asked = question(shape.spec, catalog, profile.calibration)
         fit = None if isinstance(predicted, str) else memory_fit(predicted, shape.spec.gpu_model, profile, asked)
         fits.append(fit.fits if fit is not None else None)
     return answer(shapes, fits)
@@ -150,6 +150,15 @@ def throughput_rows(report: PredictionReport) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
+def calibration_row(report: PredictionReport) -> tuple[str, str]:
+    """Which of the profile's calibrations the prediction used (ftbench calibrate), and what of it applied."""
+    c = report.calibration
+    if c is None:
+        return ("calibration", "none: the fleet's constants (ftbench calibrate --profile FILE fits your cluster's)")
+    applied = "; ".join(c.applied) or "nothing of it applies to this spec"
+    return ("calibration", f"{c.name} ({c.runs} runs, fitted {c.fitted_at}): {applied}")
+
+
 def table(report: PredictionReport, shapes: ShapeAnswer | None = None, data: tuple[str, str] | None = None) -> str:
     p = report.prediction
     s = p.split
@@ -169,6 +178,7 @@ def table(report: PredictionReport, shapes: ShapeAnswer | None = None, data: tup
             else "no GPU memory to compare with (CPU, or GPU model not in the profile's gpuMemory)",
         ),
         *throughput_rows(report),
+        calibration_row(report),
         *([data] if data is not None else []),
         *(shapes.sentences() if shapes is not None else []),
         ("predicted in", f"{p.seconds:.1f} s"),

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "ftbench.cli.cmd_docs",
     "ftbench.cli.cmd_run",
     "ftbench.cli.cmd_predict",
+    "ftbench.cli.cmd_calibrate",
     "ftbench.cli.cmd_sweep",
     "ftbench.cli.cmd_results",
     "ftbench.cli.cmd_report",

@@ -105,7 +105,7 @@ def predict_points(
         for (row, candidate, _), predicted in zip(batch, answers, strict=True):
             target = candidate.spec if candidate is not None else row.point.spec
             assert target is not None
-            asked = question(target, catalog)
+            asked = question(target, catalog, profile.calibration)
             fit = None if isinstance(predicted, str) else memory_fit(predicted, target.gpu_model, profile, asked)
             if candidate is None:
                 row.fits = fit.fits if fit is not None else None

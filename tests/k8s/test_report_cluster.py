@@ -132,3 +132,33 @@ def test_report_from_cluster(crds: None, kube_api: Any, control_plane: Any, name
     assert len(list(out.glob("*.png"))) == 10  # 4 per section, 2 of gpu-sweep's scaling section (numberGpus varies)
 
     assert main(["report", "--from-cluster", "-n", namespace, "--sweep", "other", "-o", str(out)]) == 2
+
+
+def test_calibrate_from_cluster(crds: None, kube_api: Any, control_plane: Any, namespace: str, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """`ftbench calibrate --from-cluster` reads what the cluster's experiments measured: here ftbench's own H100 runs
+    (bench/results) as the operator writes them into status.results."""
+    import shutil
+
+    from kubernetes.client import CustomObjectsApi
+
+    from ftbench.api.validation import load_profile
+    from ftbench.local.store import ResultsStore
+
+    copy = tmp_path / "results.db"
+    shutil.copy(Path(__file__).resolve().parents[2] / "bench/results/gpu-h100-2026-11-26/call1/trl/results.db", copy)
+    custom = CustomObjectsApi(kube_api)
+    runs = [r for r in ResultsStore(copy).runs() if r.status == "Succeeded" and r.results]
+    for i, run in enumerate(runs):
+        body, status = child(f"h100-{i}", run.spec, {}, {"phase": "Succeeded", "isValid": True,
+                                                           "results": run.results[-1]["metrics"]})  # fmt: skip
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"],
+                                                     {"status": status})  # fmt: skip
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+    profile = tmp_path / "profile.yaml"
+    assert main(["calibrate", "--from-cluster", "-n", namespace, "--profile", str(profile), "--skip-memory"]) == 0
+    calibration = load_profile(profile).calibration
+    assert calibration is not None
+    assert sorted(r.source for r in calibration.runs) == [f"cluster:h100-{i}" for i in range(len(runs))]
+    assert calibration.gpu_families["H100"].compute_efficiency is not None
