@@ -63,6 +63,9 @@ for pid in "${pids[@]}"; do
 done
 if [[ -f "$CP_LOG" ]]; then tail -3 "$CP_LOG"; fi
 
+echo "[test] commit subjects (hack/check_commits.py)"
+.venv/bin/python hack/check_commits.py
+
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
