@@ -20,11 +20,11 @@ fitted on ado's fleet sample A (`bench/fleet.py fit`; docs/benchmarks.md, "ado's
   (`MemoryPrediction.expert_parallel` above 1): the all-to-all gives every rank a different number of rows each
   step, and the layer's largest tensors (its gathered input, the experts' intermediates and outputs) take
   that size, so the allocator's big blocks change size with them.
-- `unshardedGradients`: FSDP1 with gradient accumulation keeps every trained flat parameter's whole
-  unsharded gradient between micro-steps (its `no_sync`, which accelerate enters on all but the last):
-  `MemoryPrediction.unsharded_gradient_bytes`, counted at its size (one copy of the trained weights'
-  gradients in the compute dtype), not fitted: ado's FSDP runs of dense models on 2 to 32 GPUs hold it
-  beside their 16-bit shards.
+- `unshardedGradients`: FSDP with gradient accumulation keeps every trained parameter's whole unsharded
+  gradient between micro-steps (`no_sync`, which accelerate enters on all but the last):
+  `MemoryPrediction.unsharded_gradient_bytes`, counted at its size (FSDP1: one copy of the trained weights'
+  gradients in the compute dtype; FSDP2: the part of the traced peak it is, taken out of `tensors`), not
+  fitted: ado's FSDP runs of dense models on 2 to 32 GPUs hold it beside their 16-bit shards.
 - `communication`: NCCL's buffers (per channel and peer, for every communicator a run builds) where
   there are several ranks, and more where they span nodes (the network transport's own buffers and
   the registrations with the NIC).
@@ -32,7 +32,7 @@ fitted on ado's fleet sample A (`bench/fleet.py fit`; docs/benchmarks.md, "ado's
 The verdict leaves the reserve out: near the capacity the allocator frees its cached segments and
 retries before it fails (ado's rows that ran at 97-100 % are that), so a run fits when its tensors,
 context and communication fit; the device-level percent shown is the sum of every term, at most 100.
-It leaves the unsharded gradients out too, because the fleet does: ado's full fine-tuning of
+It leaves the unsharded gradients out too, under FSDP1 and FSDP2 alike, because the fleet does: ado's full fine-tuning of
 mixtral-8x7b (8 and 32 GPUs) and llama3.1-70b (16 and 32 GPUs) ran where one unsharded copy of their
 gradients (87 and 131 GiB) could not have been held, while every dense run up to 8B shows it. Why the
 large runs do without it is not known without a GPU (docs/measurements.md, limits).
@@ -146,8 +146,9 @@ def device_memory(
     """The device-level peak of a prediction on one GPU model, with the fleet's constants or another fit's;
     `context_offset`: what a cluster's calibration adds to the context (ftbench.api.calibrate, may be negative)."""
     capacity = int(quantity_bytes(gpu.capacity))
+    inside = prediction.unsharded_gradient_bytes if prediction.unsharded_gradients_in_peak else 0
     terms = {
-        "tensors": prediction.peak_bytes,
+        "tensors": prediction.peak_bytes - inside,
         "context": max(0, int(quantity_bytes(gpu.runtime_overhead)) + context_offset),
         "allocatorReserve": int(reserve_fraction(prediction, constants) * prediction.activations_peak_bytes),
         "unshardedGradients": prediction.unsharded_gradient_bytes,

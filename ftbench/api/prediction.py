@@ -39,9 +39,9 @@ PREDICTED_OOM_REASON: Final = "PredictedOOM"
 # Why the verdict leaves a device-level term out (ftbench.api.device_memory): shown beside it when it matters.
 LEFT_OUT_OF_VERDICT: Final = {
     "allocatorReserve": "the caching allocator frees its cached blocks and retries before it reports an OOM",
-    "unshardedGradients": "FSDP's no_sync holds them between accumulated micro-steps on CPU ranks and in ado's dense "
-    "runs up to 8B, but ado's mixtral-8x7b and llama3.1-70b full runs ran without room for them "
-    "(docs/measurements.md, limits)",
+    "unshardedGradients": "FSDP's no_sync (FSDP1 and FSDP2 alike) holds them between accumulated micro-steps on "
+    "CPU ranks and in ado's dense runs up to 8B, but ado's mixtral-8x7b and llama3.1-70b full runs ran without room "
+    "for them (docs/measurements.md, limits)",
 }
 
 

@@ -71,8 +71,14 @@ class MemoryPrediction(WireModel):
     )
     unsharded_gradient_bytes: Bytes = Field(
         0,
-        description="FSDP1 with gradient accumulation: the whole unsharded gradient of what FSDP trains, which its "
-        "no_sync keeps between micro-steps (not in peak_bytes; the device-level peak counts it).",
+        description="FSDP with gradient accumulation: the whole unsharded gradient of what FSDP trains, which "
+        "no_sync keeps between micro-steps. FSDP1: computed, not in peak_bytes. FSDP2: what of it the traced peak "
+        "holds (unshardedGradientsInPeak). The device-level peak shows it as its own term, outside the verdict.",
+    )
+    unsharded_gradients_in_peak: bool = Field(
+        False,
+        description="True where unshardedGradientBytes is part of peak_bytes (FSDP2's trace holds them): the "
+        "device-level peak takes them out of the tensors term, so its total is the same either way.",
     )
     expert_shapes_vary: bool = Field(
         False,

@@ -81,11 +81,9 @@ def throughput_cells(
 
 
 def band_cell(accuracy: ThroughputAccuracy | None) -> str:
-    """The fleet's out-of-sample 90th-percentile error and how it was validated; where the spec lies outside the
-    calibration, so (the band is widened)."""
+    """The fleet's out-of-sample 90th-percentile error and how it was validated, and whether the spec lies outside
+    the calibration (the band is then widened; `ftbench predict` and status.prediction name each way)."""
     if accuracy is None:
         return ""
-    outside = (
-        f"; outside the calibration: {'; '.join(accuracy.outside_calibration)}" if accuracy.outside_calibration else ""
-    )
+    outside = ": outside the calibration" if accuracy.outside_calibration else ""
     return f"{accuracy.p90_percent:.0f} ({accuracy.validation}{outside})"

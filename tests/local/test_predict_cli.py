@@ -96,6 +96,14 @@ def test_full_fine_tuning_fits_at_7b_and_not_at_13b_until_sharded(home, tmp_path
     assert one["prediction"]["peakBytes"] < thirteen["prediction"]["peakBytes"] / 3
     # More than half the float16 gradient (its shard alone is a quarter of it).
     assert four["prediction"]["peakBytes"] - one["prediction"]["peakBytes"] > 0.5 * 2 * 13e9
+    # The prediction says how much of the peak is that unsharded gradient, and the verdict leaves it out as under
+    # FSDP1 (issue 60.6): the device-level tensors term is the peak without it.
+    assert four["prediction"]["unshardedGradientsInPeak"] is True
+    assert not one["prediction"].get("unshardedGradientsInPeak")
+    held = four["prediction"]["unshardedGradientBytes"]
+    assert held > 0.5 * 2 * 13e9
+    tensors = next(t["bytes"] for t in four["fit"]["device"]["terms"] if t["name"] == "tensors")
+    assert tensors == four["prediction"]["peakBytes"] - held
     # How sure: the out-of-sample band of ado's fleet rows like this run (several GPUs on one node), widened and
     # said: engine trl is not what the fleet ran.
     accuracy = four["fit"]["fleetAccuracy"]

@@ -98,7 +98,10 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
     tokenizer_model = str(build_tiny_model(tmp_path / "with-tokenizer"))
     profile = {**TEST_PROFILE, "modelMap": {"llama-7b": str(seven_b_config(tmp_path / "llama-7b")),
                                             "allam-1-13b": str(tmp_path / "no-such-model"),
-                                            "llama3.2-1b": tokenizer_model}}  # fmt: skip
+                                            "llama3.2-1b": tokenizer_model},
+               # what `ftbench calibrate` writes: the operator's predictions use it and name it
+               "calibration": {"name": "rig", "fittedAt": "2026-11-28T00:00:00Z",
+                               "gpuFamilies": {"A100": {"runs": 3, "computeEfficiency": 0.9}}}}  # fmt: skip
     operator = operator_process(
         own_cluster.kubeconfig, tmp_path, profile, env={"FTBENCH_OPERATOR_PREDICTOR_URL": predictor_url}
     ).start()
@@ -129,6 +132,8 @@ def test_predicted_memory_is_recorded_and_a_predicted_oom_refused_before_anythin
         assert (accuracy["group"], accuracy["validation"]) == ("one GPU", "leave one model out, widened")
         assert any(line.startswith("engine trl") for line in accuracy["outsideCalibration"])
         assert prediction["throughput"]["accuracy"]["validation"] == "leave one model out, widened"
+        assert prediction["calibration"]["name"] == "rig"
+        assert prediction["calibration"]["applied"] == ["A100: compute efficiency x0.900 (3 runs)"]
         assert condition(fits, "MemoryFits")["reason"] in ("PredictedToFit", "PredictedBorderline")
 
         refused = kubelet.wait_phase("refused", "Invalid")

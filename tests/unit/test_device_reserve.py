@@ -53,3 +53,15 @@ def test_expert_parallel_dispatch_adds_to_the_reserve_above_one_rank_of_experts(
     features = device_features(prediction(True, expert_parallel=4))
     assert features["reserve_of_dispatched_activations"] == 20.0
     assert device_features(prediction(True, expert_parallel=1))["reserve_of_dispatched_activations"] == 0.0
+
+
+def test_fsdp1_and_fsdp2_unsharded_gradients_count_the_same_way() -> None:
+    """FSDP1's unsharded gradient is computed beside the peak, FSDP2's is part of the traced peak: the device-level
+    terms, the total and the verdict come out the same (issue 60.6)."""
+    gpu = DEFAULT_GPU_MEMORY["NVIDIA-A100-SXM4-80GB"]
+    fsdp1 = prediction(False).model_copy(update={"unsharded_gradient_bytes": 30 * GIB})
+    fsdp2 = fsdp1.model_copy(update={"peak_bytes": 56 * GIB, "unsharded_gradients_in_peak": True})
+    one, two = device_memory(fsdp1, gpu), device_memory(fsdp2, gpu)
+    assert one.terms == two.terms and one.total_bytes == two.total_bytes and one.fits == two.fits
+    assert two.term("tensors") == 26 * GIB and two.term("unshardedGradients") == 30 * GIB
+    assert two.required_bytes == two.total_bytes - two.term("allocatorReserve") - 30 * GIB

@@ -73,7 +73,8 @@ class StepPeak:
     split: Split
     trace: Trace
     activations: int = 0  # the most forward or backward hold beyond state: what the allocator's cache grows by
-    unsharded_gradients: int = 0  # FSDP1 no_sync's unsharded gradients between micro-steps (shard.unsharded_gradients)
+    unsharded_gradients: int = 0  # no_sync's unsharded gradients between micro-steps (FSDP1: shard.unsharded_gradients)
+    unsharded_in_peak: bool = False  # FSDP2: they are part of the traced peak
 
     @classmethod
     def of(cls, phases: dict[str, Split], trace: Trace) -> StepPeak:
@@ -105,7 +106,7 @@ def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = Fal
     except Exception as exc:  # the architecture cannot be traced: one line, never a traceback
         raise PredictionError(untraceable(config, exc)) from exc
     if fsdp is not None:
-        return StepPeak.of(trace.phases, trace)
+        return _with_fsdp2_unsharded(StepPeak.of(trace.phases, trace), shape, s)
     traced, sizes = trace.phases, sizes_of(trace)
     if gptq:
         traced = {k: _gptq(v, trace) for k, v in traced.items()}
@@ -118,6 +119,21 @@ def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = Fal
     return dataclasses.replace(
         StepPeak.of(shard(traced, s, sizes), trace), unsharded_gradients=unsharded_gradients(s, sizes)
     )
+
+
+def _with_fsdp2_unsharded(peak: StepPeak, shape: StepShape, s: Sharding) -> StepPeak:
+    """FSDP2 under accelerate's no_sync: the traced peak holds every trained parameter's unsharded gradient from
+    the first micro-step's backward to the last one's reduce-scatter. State how much of the peak that is (the
+    most any forward or backward phase holds, up to the gradients it held), so the device-level peak can show
+    it as FSDP1's, outside the verdict (docs/measurements.md, "Device memory")."""
+    if not shape.no_sync:
+        return peak
+    whole = peak.trace.trainable_bytes - (peak.trace.expert_trainable_bytes if s.expert_parallel else 0)
+    phases = peak.trace.phases
+    without = max(
+        sp.total - (min(whole, sp.gradients) if name in ("forward", "backward") else 0) for name, sp in phases.items()
+    )
+    return dataclasses.replace(peak, unsharded_gradients=max(0, peak.bytes - without), unsharded_in_peak=True)
 
 
 def sizes_of(trace: Trace) -> Sizes:
@@ -176,7 +192,15 @@ def predict(
             "dequantisation temporaries are not traced"
         )
     if traced_fsdp(s, gptq=plan.method == "gptq-lora") is not None:
-        notes.append(f"FSDP traced as FSDP2 fully_shard over {s.ranks} fake ranks (each decoder layer, then the root)")
+        notes.append(
+            f"FSDP traced as FSDP2 fully_shard over {s.ranks} fake ranks (each decoder layer, then the root)"
+            + (
+                f", {peak.unsharded_gradients / 2**30:.1f} GiB of the peak unsharded gradients between the "
+                f"{shape.gradient_accumulation} micro-steps (no_sync)"
+                if peak.unsharded_gradients
+                else ""
+            )
+        )
     elif s.fsdp1 and s.ranks > 1:
         notes.append(
             "FSDP1 computed from the single-rank trace: flat parameters, the root unit gathered from forward to "
@@ -213,6 +237,7 @@ def predict(
         phase=peak.phase,  # type: ignore[arg-type]
         activations_peak_bytes=peak.activations,
         unsharded_gradient_bytes=peak.unsharded_gradients,
+        unsharded_gradients_in_peak=peak.unsharded_in_peak,
         expert_shapes_vary=peak.trace.routing is not None,
         expert_parallel=s.expert_parallel,
         device=shape.device,
