@@ -238,10 +238,9 @@ def summary(judged: list[Judged]) -> dict[str, Any]:
 
 
 def _p90(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    from ftbench.api.calibrate import p90
+
+    return p90(values) if values else None
 
 
 def _fmt(value: float | None) -> str:

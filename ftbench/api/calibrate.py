@@ -81,12 +81,13 @@ class Observation:
 # -- applying ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Asked:
-    """What picks a model's nearest calibration runs: the model, its experiment, GPUs and nodes."""
+    """What picks a model's nearest calibration runs: the model, its experiment, GPUs and nodes (named as
+    CalibrationRun names them, so TIERS reads both)."""
 
     model: str
     experiment: str = ""
-    gpus: int = 1
-    nodes: int = 1
+    number_gpus: int = 1
+    number_nodes: int = 1
 
     @classmethod
     def of(cls, spec: FineTuneExperimentSpec) -> Asked:
@@ -96,19 +97,11 @@ class Asked:
 # From nearest to farthest: a model's runs in the same experiment and shape, then the same experiment on one GPU
 # or several, then the same experiment, then any of its runs.
 TIERS: Final[tuple[Callable[[CalibrationRun | Asked], tuple[object, ...]], ...]] = (
-    lambda r: (r.experiment, _gpus(r), _nodes(r)),
-    lambda r: (r.experiment, _gpus(r) > 1),
+    lambda r: (r.experiment, r.number_gpus, r.number_nodes),
+    lambda r: (r.experiment, r.number_gpus > 1),
     lambda r: (r.experiment,),
     lambda r: (),
 )
-
-
-def _gpus(r: CalibrationRun | Asked) -> int:
-    return r.number_gpus if isinstance(r, CalibrationRun) else r.gpus
-
-
-def _nodes(r: CalibrationRun | Asked) -> int:
-    return r.number_nodes if isinstance(r, CalibrationRun) else r.nodes
 
 
 def nearest(
@@ -182,12 +175,7 @@ def calibrated_device(
 ) -> DeviceMemory:
     """The device-level peak with the family's context offset and the model's nearest reserve scale."""
     scale = reserve_scale(calibration, asked) if asked is not None else 1.0
-    scaled = dataclasses.replace(
-        constants,
-        reserve_of_activations=constants.reserve_of_activations * scale,
-        reserve_of_routed_activations=constants.reserve_of_routed_activations * scale,
-        reserve_of_dispatched_activations=constants.reserve_of_dispatched_activations * scale,
-    )
+    scaled = constants.with_reserve_scale(scale)
     return device_memory(prediction, gpu, scaled, context_offset=context_offset(calibration, gpu_model))
 
 

@@ -71,6 +71,16 @@ class DeviceConstants:
     several_ranks: float = COMMUNICATION_BYTES / GIB  # GiB
     several_nodes: float = INTER_NODE_BYTES / GIB  # GiB
 
+    def with_reserve_scale(self, scale: float) -> DeviceConstants:
+        """Every cause of the allocator's reserve times `scale` (a calibration's per-model correction)."""
+        return DeviceConstants(
+            reserve_of_activations=self.reserve_of_activations * scale,
+            reserve_of_routed_activations=self.reserve_of_routed_activations * scale,
+            reserve_of_dispatched_activations=self.reserve_of_dispatched_activations * scale,
+            several_ranks=self.several_ranks,
+            several_nodes=self.several_nodes,
+        )
+
     @classmethod
     def of_fit(cls, coefficients: dict[str, float]) -> DeviceConstants:
         """From a fit's coefficients, keyed as `device_features` names the causes."""

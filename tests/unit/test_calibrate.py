@@ -95,7 +95,7 @@ def test_a_prediction_takes_its_nearest_runs_and_none_where_they_disagree() -> N
     calibration = Calibration(name="c", fitted_at="t", runs=[run(full, 8, 1.2), run(full, 8, 1.4), run(lora, 1, 0.8),
                                                              run(lora, 1, 0.9), run(full, 1, 3.0)])  # fmt: skip
     assert nearest(calibration, Asked("m", full, 8), lambda r: r.step_time_ratio) == (pytest.approx(1.3), 2)
-    assert step_factor(calibration, Asked("m", lora, 4)) == pytest.approx(0.85)  # same experiment, several GPUs: none
+    assert step_factor(calibration, Asked("m", lora, 4)) == pytest.approx(0.85)  # no LoRA run on several: any LoRA
     assert step_factor(calibration, Asked("m", full, 2)) == pytest.approx(1.3)  # full on several GPUs
     assert step_factor(calibration, Asked("other", full, 8)) == 1.0  # another model: no correction
     wild = Calibration(name="c", fitted_at="t", runs=[run(full, 8, 1.0), run(full, 8, 9.0)])
