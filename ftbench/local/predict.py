@@ -7,7 +7,6 @@ environment, because the loss path, and so the peak, depends on that environment
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -28,13 +27,6 @@ def prediction_plan(spec: FineTuneExperimentSpec, name: str, catalog: Catalog, p
     return build_plan(spec, catalog, profile, ref=ExperimentRef(name=name, namespace="local"), runtime=Runtime.JOB)
 
 
-def _env(python: TrainerPython) -> dict[str, str]:
-    env = {**os.environ}
-    if python.pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def run_batch(
     plans: list[LaunchPlan], python: TrainerPython, *, timeout: float = 3600.0
 ) -> list[MemoryPrediction | str]:
@@ -45,7 +37,7 @@ def run_batch(
         batch.write_text("".join(plan.to_json().replace("\n", " ") + "\n" for plan in plans))
         proc = subprocess.run(
             [python.path, "-m", PREDICTOR_MODULE, "--batch", str(batch)],
-            capture_output=True, text=True, env=_env(python), timeout=timeout, check=False,
+            capture_output=True, text=True, env=python.environment(), timeout=timeout, check=False,
         )  # fmt: skip
     answers = [a for a in map(parse_batch_line, proc.stdout.splitlines()) if a is not None]
     if len(answers) != len(plans):
@@ -56,7 +48,7 @@ def run_batch(
 
 def run_predictor(plan: LaunchPlan, python: TrainerPython, *, timeout: float = 600.0) -> MemoryPrediction:
     """The predictor's one FTBENCH_PREDICTION line, read from its stdout."""
-    env = _env(python)
+    env = python.environment()
     with tempfile.TemporaryDirectory(prefix="ftbench-predict-") as tmp:
         plan_path = Path(tmp) / "plan.json"
         plan_path.write_text(plan.to_json())

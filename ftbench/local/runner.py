@@ -147,6 +147,18 @@ class TrainerPython:
     path: str
     pythonpath: str | None = None
 
+    def environment(self, **extra: str) -> dict[str, str]:
+        """This process's environment for the interpreter, with ftbench's packages on PYTHONPATH.
+
+        An engine's environment (the one case with a PYTHONPATH of ftbench's own) writes bytecode, as
+        Python does by default: with PYTHONDONTWRITEBYTECODE set, each process compiled its ~3,400
+        imported modules again (13 of a cold `ftbench predict`'s 25 s; docs/benchmarks.md, "Predict latency")."""
+        env = {**os.environ, **extra}
+        if self.pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (self.pythonpath, env.get("PYTHONPATH")) if p)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+        return env
+
 
 def trainer_python(
     spec: FineTuneExperimentSpec, explicit: str | None = None, log: Callable[[str], None] = lambda _: None
@@ -195,9 +207,7 @@ def has_module(python: TrainerPython, module: str) -> bool:
         import importlib.util
 
         return importlib.util.find_spec(module) is not None
-    env = {**os.environ}
-    if python.pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
+    env = python.environment()
     probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
     try:
         return subprocess.run([python.path, "-c", probe], env=env, capture_output=True, timeout=120).returncode == 0
@@ -219,9 +229,7 @@ def execute(
     `on_progress` gets each progress line's JSON while the trainer runs; `on_output` each line of
     the trainer's own output (which also goes to the run's log).
     """
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    if python.pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (python.pythonpath, env.get("PYTHONPATH")) if p)
+    env = python.environment(TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
     base = [python.path, "-m", TRAINER_MODULE, "--plan", str(run.plan_path)]
     trials = [None] if run.plan.trials <= 1 else list(range(run.plan.trials))
     events = EventTail(run.events_path)

@@ -24,6 +24,7 @@ from ftbench.contracts.results import EXIT_OK, TrainerResult
 from ftbench.engines.envs import package_path
 from ftbench.engines.releases import load_releases, version_tuple
 from ftbench.host.ports import free_port
+from ftbench.local.runner import TrainerPython
 from ftbench.render.plan import build_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +105,7 @@ def run_trainer(
     ftbench's packages come through PYTHONPATH, as `ftbench run` passes them to an fms-hf-tuning
     environment (harmless for the main environment, which has them installed).
     """
-    full_env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": package_path(), **(env or {})}
+    full_env = TrainerPython(str(python), package_path()).environment(**OFFLINE_ENV, **(env or {}))
     cmd = [str(python), "-m", "ftbench_trainer.main", "--plan", str(plan_path)]
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
 

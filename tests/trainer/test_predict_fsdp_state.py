@@ -77,9 +77,9 @@ def test_fsdp2_traces_accumulation_with_whole_unsharded_gradients(tmp_path: Path
     """trl's FSDP2 under accelerate 1.11 on: the micro-steps before the last reduce nothing, so the traced second
     micro-step holds every parameter's whole unsharded gradient, not its shard (bench/fsdp_accumulation.py)."""
     from ftbench_trainer.predict.model import predict
-    from ftbench_trainer.predict.plan_step import fsdp2_no_sync
+    from ftbench_trainer.predict.stack import stack
 
-    assert fsdp2_no_sync()  # this environment's accelerate (trl's engine)
+    assert stack().fsdp2_no_sync  # this environment's accelerate (trl's engine)
     peaks = {}
     for ga in (1, 4):
         plan = make_plan(tmp_path, tiny_model_dir, tmp_path, numberGpus=2, device="cpu", gradientAccumulationSteps=ga)

@@ -14,6 +14,7 @@ from ftbench_trainer.measure.storage import Split
 from ftbench_trainer.predict.depth import trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
 from ftbench_trainer.predict.shard import Sharding, Sizes, shard, unsharded_gradients
+from ftbench_trainer.predict.stack import stack
 from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace
 
 # FSDP strategies traced with FSDP2 on a fake process group, and those that reshard after forward.
@@ -182,6 +183,7 @@ def predict(
         f"AdamW {'foreach' if shape.device == 'cuda' else 'per-tensor'} as torch runs it on {shape.device}",
         "loss: trl's fused LM head (SFTTrainer's)" if shape.fused_lm_head else "loss: transformers' (logits in full)",
     ]
+    notes.extend(stack().notes)
     if str(plan.training.attn_implementation) in FLASH:
         notes.append(
             f"{plan.training.attn_implementation} traced as sdpa's memory-efficient kernel (the same O(seq) state)"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-
 from ftbench.contracts.enums import DistributedBackend
 from ftbench.contracts.plan import LaunchPlan
 from ftbench_trainer.predict.shard import Sharding
+from ftbench_trainer.predict.stack import stack
 from ftbench_trainer.predict.trace import StepShape
 
 MIXED = {"bf16": "bfloat16", "fp16": "float16"}
@@ -22,55 +21,6 @@ FSDP1_MIXED_MASTER_FACTOR = 2.0
 FLASH = ("flash_attention_2", "flash_attention_3")
 
 
-# The per-token outputs trl's SFTTrainer asks its fused LM head for (trl 1.16 `SFTTrainer.__init__`:
-# log-probabilities for the loss, entropy and top-1 for its logged metrics).
-SFT_FUSED_OUTPUTS = ("log_probs", "entropy", "is_top1")
-
-
-def fused_lm_head_outputs() -> tuple[str, ...]:
-    """What trl's fused LM head computes where this environment's SFTTrainer patches the model with one
-    (trl 1.x: both engines train through trl's SFTTrainer), () where its trl computes transformers' loss."""
-    try:
-        from trl.trainer import sft_trainer
-    except ImportError:
-        return ()
-    return SFT_FUSED_OUTPUTS if hasattr(sft_trainer, "add_fused_lm_head") else ()
-
-
-@functools.cache
-def logits_accuracy() -> bool:
-    """Whether this environment's SFTTrainer computes its token accuracy from the full logits (trl 0.1x:
-    `shift_logits.argmax` in `compute_loss`; trl 1.x takes it from its fused LM head instead)."""
-    import inspect
-
-    try:
-        from trl import SFTTrainer
-    except ImportError:
-        return False
-    compute_loss = getattr(SFTTrainer, "compute_loss", None)
-    try:
-        source = inspect.getsource(compute_loss) if compute_loss is not None else ""
-    except (OSError, TypeError):
-        return False
-    return "shift_logits" in source and "argmax" in source
-
-
-@functools.cache
-def fsdp2_no_sync() -> bool:
-    """Whether this environment's accelerate runs an FSDP2 model's accumulated micro-steps without reducing their
-    gradients (accelerate 1.11 on: `Accelerator.no_sync` calls `set_requires_gradient_sync(False)`, so each
-    parameter's whole unsharded gradient stays until the last micro-step; accelerate 1.6 finds no `no_sync` on an
-    FSDP2 module and reduces every micro-step)."""
-    import inspect
-
-    try:
-        from accelerate import Accelerator
-
-        return "set_requires_gradient_sync" in inspect.getsource(Accelerator.no_sync)
-    except (ImportError, OSError, TypeError):
-        return False
-
-
 def traced_attention(attention: str) -> str:
     return "sdpa" if attention in FLASH else attention
 
@@ -81,6 +31,7 @@ def step_shape(plan: LaunchPlan) -> StepShape:
     autocast = "bfloat16" if t.bf16 else "float16" if t.fp16 else MIXED.get(plan.mixed_precision)
     peft = t.peft
     method = plan.method
+    engine = stack()
     # A LoRA plan always carries its shape; StepShape's own defaults only stand in for other methods.
     lora_r, lora_alpha, lora_dropout = (
         peft.lora_shape() if peft.method == "lora" else (StepShape.lora_r, StepShape.lora_alpha, StepShape.lora_dropout)
@@ -97,14 +48,14 @@ def step_shape(plan: LaunchPlan) -> StepShape:
         seq=t.model_max_length,
         device="cpu" if plan.use_cpu else "cuda",
         gradient_accumulation=t.gradient_accumulation_steps,
-        no_sync=t.gradient_accumulation_steps > 1 and fsdp2_no_sync(),
+        no_sync=t.gradient_accumulation_steps > 1 and engine.fsdp2_no_sync,
         lora_r=lora_r,
         lora_alpha=lora_alpha,
         lora_dropout=lora_dropout,
         lora_targets=peft.target_modules,
         pt_virtual_tokens=peft.virtual_tokens() if peft.method == "pt" else StepShape.pt_virtual_tokens,
-        fused_lm_head=(fused := fused_lm_head_outputs()),
-        logits_accuracy=not fused and logits_accuracy(),
+        fused_lm_head=engine.fused_lm_head,
+        logits_accuracy=engine.logits_accuracy,
     )
 
 
