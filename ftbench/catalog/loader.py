@@ -10,6 +10,7 @@ from typing import Annotated, Any, Final, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from ftbench.catalog import yaml_data
 from ftbench.contracts.enums import DistributedBackend, Engine, Experiment, TorchDtype
 from ftbench.contracts.plan import DatasetGenerator
 from ftbench.contracts.wire import WireModel
@@ -172,7 +173,7 @@ PROMPT_TOKENS_FILE: Final = Path(str(files("ftbench.catalog").joinpath("data", "
 
 
 def _read(name: str) -> dict[str, Any]:
-    return yaml.safe_load(files("ftbench.catalog").joinpath("data", name).read_text())
+    return yaml_data.load(files("ftbench.catalog").joinpath("data", name).read_text())
 
 
 @cache

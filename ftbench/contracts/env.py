@@ -96,6 +96,8 @@ FTBENCH_ACCELERATE_CONFIG = "FTBENCH_ACCELERATE_CONFIG"
 
 # Read by every training process; not set by the manifests.
 FTBENCH_SAMPLE_INTERVAL = "FTBENCH_SAMPLE_INTERVAL"
+# Read by the memory predictor: the folder its traces are kept in (default: the cache root's traces/), or "off".
+FTBENCH_TRACE_CACHE = "FTBENCH_TRACE_CACHE"
 # Set by Dockerfile.trainer (informational).
 FTBENCH_ENGINE = "FTBENCH_ENGINE"
 # A user's machine: `ftbench run`, `ftbench engines`, `ftbench dev`.

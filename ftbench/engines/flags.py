@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from ftbench.catalog import yaml_data
 from ftbench.engines.releases import DATA, load_releases
 from ftbench.host.files import sync_generated
 
@@ -43,10 +44,14 @@ _LIST_FLAGS = (
 
 
 @cache
+def _flags_file() -> dict[str, list[str]]:
+    """The file, read once (it was parsed again for every release: 0.7 s of each `ftbench predict`)."""
+    return yaml_data.load(DATA.joinpath(FILE).read_text())
+
+
 def known_flags(version: str) -> frozenset[str]:
     """The rendered flags fms-hf-tuning `version` accepts (empty for a release that cannot be installed)."""
-    data = yaml.safe_load(DATA.joinpath(FILE).read_text())
-    return frozenset(data.get(version, ()))
+    return frozenset(_flags_file().get(version, ()))
 
 
 def releases_knowing(flag: str) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ftbench.catalog import Catalog, load_catalog
+from ftbench.catalog import Catalog, load_catalog, yaml_data
 from ftbench.engines.releases import DATA, TRL_STACK, load_releases, table_main
 
 DATA_FILE = "modules.yaml"
@@ -107,7 +107,7 @@ def generate() -> str:
 @cache
 def load_modules() -> dict[str, Any]:
     """{stacks: {stack: transformers version}, transformers: {version: {layer class: entry}}}."""
-    return dict(yaml.safe_load(DATA.joinpath(DATA_FILE).read_text()))
+    return dict(yaml_data.load(DATA.joinpath(DATA_FILE).read_text()))
 
 
 def model_modules(stack: str, model: str, catalog: Catalog) -> dict[str, Any] | None:

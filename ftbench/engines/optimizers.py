@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ftbench.catalog import yaml_data
 from ftbench.engines.releases import DATA, TRL_STACK, load_releases, table_main
 
 DATA_FILE = "optimizers.yaml"
@@ -108,7 +109,7 @@ def generate() -> str:
 @cache
 def load_optimizers() -> dict[str, dict[str, Any]]:
     """stack (trl, or a release version) -> {transformers, runs, needsPackage}."""
-    return dict(yaml.safe_load(DATA.joinpath(DATA_FILE).read_text())["stacks"])
+    return dict(yaml_data.load(DATA.joinpath(DATA_FILE).read_text())["stacks"])
 
 
 def why_not(optimizer: str, stack: str) -> str | None:

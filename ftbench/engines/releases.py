@@ -16,9 +16,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import Field
 
+from ftbench.catalog import yaml_data
 from ftbench.contracts.wire import WireModel
 from ftbench.host.files import sync_generated
 
@@ -139,7 +139,7 @@ def parse_lock(text: str) -> dict[str, str]:
 
 @cache
 def load_releases() -> FmsReleases:
-    return FmsReleases.model_validate(yaml.safe_load(DATA.joinpath("fms-releases.yaml").read_text()))
+    return FmsReleases.model_validate(yaml_data.load(DATA.joinpath("fms-releases.yaml").read_text()))
 
 
 # The fms-hf-tuning releases offered, newest first (the API's enum); 2.1.2 is the seed's default.

@@ -23,7 +23,8 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from ftbench_trainer.measure.storage import StorageTracker
 from ftbench_trainer.predict.model import architecture_config
-from ftbench_trainer.predict.trace import StepShape, add_adapter, build_model, run_steps, shard_like_accelerate
+from ftbench_trainer.predict.step import StepShape
+from ftbench_trainer.predict.trace import add_adapter, build_model, run_steps, shard_like_accelerate
 
 
 def main() -> None:

@@ -25,7 +25,8 @@ from ftbench.engines.envs import package_path  # noqa: E402
 from ftbench.host.ports import free_port  # noqa: E402
 from ftbench_trainer.predict.model import architecture_config, traced_fsdp  # noqa: E402
 from ftbench_trainer.predict.shard import Sharding  # noqa: E402
-from ftbench_trainer.predict.trace import StepShape, Trace, trace_step  # noqa: E402
+from ftbench_trainer.predict.step import StepShape, Trace  # noqa: E402
+from ftbench_trainer.predict.trace import trace_step  # noqa: E402
 
 TOLERANCE = 0.05
 RANKS = 2

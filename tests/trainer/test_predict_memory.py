@@ -18,7 +18,8 @@ pytest.importorskip("peft")
 from ftbench_trainer.measure.storage import StorageTracker, allocator_bytes  # noqa: E402
 from ftbench_trainer.predict.model import sizes_of  # noqa: E402
 from ftbench_trainer.predict.shard import Sharding, shard  # noqa: E402
-from ftbench_trainer.predict.trace import StepShape, add_adapter, build_model, run_steps, trace_step  # noqa: E402
+from ftbench_trainer.predict.step import StepShape  # noqa: E402
+from ftbench_trainer.predict.trace import add_adapter, build_model, run_steps, trace_step  # noqa: E402
 
 TOLERANCE = 0.05
 
@@ -146,7 +147,7 @@ def test_allocator_rounding():
 def test_fast_moe_places_the_experts_per_expert_parallel_rank_outside_fsdp():
     """fastMoe k: each rank holds 1/k of the experts in the load dtype (no float32 master copy), the rest is
     FSDP1's as usual, and a layer is gathered without its experts (they compute where they are)."""
-    from ftbench_trainer.measure.storage import Split
+    from ftbench_trainer.measure.split import Split
     from ftbench_trainer.predict.shard import Sizes, shard_phase
 
     gib = 2**30

@@ -25,7 +25,7 @@ from ftbench.api.profile import ClusterProfile
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
 from ftbench_trainer.predict.model import predict_step
 from ftbench_trainer.predict.shard import Sharding
-from ftbench_trainer.predict.trace import StepShape
+from ftbench_trainer.predict.step import StepShape
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = yaml.safe_load((Path(__file__).parent / "data" / "published_memory.yaml").read_text())

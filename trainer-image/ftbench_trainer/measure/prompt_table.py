@@ -55,12 +55,12 @@ def plan_prompt_lengths(plan: LaunchPlan) -> dict[int, int]:
     predictor adds to its answer so the operator and `ftbench predict` can state (and refuse) the rows that
     train for models whose tokenizer ftbench does not build. The dataset is read as the trainer would find it
     (a file given or already in the data directory, else ftbench's generator, which is deterministic)."""
-    from transformers import AutoTokenizer
+    if not plan.model.generated and not Path(plan.model.ref).is_dir():  # a hub id: nothing is fetched for this
+        raise NotCounted(f"no folder for {plan.model.name} at {plan.model.ref} (a hub id is not fetched)")
+    from transformers import AutoTokenizer  # (after the check: an import of 2 s the answer above does not need)
 
     from ftbench_trainer.inputs import resolve_model
 
-    if not plan.model.generated and not Path(plan.model.ref).is_dir():  # a hub id: nothing is fetched for this
-        raise NotCounted(f"no folder for {plan.model.name} at {plan.model.ref} (a hub id is not fetched)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(plan), local_files_only=True)
     except (OSError, ValueError) as exc:

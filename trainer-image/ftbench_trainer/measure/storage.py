@@ -39,6 +39,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ftbench_trainer.measure.split import Split
+
 ALLOCATOR_BLOCK_BYTES = 512
 SETTLE_POLL_SECONDS = 0.005
 SETTLED_AFTER = 5  # polls in a row without a change
@@ -197,20 +199,6 @@ class StorageTracker(TorchDispatchMode):
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor that holds the storage: a DTensor's local shard, any other tensor itself."""
     return getattr(tensor, "_local_tensor", tensor)
-
-
-@dataclass(frozen=True)
-class Split:
-    """Bytes live at a phase's peak, by holder."""
-
-    parameters: int
-    gradients: int
-    optimizer: int
-    other: int
-
-    @property
-    def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer + self.other
 
 
 def split_at(peak: PhasePeak, *, parameters: set[int], gradients: set[int], optimizer: set[int]) -> Split:

@@ -20,9 +20,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from ftbench_trainer.measure.storage import Split
-from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace, trace_step
-from ftbench_trainer.predict.traceable import mamba_kernels
+from ftbench_trainer.measure.split import Split
+from ftbench_trainer.predict.stack import mamba_kernels
+from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 
 # Config fields that list one entry per layer (granitemoehybrid's layer_types, older layers_block_type).
 LAYER_LISTS = ("layer_types",)
@@ -60,6 +60,8 @@ def cached_trace(config: Any, shape: StepShape, fsdp: FsdpShape | None) -> Trace
     if key in _cache:
         _cache.move_to_end(key)
         return _cache[key]
+    from ftbench_trainer.predict.trace import trace_step  # torch: only where a trace is made
+
     trace = _cache[key] = trace_step(config, shape, fsdp)
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)

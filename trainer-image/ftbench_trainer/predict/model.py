@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction, MemorySplit, PromptLength
-from ftbench_trainer.measure.storage import Split
+from ftbench_trainer.measure.split import Split
+from ftbench_trainer.predict import trace_store
 from ftbench_trainer.predict.depth import trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
 from ftbench_trainer.predict.shard import Sharding, Sizes, shard, unsharded_gradients
 from ftbench_trainer.predict.stack import stack
-from ftbench_trainer.predict.trace import FsdpShape, StepShape, Trace
+from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 
 # FSDP strategies traced with FSDP2 on a fake process group, and those that reshard after forward.
 FSDP_TRACED = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 RESHARD_AFTER_FORWARD = ("FULL_SHARD", "HYBRID_SHARD")
 # GPTQ 4-bit weights: half a byte per weight, plus per group of 128 a float16 scale and a 4-bit zero.
 GPTQ_BYTES_PER_WEIGHT = 0.5 + (2 + 0.5) / 128
+CATALOG_ORIGIN = "the catalog's (no config.json here)"
 
 
 class PredictionError(RuntimeError):
@@ -53,9 +57,9 @@ def read_config(plan: LaunchPlan) -> tuple[Any, str]:
     from ftbench_trainer.inputs import resolve_model
 
     model = plan.model
-    local = model.generated or (Path(model.ref) / "config.json").is_file()
-    if not local and model.architecture:
-        return architecture_config(model.architecture), "the catalog's (no config.json here)"
+    origin, _ = config_source(plan)
+    if origin == CATALOG_ORIGIN and model.architecture:
+        return architecture_config(model.architecture), origin
     try:
         return AutoConfig.from_pretrained(resolve_model(plan)), f"{model.ref}/config.json"
     except (OSError, ValueError) as exc:
@@ -97,15 +101,45 @@ def traced_fsdp(s: Sharding, *, gptq: bool = False) -> FsdpShape | None:
     return FsdpShape(ranks=s.ranks, reshard_after_forward=s.kind in RESHARD_AFTER_FORWARD)
 
 
-def predict_step(config: Any, shape: StepShape, s: Sharding, *, gptq: bool = False) -> StepPeak:
+def config_source(plan: LaunchPlan) -> tuple[str, str | None]:
+    """Where `read_config` will find the plan's config (the prediction's note), and that config's source text
+    where it names it for good (the catalog's fields, a config.json here): what the trace store keys on."""
+    model = plan.model
+    path = Path(model.ref) / "config.json"
+    if not model.generated and path.is_file():
+        return f"{model.ref}/config.json", path.read_text()
+    if not model.generated and model.architecture:
+        return CATALOG_ORIGIN, json.dumps(model.architecture, sort_keys=True)
+    return f"{model.ref}/config.json", None  # a model built on demand, or the hub's cache: traced every time
+
+
+def step_trace(config: Callable[[], Any], shape: StepShape, fsdp: FsdpShape | None, source: str | None) -> Trace:
+    """The step's trace at reduced depth, scaled (predict.depth): from the trace store where `source` names the
+    architecture and it holds this trace, else traced from `config()` (and kept)."""
+    name = trace_store.key(source, shape, fsdp) if source is not None else None
+    if name is not None and (kept := trace_store.load(name)) is not None:
+        return kept
+    architecture = config()
+    try:
+        trace = trace_scaled(architecture, shape, fsdp)
+    except Exception as exc:  # whose failure it is decides the answer: a defect of ours, or the stack refusing
+        if raised_by_ftbench(exc):  # a defect of ftbench's own: its traceback, not "cannot predict"
+            raise
+        raise PredictionError(untraceable(architecture, exc)) from exc  # the stack cannot run it: one line
+    if name is not None:
+        trace_store.save(name, trace)
+    return trace
+
+
+def predict_step(
+    config: Any, shape: StepShape, s: Sharding, *, gptq: bool = False, trace: Trace | None = None
+) -> StepPeak:
     """Trace `shape` (as one rank of its FSDP2 run, where `traced_fsdp` says so), else rescale the
     single-rank trace for `s`; take the highest phase (GPTQ: quantize the whole model's weights
-    first, then shard what is left). The trace is made at reduced depth and scaled (predict.depth)."""
+    first, then shard what is left). `trace`: that trace, already made (`step_trace`)."""
     fsdp = traced_fsdp(s, gptq=gptq)
-    try:
-        trace = trace_scaled(config, shape, fsdp)
-    except Exception as exc:  # the architecture cannot be traced: one line, never a traceback
-        raise PredictionError(untraceable(config, exc)) from exc
+    if trace is None:
+        trace = step_trace(lambda: config, shape, fsdp, None)
     if fsdp is not None:
         return _with_fsdp2_unsharded(StepPeak.of(trace.phases, trace), shape, s)
     traced, sizes = trace.phases, sizes_of(trace)
@@ -150,6 +184,19 @@ def sizes_of(trace: Trace) -> Sizes:
     )
 
 
+def raised_by_ftbench(exc: BaseException) -> bool:
+    """Whether `exc` was raised in ftbench's own code (its innermost frame is in ftbench_trainer or ftbench),
+    rather than by torch, transformers or peft refusing the architecture: the one is a bug to report, the
+    other a model this environment cannot trace."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = str(tb.tb_frame.f_globals.get("__name__", ""))
+    return module.split(".")[0] in ("ftbench_trainer", "ftbench")
+
+
 def untraceable(config: Any, exc: Exception) -> str:
     """Why an architecture could not be traced, in one line."""
     import transformers
@@ -169,12 +216,17 @@ def predict(
     `count_rows`: also the dataset's prompt lengths under the model's tokenizer (before a run; a run that
     already counted its rows passes False)."""
     started = time.perf_counter()
-    config, origin = read_config(plan) if config is None else (config, "given by the caller")
+    origin, source = config_source(plan) if config is None else ("given by the caller", None)
     shape = step_shape(plan)
     if batch is not None:
         shape = dataclasses.replace(shape, batch=batch[0], seq=batch[1])
     s = sharding(plan)
-    peak = predict_step(config, shape, s, gptq=plan.method == "gptq-lora")
+    gptq = plan.method == "gptq-lora"
+    given = config
+    trace = step_trace(
+        lambda: given if given is not None else read_config(plan)[0], shape, traced_fsdp(s, gptq=gptq), source
+    )
+    peak = predict_step(None, shape, s, gptq=gptq, trace=trace)
     notes = [
         f"architecture: {origin}",
         f"the batch the run measured: {shape.batch} row(s) of {shape.seq} tokens per device"

@@ -6,7 +6,7 @@ from ftbench.contracts.enums import DistributedBackend
 from ftbench.contracts.plan import LaunchPlan
 from ftbench_trainer.predict.shard import Sharding
 from ftbench_trainer.predict.stack import stack
-from ftbench_trainer.predict.trace import StepShape
+from ftbench_trainer.predict.step import StepShape
 
 MIXED = {"bf16": "bfloat16", "fp16": "float16"}
 SIXTEEN_BIT = ("bfloat16", "float16")

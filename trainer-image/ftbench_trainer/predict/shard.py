@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ftbench_trainer.measure.storage import Split
+from ftbench_trainer.measure.split import Split
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ftbench.contracts.prediction import MAMBA_KERNELS_ENV
 
 # The per-token outputs trl's SFTTrainer asks its fused LM head for (trl 1.16 `SFTTrainer.__init__`:
 # log-probabilities for the loss, entropy and top-1 for its logged metrics).
@@ -81,7 +85,7 @@ def _decide(what: str, package: str, known: bool | None, probe: Callable[[], boo
     version = installed(package)
     try:
         answer = probe()
-    except Exception as exc:  # any failure to read the source is the reason the note gives
+    except (ImportError, OSError, TypeError, AttributeError) as exc:  # no package, no source: the note says so
         notes.append(
             f"estimate: could not tell {what} ({package} {version}: {type(exc).__name__}: {exc}); assumed not, "
             "so the peak may be low by that term"
@@ -120,3 +124,13 @@ def stack() -> Stack:
         notes,
     )
     return Stack(SFT_FUSED_OUTPUTS if fused else (), accuracy, no_sync, tuple(notes))
+
+
+def mamba_kernels() -> bool:
+    """Whether Mamba-2 layers are traced as the fused kernels run them (contracts MAMBA_KERNELS_ENV)."""
+    choice = os.environ.get(MAMBA_KERNELS_ENV, "auto").lower()
+    if choice in ("true", "1"):
+        return True
+    if choice in ("false", "0"):
+        return False
+    return all(importlib.util.find_spec(p) is not None for p in ("mamba_ssm", "causal_conv1d"))

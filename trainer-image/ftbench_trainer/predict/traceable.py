@@ -20,15 +20,13 @@ experts / top_k times larger at that instant. The notes of a prediction say so.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import types
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ftbench.contracts.prediction import MAMBA_KERNELS_ENV
+from ftbench_trainer.predict.stack import mamba_kernels
 
 NOTE = (
     "MoE routing traced balanced ({experts} experts, top-{top_k}: each expert gets tokens x {top_k} / {experts} "
@@ -136,16 +134,6 @@ def _kernel_mamba(self: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: 
 
 def _is_mamba2_mixer(module: Any) -> bool:
     return all(hasattr(module, a) for a in ("in_proj", "conv1d", "out_proj", "A_log", "dt_bias", "norm", "D"))
-
-
-def mamba_kernels() -> bool:
-    """Whether Mamba-2 layers are traced as the fused kernels run them (contracts MAMBA_KERNELS_ENV)."""
-    choice = os.environ.get(MAMBA_KERNELS_ENV, "auto").lower()
-    if choice in ("true", "1"):
-        return True
-    if choice in ("false", "0"):
-        return False
-    return all(importlib.util.find_spec(p) is not None for p in ("mamba_ssm", "causal_conv1d"))
 
 
 def make_traceable(model: Any) -> str | None:
