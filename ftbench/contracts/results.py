@@ -235,11 +235,14 @@ class Metrics(WireModel):
     train_steps_per_second: NonNegative = Field(description="trainSteps / trainRuntimeSeconds.")
     train_tokens_per_second: NonNegative = Field(description="trainTokens / trainRuntimeSeconds (all ranks).")
     train_tokens_per_gpu_per_second: NonNegative = Field(description="trainTokensPerSecond / max(1, numberGpus).")
-    dataset_tokens_per_second: NonNegative = Field(
+    dataset_tokens_per_second: NonNegative | None = Field(
         description="Dataset tokens per second: each sample counts min(len(tokens), "
-        "tokenizer.model_max_length, max_seq_length) (seed note 3)."
+        "tokenizer.model_max_length, max_seq_length) (seed note 3); null where the rows have no single text "
+        "field to count (chat, vision)."
     )
-    dataset_tokens_per_second_per_gpu: NonNegative = Field(description="datasetTokensPerSecond / max(1, numberGpus).")
+    dataset_tokens_per_second_per_gpu: NonNegative | None = Field(
+        description="datasetTokensPerSecond / max(1, numberGpus); null with it."
+    )
     # Beyond the seeds.
     step_time_p50_seconds: NonNegative = Field(0.0, description="Median measured (steady-state) step time.")
     step_time_p95_seconds: NonNegative = Field(0.0, description="95th percentile measured step time.")

@@ -6,10 +6,12 @@ run``'s check of ``numberGpus`` ask the hardware the same way.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import shutil
 import subprocess
+
+log = logging.getLogger(__name__)
 
 
 def machine_gpu_count() -> int:
@@ -18,18 +20,26 @@ def machine_gpu_count() -> int:
     ``CUDA_VISIBLE_DEVICES`` is not consulted: this is what a node advertises, not what one
     process may use.
     """
-    with contextlib.suppress(Exception):
+    try:
         import pynvml
-
-        pynvml.nvmlInit()
+    except ImportError:  # no NVML bindings here: ask nvidia-smi
+        pynvml = None
+    if pynvml is not None:
         try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
+            pynvml.nvmlInit()
+            try:
+                return int(pynvml.nvmlDeviceGetCount())
+            finally:
+                pynvml.nvmlShutdown()
+        except pynvml.NVMLError as exc:  # no driver, no device: what a CPU machine says
+            log.info("NVML counts no GPUs (%s); asking nvidia-smi", exc)
     if smi := shutil.which("nvidia-smi"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
+        try:
             out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False).stdout
-            return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("nvidia-smi -L failed (%s): counting 0 GPUs", exc)
+            return 0
+        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
     return 0
 
 

@@ -6,12 +6,15 @@ windows are checked here without torch, transformers or a training run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
 
 import pytest
 
+from ftbench.cli.cmd_run import _fmt
+from ftbench.stats.results import mean_of_repeats
 from ftbench_trainer.measure.combine import ModelSize, RankReport, RunFacts, combine
 from ftbench_trainer.measure.system import GpuSummary
 from ftbench_trainer.measure.timing import StepRecord, StepTimer
@@ -101,6 +104,15 @@ def test_two_ranks_sum_counts_over_the_slowest_runtime() -> None:
     assert m.steady_state_tokens_per_second == pytest.approx((120 + 150) / 4.0)  # longest steady time
     assert m.warmup_excluded_seconds == 2.0  # rank 0's
     assert (m.stopped_by, m.model_parameters, m.trainable_parameters) == ("autoStop", 1000, 10)
+
+
+def test_dataset_tokens_that_cannot_be_counted_are_unknown_not_zero() -> None:
+    """Rows without a single text field (chat, vision): datasetTokensPerSecond is null and prints n/a (issue 62)."""
+    m = combine(_two_ranks(), dataclasses.replace(RUN, dataset_tokens_per_sample=None))
+    assert m.dataset_tokens_per_second is None and m.dataset_tokens_per_second_per_gpu is None
+    assert m.model_dump(by_alias=True)["datasetTokensPerSecond"] is None
+    assert mean_of_repeats([m, m]).dataset_tokens_per_second is None
+    assert _fmt(m.dataset_tokens_per_second) == "n/a"
 
 
 def test_step_time_statistics_come_from_rank_0() -> None:

@@ -223,9 +223,9 @@ def _train(plan: LaunchPlan, *, trial: int | None, started: datetime, network: N
         )
     except (KeyError, TypeError, ValueError) as exc:
         # Seed note 3 is defined for text rows; chat/vision rows (messages + images) have no
-        # single text field. Report datasetTokensPerSecond as 0 rather than fail the measurement.
+        # single text field: datasetTokensPerSecond is unknown (null, "n/a"), never a measured 0.
         log.warning("dataset tokens (seed note 3) not computable for %s: %s", dataset_path, exc)
-        per_sample = 0.0
+        per_sample = None
     kubeflow = KubeflowStatusReporter.from_environ(progress_interval_seconds=plan.output.progress_interval_seconds)
     progress = TeeProgressSink(ProgressReporter.from_plan(plan), events_file=plan.output.events_file, kubeflow=kubeflow)
     # One server per pod, the node's first rank's: the pod declares one metrics port.

@@ -59,7 +59,7 @@ class MeasureCallback(TrainerCallback):
         self,
         plan: LaunchPlan,
         *,
-        dataset_tokens_per_sample: float,
+        dataset_tokens_per_sample: float | None,
         rows_offered: int | None = None,
         progress: ProgressSink | None = None,
         live: ProgressSink | None = None,

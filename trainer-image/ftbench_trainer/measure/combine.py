@@ -72,7 +72,7 @@ class RunFacts:
 
     number_gpus: int
     torch_dtype: str
-    dataset_tokens_per_sample: float
+    dataset_tokens_per_sample: float | None  # None: the dataset has no single text field (seed note 3)
     model: ModelSize = field(default_factory=ModelSize)
     stopped_by: str = "completed"
     planned_steps: int = 0  # the Trainer's planned total (0: unknown)
@@ -104,7 +104,8 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
     )
     peak = peak_flops(reports[0].gpu_name, run.torch_dtype)
     tokens_per_second = rate(tokens)
-    dataset_tps = rate(samples * run.dataset_tokens_per_sample)
+    per_sample = run.dataset_tokens_per_sample
+    dataset_tps = None if per_sample is None else rate(samples * per_sample)
     steady_seconds = max(w.steady_seconds for w in windows)
     steady = rate(sum(w.steady_tokens for w in windows), steady_seconds)
     measured = r0.steady_step_times
@@ -150,7 +151,7 @@ def combine(reports: Sequence[RankReport], run: RunFacts) -> Metrics:
         train_tokens_per_second=tokens_per_second,
         train_tokens_per_gpu_per_second=tokens_per_second / gpus,
         dataset_tokens_per_second=dataset_tps,
-        dataset_tokens_per_second_per_gpu=dataset_tps / gpus,
+        dataset_tokens_per_second_per_gpu=None if dataset_tps is None else dataset_tps / gpus,
         step_time_p50_seconds=percentile(measured, 50),
         step_time_p95_seconds=percentile(measured, 95),
         step_time_cv=cv,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import sys
 import threading
 from collections import OrderedDict
@@ -22,7 +23,9 @@ from ftbench.contracts.prediction import HEALTH_PATH, PREDICT_PATH, PREDICTOR_PO
 from ftbench_trainer.predict.answer import send_json
 from ftbench_trainer.predict.model import PredictionError, predict
 
+log = logging.getLogger("ftbench_trainer.predict.serve")
 MAX_BODY_BYTES = 1 << 20
+FAILED = "ftbench failed"  # the start of a 500's error: a defect to report, not a plan it cannot predict
 CACHE_SIZE = 512
 
 
@@ -70,11 +73,15 @@ def handler_for(predictor: Predictor) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 prediction = predictor(plan)
-            except PredictionError as exc:
+            except PredictionError as exc:  # a plan it cannot predict by design (no config, an untraceable model)
                 self._send(422, {"error": str(exc)})
                 return
-            except Exception as exc:  # an architecture the tracer cannot run: say so, keep serving
-                self._send(422, {"error": f"the trace of {plan.model.name} failed: {type(exc).__name__}: {exc}"})
+            except Exception as exc:  # a defect of ftbench's: its traceback in the log, 500, and keep serving
+                log.exception("predicting %s failed", plan.model.name)
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                self._send(
+                    500, {"error": f"{FAILED}: {type(exc).__name__}: {first} (the predictor's log has the traceback)"}
+                )
                 return
             self._send(200, prediction.model_dump(mode="json", by_alias=True))
 
@@ -96,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=PREDICTOR_PORT)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="predictor: %(levelname)s %(name)s: %(message)s")
     server = serve(args.host, args.port)
     print(f"predictor: serving {PREDICT_PATH} on {args.host}:{server.server_address[1]}", file=sys.stderr, flush=True)
     server.serve_forever()
