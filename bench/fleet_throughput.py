@@ -258,6 +258,13 @@ def _write_section(section: str, body: str) -> None:
     DOCS.write_text(f"{head}{start}\n{body}\n{end}{tail}")
 
 
+def publish(section: str, body: str, write_docs: bool) -> None:
+    """A bench's table: printed, and with --write-docs into its docs/benchmarks.md section."""
+    print(body)
+    if write_docs:
+        _write_section(section, body)
+
+
 def held_out_errors(pts: list[Point], split: dict[int, str]) -> list[float]:
     """Each row's error when the constants are fitted without its part of `split` (fleet.grouped_folds: whole
     configurations; fleet.models_left_out: whole models)."""

@@ -356,12 +356,9 @@ def main() -> int:
     if args.cmd == "run":
         print(run((args.time_limit_classifier, args.time_limit_regressor)))
         return 0
-    body = tabulate(args.store)
-    print(body)
-    if args.write_docs:
-        from fleet_throughput import _write_section
+    from fleet_throughput import publish
 
-        _write_section(SECTION, body)
+    publish(SECTION, tabulate(args.store), args.write_docs)
     return 0
 
 
