@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, WithJsonSchema
+from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator
 
 from ftbench.api.api_model import ApiModel
 from ftbench.api.bounds import MAX_REPEATS
@@ -45,13 +45,16 @@ def spec_fields() -> frozenset[str]:
 
 # The numeric metrics an objective may name: Metrics' float fields that every result has (the
 # results' own names); the intervals, unset for short runs, are for comparing, not for ranking.
+# datasetTokensPerSecond is null only for rows with no text to count (chat, vision): a point without it has no
+# objective value, as a failed one.
+RANKABLE_NULLABLE = ("dataset_tokens_per_second", "dataset_tokens_per_second_per_gpu")
 OBJECTIVE_METRICS: tuple[str, ...] = tuple(
     field.alias or name
     for name, field in Metrics.model_fields.items()
     if field.annotation is not None
     and "float" in str(field.annotation)
     and "list" not in str(field.annotation)
-    and "None" not in str(field.annotation)
+    and ("None" not in str(field.annotation) or name in RANKABLE_NULLABLE)
     and field.alias
 )
 ObjectiveMetric = Literal[OBJECTIVE_METRICS]  # type: ignore[valid-type]
@@ -79,6 +82,26 @@ class Objective(ApiModel):
         "trainTokensPerSecond", description="A numeric status.results field of the children, e.g. trainTokensPerSecond."
     )
     direction: Direction = Field(Direction.MAX, description="max or min.")
+
+
+# The objectives a search can predict (ftbench.api.throughput): tokens/s in all, or per GPU.
+SEARCH_TOTAL = ("trainTokensPerSecond", "datasetTokensPerSecond", "steadyStateTokensPerSecond")
+SEARCH_PER_GPU = ("trainTokensPerGpuPerSecond", "datasetTokensPerSecondPerGpu")
+
+
+class Search(ApiModel):
+    """Measure only what the prediction says may be best, instead of every point (ftbench.sweep.search)."""
+
+    fraction: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.25,
+        description="Measure at most this share of the runnable points (rounded down, at least one). The search "
+        "runs the point whose predicted objective, corrected by the points measured so far, is highest; it never "
+        "runs a point whose optimistic end (prediction x (1 + its band)) cannot beat the best measured, and "
+        "stops when no point can or the budget is spent: the rest end Skipped with the reason.",
+    )
+    trials: Annotated[int, Field(ge=1, le=MAX_POINTS)] | None = Field(
+        None, description="At most this many points measured (the smaller of this and fraction's)."
+    )
 
 
 class FineTuneSweepSpec(ApiModel):
@@ -137,11 +160,32 @@ class FineTuneSweepSpec(ApiModel):
         "ends Skipped with the prediction's numbers and no pod starts. false: run them anyway (warn). FineTuneSweeps "
         "on a cluster only: ftbench sweep on this machine launches every point.",
     )
+    search: Search | None = Field(
+        None,
+        description="Search the points instead of measuring each: the objective must be tokens/s, in all "
+        "(trainTokensPerSecond, datasetTokensPerSecond, steadyStateTokensPerSecond) or per GPU "
+        "(trainTokensPerGpuPerSecond, datasetTokensPerSecondPerGpu), maximised. Points without a prediction "
+        "(CPU runs, a model without an architecture) are measured in point order.",
+    )
     reuse: bool = Field(
         False,
         description="A point whose effective spec (defaults filled in) and trainer image equal those of a "
         "finished FineTuneExperiment in the namespace takes that experiment's result instead of running again.",
     )
+
+    @field_validator("search")
+    @classmethod
+    def _searchable(cls, search: Search | None, info: ValidationInfo) -> Search | None:
+        objective = info.data.get("objective")
+        if search is None or objective is None:
+            return search
+        if objective.metric not in (*SEARCH_TOTAL, *SEARCH_PER_GPU) or objective.direction != Direction.MAX:
+            raise ValueError(
+                f"needs an objective ftbench can predict, maximised; spec.objective is {objective.metric} "
+                f"{objective.direction}: set objective.metric to one of {', '.join((*SEARCH_TOTAL, *SEARCH_PER_GPU))} "
+                "with direction max, or remove spec.search to measure every point"
+            )
+        return search
 
 
 class PointPhase(StrEnum):

@@ -21,9 +21,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from ftbench.api import effective
+from ftbench.api.fleet_accuracy import question, throughput_accuracy
 from ftbench.api.resource import API_VERSION, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
+from ftbench.api.throughput import predict_throughput
 from ftbench.api.validation import Issue, issue_from_pydantic, validate_spec_dict
 from ftbench.api.wire_keys import metadata_problems, name_problem, unknown_keys
 from ftbench.catalog import Catalog
@@ -39,6 +41,9 @@ class SweepPoint:
     wire: Mapping[str, Any]  # the FineTuneExperiment spec this point runs (wire form)
     spec: FineTuneExperimentSpec | None  # None when invalid
     issues: tuple[Issue, ...] = ()
+    # What a search ranks it by (spec.search only): predicted tokens/s in all and its relative band (p90 / 100).
+    predicted_tokens_per_second: float | None = None
+    predicted_band: float | None = None
 
     @property
     def valid(self) -> bool:
@@ -175,7 +180,9 @@ def expand(spec: FineTuneSweepSpec, catalog: Catalog, *, ran: bool = False) -> E
         full = report.spec.to_wire() if report.spec is not None else wire
         values = {k: _get(full, k) for k in varied}
         refused = (*report.issues, *_not_a_measurement(report.spec))
-        points.append(SweepPoint(index, values, wire, report.spec if report.ok and not refused else None, refused))
+        runnable = report.spec if report.ok and not refused else None
+        predicted, band = predicted_throughput(runnable, catalog) if spec.search and runnable else (None, None)
+        points.append(SweepPoint(index, values, wire, runnable, refused, predicted, band))
     if not ran and not any(p.valid for p in points):  # every point would be refused: the sweep would measure nothing
         first = points[0]
         why = "; ".join(str(i) for i in first.issues[:2])
@@ -183,6 +190,16 @@ def expand(spec: FineTuneSweepSpec, catalog: Catalog, *, ran: bool = False) -> E
                                        f"no point can run, so the sweep would measure nothing: fix the template or "
                                        f"the matrix (point 0, {first.describe() or 'the template'}: {why})"),))  # fmt: skip
     return Expansion(points=tuple(points))
+
+
+def predicted_throughput(spec: FineTuneExperimentSpec, catalog: Catalog) -> tuple[float | None, float | None]:
+    """A point's predicted tokens/s and the relative 90th-percentile band ftbench quotes for it (None: no prediction:
+    a CPU run, a model without an architecture)."""
+    predicted = predict_throughput(spec, catalog)
+    if predicted is None:
+        return None, None
+    accuracy = throughput_accuracy(question(spec, catalog))
+    return predicted.tokens_per_second_estimate, (accuracy.p90_percent / 100 if accuracy else None)
 
 
 def launch_wire(sweep: FineTuneSweepSpec, point: SweepPoint) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from ftbench.api.prediction import PREDICTED_OOM_REASON
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import (
     FINISHED_POINT_PHASES,
+    SEARCH_PER_GPU,
     BestPoint,
     DeviceHours,
     Direction,
@@ -36,6 +37,7 @@ from ftbench.stats.intervals import Interval, separated
 from ftbench.stats.results import applicable, metric_interval
 from ftbench.sweep.frontier import memory_order, needs_at_least
 from ftbench.sweep.points import SweepPoint
+from ftbench.sweep.search import Trial, next_step, sweep_budget, sweep_candidates
 
 OOM_REASON = OUTCOMES[Outcome.GPU_OOM].status_reason
 MESSAGE_LIMIT = 1024
@@ -176,7 +178,7 @@ def _row(point: SweepPoint, phase: PointPhase, message: str, runs: Sequence[RunS
         step_time_cv_across_repeats=_cv([m.step_time_p50_seconds for m in metrics]),
         transport=", ".join(dict.fromkeys(transport_text(n) for n in networks)) or None,
         peak_bus_bandwidth_gbps=_mean([n.peak_bus_bandwidth_gbps for n in networks]),
-        objective=_mean([float(d[objective]) for d in dumped]),
+        objective=_mean([float(v) for d in dumped if (v := d[objective]) is not None]),
         objective_ci95_low=interval.low if interval else None,
         objective_ci95_high=interval.high if interval else None,
         experiments=list(names),
@@ -234,6 +236,9 @@ def plan_sweep(
                 )
     slots = spec.parallelism - sum(1 for r in runs if not r.finished)
     to_create: list[NewRun] = []
+    if spec.search is not None:
+        to_create = _search_runs(spec, points, phases, by_point, reuse, slots)
+        slots = 0
     for point in order:
         if slots <= 0:
             break
@@ -266,6 +271,62 @@ def plan_sweep(
     hours = device_hours(points, phases, runs, reuse)
     message = _message(counts, best, sweep_phase)
     return SweepPlan(tuple(to_create), tuple(rows), counts, best, sweep_phase, message, hours)
+
+
+def _objective_of(metrics: Sequence[Metrics], metric: str) -> float | None:
+    return _mean([float(v) for m in metrics if (v := m.model_dump(by_alias=True)[metric]) is not None])
+
+
+def _search_runs(
+    spec: FineTuneSweepSpec,
+    points: Sequence[SweepPoint],
+    phases: dict[int, tuple[PointPhase, str]],
+    by_point: Mapping[int, list[RunState]],
+    reuse: Mapping[int, ReuseCandidate],
+    slots: int,
+) -> list[NewRun]:
+    """spec.search: the runs to start (the missing repeats of points chosen before, then the points the search
+    chooses now, each with all its repeats), and, once the search has stopped with nothing running, every point it
+    did not choose Skipped with its reason (`phases` is updated in place). Every decision comes from the runs
+    observed: a resumed search repeats no trial."""
+    assert spec.search is not None
+    candidates = sweep_candidates(points, spec.objective.metric in SEARCH_PER_GPU)
+    budget = sweep_budget(len(candidates), spec.search.fraction, spec.search.trials)
+    trials, excluded, new = [], [], []
+    for point in points:
+        phase, mine = phases[point.index][0], by_point.get(point.index, [])
+        if point.index in reuse and phase == PointPhase.REUSED:
+            trials.append(Trial(str(point.index), _objective_of([reuse[point.index].metrics], spec.objective.metric)))
+        elif mine:
+            done = [r.metrics for r in mine if r.phase == Phase.SUCCEEDED and r.metrics is not None]
+            value = _objective_of(done, spec.objective.metric) if phase == PointPhase.SUCCEEDED else None
+            trials.append(Trial(str(point.index), value))
+            have = {r.repeat for r in mine}
+            if phase == PointPhase.RUNNING and point.valid:
+                for repeat in (r for r in range(spec.repeats) if r not in have):
+                    if slots > 0:
+                        new.append(NewRun(point, repeat))
+                        slots -= 1
+        elif phase != PointPhase.PENDING:
+            excluded.append(str(point.index))
+    by_key = {str(p.index): p for p in points}
+    while slots > 0:
+        step = next_step(candidates, trials, budget, excluded)
+        if step.candidate is None:
+            break
+        chosen = by_key[step.candidate.key]
+        for repeat in range(min(spec.repeats, slots)):
+            new.append(NewRun(chosen, repeat))
+        slots -= min(spec.repeats, slots)
+        trials.append(Trial(step.candidate.key, None))
+    step = next_step(candidates, trials, budget, excluded)
+    in_flight = any(not r.finished for mine in by_point.values() for r in mine)
+    if step.candidate is None and not in_flight and not new:
+        for point in points:
+            if phases[point.index][0] == PointPhase.PENDING and point.valid:
+                why = step.skipped.get(str(point.index), step.reason)
+                phases[point.index] = (PointPhase.SKIPPED, f"search: not measured, {why}")
+    return new
 
 
 def device_hours(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,14 +60,20 @@ def correction(candidate: Candidate, measured: Sequence[tuple[Candidate, float]]
     def shared(other: Candidate) -> int:
         return sum(1 for k, v in candidate.knobs.items() if other.knobs.get(k) == v)
 
-    most = max(shared(c) for c, _ in measured)
-    return statistics.median(value / c.predicted for c, value in measured if shared(c) == most and c.predicted > 0)
+    predicted = [(c, value) for c, value in measured if c.predicted > 0]  # a point without a prediction teaches nothing
+    if not predicted:
+        return 1.0
+    most = max(shared(c) for c, _ in predicted)
+    return statistics.median(value / c.predicted for c, value in predicted if shared(c) == most)
 
 
-def next_step(candidates: Sequence[Candidate], trials: Sequence[Trial], budget: int) -> Step:
-    """What to measure next (the highest corrected prediction among the points that can still win)."""
+def next_step(
+    candidates: Sequence[Candidate], trials: Sequence[Trial], budget: int, excluded: Collection[str] = ()
+) -> Step:
+    """What to measure next (the highest corrected prediction among the points that can still win). `excluded`:
+    points settled otherwise (a sweep's OOM pruning): never run, not counted against the budget."""
     by_key = {c.key: c for c in candidates}
-    done = {t.key for t in trials}
+    done = {t.key for t in trials} | set(excluded)
     measured = [(by_key[t.key], t.measured) for t in trials if t.measured is not None and t.key in by_key]
     best = max((value for _, value in measured), default=None)
     skipped: dict[str, str] = {}
@@ -79,7 +85,7 @@ def next_step(candidates: Sequence[Candidate], trials: Sequence[Trial], budget: 
             skipped[c.key] = "predicted not to fit in memory"
             continue
         corrected = c.predicted * correction(c, measured)
-        if best is not None and corrected * (1 + c.band) <= best:
+        if best is not None and math.isfinite(c.band) and corrected * (1 + c.band) <= best:
             skipped[c.key] = f"at best {corrected * (1 + c.band):,.4g}, below the best measured {best:,.4g}"
             continue
         hopeful.append((corrected, c))
@@ -88,6 +94,30 @@ def next_step(candidates: Sequence[Candidate], trials: Sequence[Trial], budget: 
     if not hopeful:
         return Step(None, "no unmeasured point can beat the best measured", skipped)
     return Step(max(hopeful, key=lambda pair: pair[0])[1], "highest corrected prediction", skipped)
+
+
+UNPREDICTED_BAND = math.inf  # a point without a prediction can always win: it is measured, in point order
+
+
+def sweep_candidates(points: Sequence[Any], per_gpu: bool) -> list[Candidate]:
+    """The runnable points of a sweep (ftbench.sweep.points.SweepPoint) as the search sees them. A point without a
+    prediction ranks after every predicted one, in point order, and is never skipped by the bound."""
+    out = []
+    for p in points:
+        if not p.valid:
+            continue
+        knobs = dict(p.values)
+        if p.predicted_tokens_per_second is None:
+            out.append(Candidate(str(p.index), knobs, -float(p.index), UNPREDICTED_BAND))
+            continue
+        per = max(1, p.spec.number_gpus) if per_gpu else 1
+        band = p.predicted_band if p.predicted_band is not None else UNPREDICTED_BAND
+        out.append(Candidate(str(p.index), knobs, p.predicted_tokens_per_second / per, band))
+    return out
+
+
+def sweep_budget(points: int, fraction: float, trials: int | None) -> int:
+    return min(budget_of(points, fraction), trials) if trials is not None else budget_of(points, fraction)
 
 
 def best_trial(trials: Sequence[Trial]) -> Trial | None:

@@ -204,3 +204,21 @@ def test_packing_sweep_example_runs_with_its_report(
         assert {(field, "datasetTokensPerSecond"), (field, "peakMemory")} <= fields
     packing = next(r for r in effects if (r["field"], r["metric"]) == ("packing", "datasetTokensPerSecond"))
     assert packing["pairs"] == "4" and packing["change"] == "False -> True" and packing["beyond noise"]
+
+
+@pytest.mark.training
+def test_a_search_measures_its_budget_and_skips_the_rest_with_the_reason(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """spec.search on this machine (issue 61): CPU points have no prediction, so the search measures in point order,
+    half the points (fraction 0.5), and ends the rest Skipped saying so; --resume runs nothing again."""
+    pytest.importorskip("trl")
+    path = write_sweep(tmp_path / "search.yaml", "search-sweep", search={"fraction": 0.5})
+    assert main(["sweep", str(path), "--dataset-entries", "32", "-o", "json"]) == 0
+    result = sweep_json(capsys)
+    assert result["phase"] == "Succeeded"
+    assert (result["counts"]["succeeded"], result["counts"]["skipped"]) == (2, 2)
+    skipped = [r for r in result["points"] if r["phase"] == "Skipped"]
+    assert all(r["message"].startswith("search: not measured, the budget of 2 trials is spent") for r in skipped)
+    assert main(["sweep", str(path), "--resume"]) == 0
+    assert len(ResultsStore(home / "results.db").runs(sweep="search-sweep")) == 2
