@@ -344,3 +344,37 @@ def test_a_spec_edit_on_1_20_changes_nothing_measured(operator, sweeps, namespac
     assert done["status"]["acceptedSpec"]["matrix"] == {"batchSize": [4, 8], "modelMaxLength": [1024]}
     assert done["status"]["acceptedGeneration"] == 1 and done["status"]["counts"]["total"] == 2
     assert sorted(c["metadata"]["name"] for c in sweeps.children("edited")) == ["edited-p0-r0", "edited-p1-r0"]
+
+
+def test_a_search_survives_an_operator_restart_and_skips_what_it_did_not_measure(operator, sweeps):
+    """spec.search through the operator (issue 61): llama3.1-8b LoRA on one A100, four points, half of them measured
+    (fraction 0.5), best predicted first. The operator is killed with the first trial running; restarted, it records
+    that trial, starts one more only, and ends the other two Skipped with the search's reason."""
+    from ftbench.api.sweep import FineTuneSweepSpec
+    from ftbench.catalog import load_catalog
+    from ftbench.sweep.points import expand
+
+    body = grid("search", parallelism=1, oomPruning=False, search={"fraction": 0.5})
+    points = expand(FineTuneSweepSpec.model_validate(body["spec"]), load_catalog()).points
+    ranked = sorted(points, key=lambda p: -(p.predicted_tokens_per_second or 0.0))
+    sweeps.create(body)
+    wait_for(lambda: [c for c in sweeps.children("search") if c.get("status", {}).get("job")], what="the first trial")
+    operator.kill()
+    try:
+        (child,) = sweeps.children("search")
+        assert child["metadata"]["name"] == f"search-p{ranked[0].index}-r0"  # the best predicted
+        pod = sweeps.kubelet.wait_pods(1, f"job-name={child['status']['job']['name']}")[0]
+        sweeps.kubelet.finish(pod, tokens(int(child["metadata"]["labels"][SWEEP_POINT_LABEL]), pod))
+    finally:
+        operator.start()
+    done, most = sweeps.drive("search")
+    assert most <= 1
+    measured = sorted(int(c["metadata"]["labels"][SWEEP_POINT_LABEL]) for c in sweeps.children("search"))
+    assert len(measured) == 2 and len(sweeps.children("search")) == 2  # one run each: nothing repeated
+    status = done["status"]
+    assert status["phase"] == "Succeeded"
+    assert (status["counts"]["succeeded"], status["counts"]["skipped"]) == (2, 2)
+    skipped = [r for r in status["points"] if r["phase"] == "Skipped"]
+    assert sorted(r["point"] for r in skipped) == sorted(set(range(4)) - set(measured))
+    assert all(r["message"].startswith("search: not measured, ") for r in skipped)
+    assert status["best"]["point"] == max(measured)  # point i measures 100 + i tokens/s
