@@ -16,16 +16,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ftbench.api.effective import devices_label, per_device_batch_size
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import PointRow
 from ftbench.catalog import load_catalog
+from ftbench.report import front, prediction, scaling
 from ftbench.report import network as net
-from ftbench.report import prediction, scaling
 from ftbench.report.data import ReportData, RunMeasurement, SweepData
 from ftbench.report.effects import effect_rows, toggle_effects
-from ftbench.report.plots import RUN_LABEL, Figure, figures, run_points, sweep_points
+from ftbench.report.plots import RUN_LABEL, Figure, figures, render_figure, run_points, sweep_points
 from ftbench.stats import text
 from ftbench.sweep.schedule import within_noise_of
 
@@ -187,9 +190,55 @@ def _sweep_blocks(sweep: SweepData, fmt: str) -> list[Block]:
         blocks.append(Paragraph(text + "."))
     blocks.append(_sweep_table(sweep))
     blocks += _plots(_slug(sweep.name), figures(sweep_points(sweep), fmt))
+    blocks += _front_blocks(sweep, fmt)
     blocks += _effect_blocks(sweep)
     blocks += _network_blocks(net.sweep_preflights(sweep.runs), ("point", "repeat"), _slug(sweep.name), fmt)
     return blocks + _scaling_blocks(sweep, fmt)
+
+
+def best_file(sweep: SweepData) -> str:
+    return f"{_slug(sweep.name)}-best.yaml"
+
+
+def _front_blocks(sweep: SweepData, fmt: str) -> list[Block]:
+    """The Pareto front of the measured points (ftbench.report.front), predicted beside measured, and its plot."""
+    measured = front.measured_points(sweep, load_catalog())
+    if len(measured) < 2:
+        return []
+    on_front = front.pareto_front(measured)
+    skipped = sum(1 for r in sweep.rows if str(r.phase) == "Skipped" and r.message.startswith("search: "))
+    intro = (
+        f"The points no other measured point beats on tokens/s, GPUs and memory headroom at once: {len(on_front)} of "
+        f"{len(measured)} measured. Predicted tokens/s is ftbench's estimate for the point (docs/measurements.md)."
+    )
+    if skipped:
+        intro += f" The search did not measure {skipped} points: the table's note says why for each."
+    if _best(sweep) is not None:
+        intro += f" The best point is written as a FineTuneExperiment: {best_file(sweep)}."
+    rows = tuple(
+        (
+            str(p.point), ", ".join(f"{k}={v}" for k, v in p.values.items()), str(p.gpus), _num(p.tokens_per_second),
+            _num(p.tokens_per_gpu), _num(p.predicted_tokens_per_second),
+            "" if p.headroom_percent is None else _num(p.headroom_percent),
+        )
+        for p in on_front
+    )  # fmt: skip
+    headers = ("point", "values", "GPUs", "tokens/s", "tokens/s per GPU", "predicted tokens/s (estimate)",
+               "memory headroom %")  # fmt: skip
+
+    def draw(ax: Any) -> None:
+        ax.scatter([p.gpus for p in measured], [p.tokens_per_gpu for p in measured], color="0.6", label="measured")
+        ax.plot([p.gpus for p in on_front], [p.tokens_per_gpu for p in on_front], "o-", color="C0", label="front")
+        predicted = [
+            (p.gpus, p.predicted_tokens_per_second / p.gpus) for p in measured if p.predicted_tokens_per_second
+        ]
+        if predicted:
+            ax.scatter(*zip(*predicted, strict=True), marker="x", color="C3", label="predicted (estimate)")
+
+    figure = render_figure(draw, name="front", title="Pareto front: tokens/s per GPU against GPUs",
+                           xlabel=front.XLABEL, ylabel=front.YLABEL, fmt=fmt)  # fmt: skip
+    return [Heading(f"Pareto front of {sweep.name}", 3), Paragraph(intro), Table(headers, rows),
+            *_plots(_slug(sweep.name), [figure])]  # fmt: skip
 
 
 def _effect_blocks(sweep: SweepData) -> list[Block]:
@@ -405,6 +454,12 @@ def write_report(data: ReportData, out_dir: Path, fmt: str = "png") -> list[Path
         if isinstance(b, Plot):
             (out_dir / b.file).write_bytes(b.figure.data)
             written.append(out_dir / b.file)
+    for sweep in data.sweeps:
+        if (best := _best(sweep)) is not None:
+            doc = front.best_experiment(sweep, best.point, f"{_slug(sweep.name)[:50]}-best".lower())
+            if doc is not None:
+                (out_dir / best_file(sweep)).write_text(yaml.safe_dump(doc, sort_keys=False))
+                written.append(out_dir / best_file(sweep))
     (out_dir / "report.md").write_text(markdown(blocks))
     (out_dir / "report.html").write_text(html_page(blocks))
     return [out_dir / "report.md", out_dir / "report.html", *written]

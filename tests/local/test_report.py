@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import FineTuneSweepSpec
@@ -28,6 +29,7 @@ from ftbench.contracts.labels import SWEEP_LABEL, SWEEP_POINT_LABEL, SWEEP_REPEA
 from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.local.store import ResultsStore, SweepSlot
+from ftbench.report import front
 from ftbench.report import network as net
 from ftbench.report.cluster import from_objects, run_state
 from ftbench.report.data import RunMeasurement, from_store
@@ -129,12 +131,18 @@ def test_report_tables_and_plot_files(recorded: Recorder, tmp_path: Path, capsys
     assert [r["noise"] for r in plain] == ["clean", "clean"]  # the runs' noise flags and intervals have columns
     assert "steady tokens/s ±95%" in plain[0]
     images = re.findall(r"!\[([^\]]*)\]\(([^)]+)\)", md)
-    # 4 plots per sweep and for the runs outside sweeps, 2 of the scaling section (gpu-sweep varies numberGpus)
-    assert len(images) == 14 and all((out / file).stat().st_size > 5000 for _, file in images)
+    # 4 plots per sweep and for the runs outside sweeps, 2 of the scaling section (gpu-sweep varies numberGpus),
+    # and each sweep's Pareto front (issue 61)
+    assert len(images) == 16 and all((out / file).stat().st_size > 5000 for _, file in images)
     assert ("Peak GPU memory and the OOM frontier: peak GPU memory (% of device memory) vs per-device batch "
             "(samples per GPU or CPU rank per step)", "gpu-sweep-memory.png") in images  # fmt: skip
     page = (out / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 14
+    assert page.count('src="data:image/png;base64,') == 16
+    front = table(md, "### Pareto front of gpu-sweep")
+    assert front and all(r["predicted tokens/s (estimate)"] for r in front)  # predicted beside measured
+    assert "8" in {r["point"] for r in front}  # the best point is on the front
+    best = yaml.safe_load((out / "gpu-sweep-best.yaml").read_text())
+    assert best["kind"] == "FineTuneExperiment" and best["spec"]["batchSize"] == 16
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing outside the file
 
 
@@ -143,7 +151,7 @@ def test_report_of_one_sweep_in_svg(recorded: Recorder, tmp_path: Path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "## Sweep cpu-sweep" in md and "gpu-sweep" not in md and "Runs outside sweeps" not in md
     page = (tmp_path / "report.html").read_text()
-    assert page.count("<svg") == 4 and "<?xml" not in page
+    assert page.count("<svg") == 5 and "<?xml" not in page
     # CPU runs: the plots say what is missing rather than failing
     assert "no GPU memory measured" in page and "no MFU measured" in page
     assert "one repeat per point: no spread to measure" in page
@@ -234,7 +242,7 @@ def test_html_report_renders_in_chromium(recorded: Recorder, tmp_path: Path, chr
     assert main(["report", "-o", str(out)]) == 0
     page = out / "report.html"
     plots = probe(chromium, page, tmp_path)
-    assert len(plots) == 14
+    assert len(plots) == 16
     assert all(p["img"] == [True, 700, 420] for p in plots), plots  # every PNG decoded at its size
 
     shot = tmp_path / "report.png"
@@ -256,7 +264,7 @@ def test_svg_report_shows_axis_labels_in_chromium(recorded: Recorder, tmp_path: 
     assert main(["report", "--sweep", "gpu-sweep", "--format", "svg", "-o", str(out)]) == 0
     plots = probe(chromium, out / "report.html", tmp_path)
     assert [p["name"] for p in plots] == [
-        "throughput", "memory", "mfu", "step-time-spread", "scaling-throughput", "scaling-memory",
+        "throughput", "memory", "mfu", "step-time-spread", "front", "scaling-throughput", "scaling-memory",
     ]  # fmt: skip
     for plot in plots:
         assert plot["svg"] > 300, plot  # laid out at a readable width
@@ -275,6 +283,7 @@ def plot_labels(name: str) -> tuple[str, str]:
         "memory": (BATCH_LABEL, MEMORY_LABEL),
         "mfu": (BATCH_LABEL, MFU_LABEL),
         "step-time-spread": (POINT_LABEL, STEP_LABEL),
+        "front": (front.XLABEL, front.YLABEL),
         "scaling-throughput": ("ranks", "train tokens/s (all ranks, GPU)"),
         "scaling-memory": ("ranks", "bytes per rank (largest rank)"),
     }[name]
@@ -354,7 +363,9 @@ def test_report_shows_the_network_preflight(with_preflights: Recorder, tmp_path:
     ids = [r.id for r in with_preflights.store.runs()[3:5]]
     assert [r["run"] for r in table(runs, "### Network preflight")] == [ids[0], ids[0], ids[1], ids[1]]
     page = (tmp_path / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 4 + 1 + 4 + 1  # the sweep's, its busbw plot, the runs'
+    assert (
+        page.count('src="data:image/png;base64,') == 4 + 1 + 1 + 4 + 1
+    )  # the sweep's, its front, its busbw plot, the runs'
 
 
 def test_no_network_columns_without_a_preflight(recorded: Recorder, tmp_path: Path) -> None:

@@ -222,3 +222,8 @@ def test_a_search_measures_its_budget_and_skips_the_rest_with_the_reason(
     assert all(r["message"].startswith("search: not measured, the budget of 2 trials is spent") for r in skipped)
     assert main(["sweep", str(path), "--resume"]) == 0
     assert len(ResultsStore(home / "results.db").runs(sweep="search-sweep")) == 2
+    # The report: the front of what was measured, why the rest was not, and the best as a ready experiment.
+    assert main(["report", "--sweep", "search-sweep", "-o", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "### Pareto front of search-sweep" in md and "The search did not measure 2 points" in md
+    assert main(["validate", str(tmp_path / "report" / "search-sweep-best.yaml")]) == 0
