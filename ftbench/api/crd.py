@@ -137,7 +137,29 @@ SWEEP_PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Best Tokens/s", "type": "number", "jsonPath": ".status.bestTrainTokensPerSecond"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Running", "type": "integer", "jsonPath": ".status.counts.running", "priority": 1},
+    {
+        "name": "Measured",
+        "type": "integer",
+        "jsonPath": ".status.counts.succeeded",
+        "priority": 1,
+        "description": "points measured (a search measures only some)",
+    },
     {"name": "Skipped", "type": "integer", "jsonPath": ".status.counts.skipped", "priority": 1},
+    {
+        "name": "Best Low",
+        "type": "number",
+        "jsonPath": ".status.best.ci95Low",
+        "priority": 1,
+        "description": "the best point's 95% interval, low end",
+    },
+    {"name": "Best High", "type": "number", "jsonPath": ".status.best.ci95High", "priority": 1},
+    {
+        "name": "GPU-h",
+        "type": "number",
+        "jsonPath": ".status.deviceHours.spent",
+        "priority": 1,
+        "description": "device-hours the sweep's runs spent",
+    },
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 

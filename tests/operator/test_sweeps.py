@@ -346,7 +346,9 @@ def test_a_spec_edit_on_1_20_changes_nothing_measured(operator, sweeps, namespac
     assert sorted(c["metadata"]["name"] for c in sweeps.children("edited")) == ["edited-p0-r0", "edited-p1-r0"]
 
 
-def test_a_search_survives_an_operator_restart_and_skips_what_it_did_not_measure(operator, sweeps):
+def test_a_search_survives_an_operator_restart_and_skips_what_it_did_not_measure(
+    operator, sweeps, namespace, control_plane
+):
     """spec.search through the operator (issue 61): llama3.1-8b LoRA on one A100, four points, half of them measured
     (fraction 0.5), best predicted first. The operator is killed with the first trial running; restarted, it records
     that trial, starts one more only, and ends the other two Skipped with the search's reason."""
@@ -378,3 +380,13 @@ def test_a_search_survives_an_operator_restart_and_skips_what_it_did_not_measure
     assert sorted(r["point"] for r in skipped) == sorted(set(range(4)) - set(measured))
     assert all(r["message"].startswith("search: not measured, ") for r in skipped)
     assert status["best"]["point"] == max(measured)  # point i measures 100 + i tokens/s
+    # kubectl get fts -o wide: trials measured and skipped, the best's value and the device-hours spent
+    response = control_plane.request(
+        "GET",
+        f"/apis/{API_VERSION}/namespaces/{namespace}/{SWEEP_PLURAL}/search",
+        accept="application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    names = [c["name"] for c in response["columnDefinitions"]]
+    row = dict(zip(names, response["rows"][0]["cells"], strict=True))
+    assert (row["Measured"], row["Skipped"], row["Best Tokens/s"]) == (2, 2, 100.0 + max(measured))
+    assert "GPU-h" in names and "Best Low" in names
