@@ -102,6 +102,11 @@ class Search(ApiModel):
     trials: Annotated[int, Field(ge=1, le=MAX_POINTS)] | None = Field(
         None, description="At most this many points measured (the smaller of this and fraction's)."
     )
+    gpu_hours: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="Start no further point once the sweep's runs have spent this many device-hours "
+        "(status.deviceHours.spent: GPUs, or CPU ranks, x hours). Runs already started finish.",
+    )
 
 
 class FineTuneSweepSpec(ApiModel):

@@ -237,7 +237,8 @@ def plan_sweep(
     slots = spec.parallelism - sum(1 for r in runs if not r.finished)
     to_create: list[NewRun] = []
     if spec.search is not None:
-        to_create = _search_runs(spec, points, phases, by_point, reuse, slots)
+        spent = device_hours(points, phases, runs, reuse).spent
+        to_create = _search_runs(spec, points, phases, by_point, reuse, slots, spent)
         slots = 0
     for point in order:
         if slots <= 0:
@@ -284,6 +285,7 @@ def _search_runs(
     by_point: Mapping[int, list[RunState]],
     reuse: Mapping[int, ReuseCandidate],
     slots: int,
+    spent_hours: float,
 ) -> list[NewRun]:
     """spec.search: the runs to start (the missing repeats of points chosen before, then the points the search
     chooses now, each with all its repeats), and, once the search has stopped with nothing running, every point it
@@ -310,6 +312,10 @@ def _search_runs(
         elif phase != PointPhase.PENDING:
             excluded.append(str(point.index))
     by_key = {str(p.index): p for p in points}
+    limit = spec.search.gpu_hours
+    hours_spent = limit is not None and spent_hours >= limit
+    if hours_spent:
+        budget = min(budget, len(trials))  # the device-hours are spent: the trials so far are the budget
     while slots > 0:
         step = next_step(candidates, trials, budget, excluded)
         if step.candidate is None:
@@ -324,7 +330,10 @@ def _search_runs(
     if step.candidate is None and not in_flight and not new:
         for point in points:
             if phases[point.index][0] == PointPhase.PENDING and point.valid:
-                why = step.skipped.get(str(point.index), step.reason)
+                stop = (
+                    f"the budget of {limit:g} device-hours is spent ({spent_hours:.3g})" if hours_spent else step.reason
+                )
+                why = step.skipped.get(str(point.index), stop)
                 phases[point.index] = (PointPhase.SKIPPED, f"search: not measured, {why}")
     return new
 

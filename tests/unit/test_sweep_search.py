@@ -89,3 +89,17 @@ def test_points_without_a_prediction_are_measured_in_point_order() -> None:
     assert created(plan_sweep(spec, points, [done(0)])) == [(1, 0)]
     final = plan_sweep(spec, points, [done(0), done(1)])
     assert final.counts.skipped == 2 and final.phase == SweepPhase.SUCCEEDED
+
+
+def test_a_device_hour_budget_stops_the_search_once_spent() -> None:
+    """search.gpuHours: no point starts once the runs have spent it (test_sweep.metrics: 1 s of runtime per run)."""
+    spec = search_sweep(fraction=1.0, gpuHours=0.0001).model_copy(update={"parallelism": 1})  # < one run's time
+    points = expand(spec, load_catalog()).points
+    (a,) = {i for i, _ in created(plan_sweep(spec, points, []))}  # nothing spent yet: the first trial starts
+    final = plan_sweep(spec, points, [done(a, tokens=100.0)])
+    assert not final.to_create and final.counts.skipped == 15 and final.phase == SweepPhase.SUCCEEDED
+    assert all(
+        "device-hours is spent" in r.message or "below the best measured" in r.message
+        for r in final.rows
+        if r.phase == PointPhase.SKIPPED
+    )
