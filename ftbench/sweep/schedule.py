@@ -299,6 +299,8 @@ def _search_runs(
         phase, mine = phases[point.index][0], by_point.get(point.index, [])
         if point.index in reuse and phase == PointPhase.REUSED:
             trials.append(Trial(str(point.index), _objective_of([reuse[point.index].metrics], spec.objective.metric)))
+        elif mine and phase == PointPhase.SKIPPED:
+            excluded.append(str(point.index))  # refused before launch (predicted OOM): not a trial of the budget
         elif mine:
             done = [r.metrics for r in mine if r.phase == Phase.SUCCEEDED and r.metrics is not None]
             value = _objective_of(done, spec.objective.metric) if phase == PointPhase.SUCCEEDED else None

@@ -7,10 +7,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from ftbench.api.prediction import PREDICTED_OOM_REASON
 from ftbench.api.sweep import FineTuneSweepSpec, PointPhase, SweepPhase
 from ftbench.catalog import load_catalog
+from ftbench.contracts.outcomes import Phase
 from ftbench.sweep.points import expand
-from ftbench.sweep.schedule import plan_sweep
+from ftbench.sweep.schedule import RunState, plan_sweep
 from tests.unit.test_sweep import TEMPLATE, created, done, oom, running
 
 MATRIX = {"numberGpus": [1, 2, 4, 8], "batchSize": [8, 16], "modelMaxLength": [1024, 2048]}  # 16 points
@@ -103,3 +105,13 @@ def test_a_device_hour_budget_stops_the_search_once_spent() -> None:
         for r in final.rows
         if r.phase == PointPhase.SKIPPED
     )
+
+
+def test_a_point_refused_as_a_predicted_oom_costs_no_trial() -> None:
+    """The operator's precheck refused the chosen point before launch: the search takes the next, budget intact."""
+    spec = search_sweep(trials=1).model_copy(update={"parallelism": 1})
+    points = expand(spec, load_catalog()).points
+    (a,) = {i for i, _ in created(plan_sweep(spec, points, []))}
+    refused = RunState(f"c{a}-0", a, 0, Phase.INVALID, PREDICTED_OOM_REASON, "predicted 90 GiB of 80")
+    (b,) = {i for i, _ in created(plan_sweep(spec, points, [refused]))}
+    assert b != a
