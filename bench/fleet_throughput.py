@@ -69,12 +69,27 @@ class Point:
 
 
 def points(store: Path) -> list[Point]:
+    return points_of(json.loads(store.read_text())["rows"])
+
+
+def sample_rows(sample: Path) -> list[dict[str, Any]]:
+    """A fleet sample's clean rows as a store holds them, without the memory predictions (what throughput needs)."""
+    from ftbench.local.ado_rows import read_ado_csv
+
+    return [
+        {"line": ado.line, "spec": ado.spec, "isValid": ado.is_valid, "measured": ado.measured}
+        for ado in read_ado_csv(sample.read_text())
+        if clean(ado.spec)
+    ]
+
+
+def points_of(rows: list[dict[str, Any]]) -> list[Point]:
     from ftbench.api.throughput import step_model
     from ftbench.api.validation import validate_spec_dict
     from ftbench.catalog import load_catalog
 
     catalog, out = load_catalog(), []
-    for row in json.loads(store.read_text())["rows"]:
+    for row in rows:
         tps = row["measured"].get("dataset_tokens_per_second")
         if not row["isValid"] or not tps or not clean(row["spec"]):
             continue

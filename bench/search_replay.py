@@ -1,6 +1,6 @@
 """Replay the prediction-guided search (ftbench.sweep.search) on ado's fleet: a trial returns what ado measured.
 
-    .venv/bin/python bench/search_replay.py [--store JSON] [--fraction 0.25] [--write-docs]
+    .venv/bin/python bench/search_replay.py [--sample CSV] [--fraction 0.25] [--write-docs]
 
 A space is one model and method (full or LoRA) of the sample with at least --min-points configurations that ran;
 its points are those configurations (repeats of one configuration are one point, at their mean), every other
@@ -10,7 +10,7 @@ the space's model left out (bench/fleet_throughput.fit_points), and each point's
 percentile of its scope (ftbench.api.fleet_accuracy). The search measures at most --fraction of a space's points;
 beside it, random search at the same budget (the chance, over every subset of that size, that the best of it is
 within 5 % of the space's best) and exhaustive search (every point). The last line: "N of M spaces within 5 % of
-the best measured, K % of points measured". --store takes any store bench/fleet.py wrote (from any fleet sample).
+the best measured, K % of points measured". --sample takes any fleet sample (CSV) or a store bench/fleet.py wrote.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from fleet_throughput import Point, fit_points, points, publish
+from fleet_throughput import Point, fit_points, points, points_of, publish, sample_rows
 
 from ftbench.api.fleet_accuracy import ANY_KIND, THROUGHPUT_UNSEEN_MODEL_BANDS, scope
 from ftbench.sweep.search import Candidate, Trial, best_trial, budget_of, next_step
@@ -79,8 +79,9 @@ def random_within(values: list[float], k: int) -> float:
     return 1 - math.comb(n - good, k) / math.comb(n, k)
 
 
-def replay(store: Path, fraction: float, min_points: int, objective: str) -> str:
-    pts = points(store)
+def replay(source: Path, fraction: float, min_points: int, objective: str) -> str:
+    """`source`: a bench/fleet.py store (JSON) or a fleet sample (CSV)."""
+    pts = points_of(sample_rows(source)) if source.suffix == ".csv" else points(source)
     rows, found, measured_points, all_points, random_expected = [], 0, 0, 0, 0.0
     for (model, how), configs in spaces(pts, min_points).items():
         constants = fit_points([p for p in pts if p.spec["model"] != model])  # the model left out
@@ -122,7 +123,9 @@ def report(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, default=STORE, help="a bench/fleet.py store (default: sample A's)")
+    parser.add_argument("--sample", type=Path, default=STORE,
+                        help="a fleet sample (CSV, as ../shared/data/ado-fleet holds) or a bench/fleet.py store (JSON; "
+                        "default: sample A's)")  # fmt: skip
     parser.add_argument("--fraction", type=float, default=0.25, help="share of a space's points measured at most")
     parser.add_argument("--min-points", type=int, default=8, help="smallest space replayed (default 8)")
     parser.add_argument("--objective", choices=(*OBJECTIVES, "both"), default="both",
@@ -131,7 +134,7 @@ def main() -> int:
     parser.add_argument("--write-docs", action="store_true", help="also into docs/benchmarks.md")
     args = parser.parse_args()
     chosen = list(OBJECTIVES) if args.objective == "both" else [args.objective]
-    body = report(args.store, args.fraction, args.min_points, chosen)
+    body = report(args.sample, args.fraction, args.min_points, chosen)
     publish(SECTION, body, args.write_docs)
     return 0
 
