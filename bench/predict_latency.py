@@ -1,0 +1,213 @@
+"""Time `ftbench predict` as a user meets it: whole processes on one core, cold and again (issue 63).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/predict_latency.py [--runs 2] [--sweep-runs 1] [--write-docs]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/predict_latency.py --models llama3.2-1b --runs 1 --no-sweep  # (quick)
+
+Every call is `ftbench predict FILE -o json` in a fresh process pinned to one core (taskset), timed from
+start to exit. Cases, per catalog model and engine (trl; fms-hf-tuning 3.1.0):
+- cold: an empty trace store (FTBENCH_TRACE_CACHE a new folder for each run): imports, the traces, the report;
+- again: the same spec with the store the cold call left;
+- batch x2 / GPUs x2: a spec that differs only there, with that store (a new step shape: traced);
+- --min-gpus, cold and again; a 100-point FineTuneSweep (batch x GPUs x sequence), cold and again.
+An engine environment writes its bytecode on its first use; one call per engine before the table makes it, so
+"cold" is a fresh process and an empty store, not a first import ever. Answers are checked, times never: a
+call that fails, or an answer from a kept trace that differs from the cold one (every field but the timings),
+exits 1. The table goes to stdout (and with --write-docs into docs/benchmarks.md, "Predict latency").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ftbench.contracts.env import FTBENCH_TRACE_CACHE
+
+REPO = Path(__file__).resolve().parents[1]
+FTBENCH = str(Path(sys.executable).parent / "ftbench")
+SECTION = "predict-latency"
+# Dense, MoE (two) and hybrid models of the catalog, as the issue asks (>= 8, two MoE, one hybrid).
+MODELS = (
+    "llama3.2-1b",
+    "llama3.1-8b",
+    "mistral-7b-v0.1",
+    "granite-3.3-8b",
+    "granite-4.0-micro",
+    "mixtral-8x7b-instruct-v0.1",
+    "granite-3.0-1b-a400m-base",
+    "granite-4.0-h-micro",
+)
+ENGINES = {"trl": {"engine": "trl"}, "fms-hf-tuning 3.1.0": {"engine": "fms-hf-tuning", "fmsHfTuningVersion": "3.1.0"}}
+BASE: dict[str, Any] = {
+    "experiment": "finetune_full_benchmark-v1.0.0",
+    "datasetId": "news-tokens-16384plus-entries-4096",
+    "modelMaxLength": 2048,
+    "numberGpus": 4,
+    "gpuModel": "NVIDIA-A100-SXM4-80GB",
+    "batchSize": 8,
+    "maxSteps": 50,
+}
+SWEEP_MATRIX = {
+    "batchSize": [8, 16, 32, 64, 128],
+    "numberGpus": [1, 2, 4, 8],
+    "modelMaxLength": [512, 1024, 2048, 4096, 8192],
+}
+TIMINGS = {"seconds", "predictedInSeconds"}
+
+
+class Wrong(Exception):
+    """An answer that is wrong: the bench fails on it (never on a time)."""
+
+
+def experiment(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneExperiment", "metadata": {"name": name}, "spec": spec}
+
+
+def sweep(name: str, template: dict[str, Any]) -> dict[str, Any]:
+    body = {"template": {k: v for k, v in template.items() if k not in SWEEP_MATRIX}, "matrix": SWEEP_MATRIX}
+    return {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneSweep", "metadata": {"name": name}, "spec": body}
+
+
+def without_timings(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: without_timings(v) for k, v in data.items() if k not in TIMINGS}
+    if isinstance(data, list):
+        return [without_timings(v) for v in data]
+    return data
+
+
+def call(doc: dict[str, Any], store: Path, work: Path, *extra: str) -> tuple[float, Any]:
+    """(seconds, the JSON answer) of one `ftbench predict` process on one core."""
+    path = work / f"{doc['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    env = {**os.environ, FTBENCH_TRACE_CACHE: str(store), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [*pin, FTBENCH, "predict", str(path), "-o", "json", *extra], env=env, capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise Wrong(f"ftbench predict {path.name} {' '.join(extra)} exited {proc.returncode}: {proc.stderr[-800:]}")
+    return seconds, json.loads(proc.stdout)
+
+
+def same(cold: Any, kept: Any, what: str) -> None:
+    if without_timings(cold) != without_timings(kept):
+        raise Wrong(f"{what}: the answer from kept traces differs from the cold one")
+
+
+def cold_and_again(
+    doc: dict[str, Any], store: Path, work: Path, times: dict[str, list[float]], cold: str, again: str, *extra: str
+) -> None:
+    """Time `doc` with an empty store, then again with what it left; the second answer must equal the first."""
+    seconds, first = call(doc, store, work, *extra)
+    times[cold].append(seconds)
+    seconds, kept = call(doc, store, work, *extra)
+    times[again].append(seconds)
+    same(first, kept, f"{doc['metadata']['name']} {again}")
+
+
+def spread(times: list[float]) -> str:
+    return f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
+
+
+def measure(model: str, engine: str, runs: int, root: Path, min_gpus: bool) -> dict[str, list[float]]:
+    spec = {**BASE, **ENGINES[engine], "model": model}
+    name = f"{model.replace('.', '-')}-{ENGINES[engine]['engine']}"
+    times: dict[str, list[float]] = {"cold": [], "again": [], "batch x2": [], "GPUs x2": []}
+    if min_gpus:
+        times |= {"--min-gpus cold": [], "--min-gpus again": []}
+    for run in range(runs):
+        store, work = root / f"{name}-{run}-store", root / f"{name}-{run}"
+        work.mkdir()
+        cold_and_again(experiment(name, spec), store, work, times, "cold", "again")
+        times["batch x2"].append(call(experiment(name, {**spec, "batchSize": 16}), store, work)[0])
+        times["GPUs x2"].append(call(experiment(name, {**spec, "numberGpus": 8}), store, work)[0])
+        if min_gpus:
+            min_store = root / f"{name}-{run}-min-store"
+            doc = experiment(name, spec)
+            cold_and_again(doc, min_store, work, times, "--min-gpus cold", "--min-gpus again", "--min-gpus")
+    return times
+
+
+def measure_sweep(model: str, engine: str, runs: int, root: Path) -> dict[str, list[float]]:
+    template = {**BASE, **ENGINES[engine], "model": model}
+    name = f"sweep-{model.replace('.', '-')}-{ENGINES[engine]['engine']}"
+    times: dict[str, list[float]] = {"100-point sweep cold": [], "100-point sweep again": []}
+    for run in range(runs):
+        store, work = root / f"{name}-{run}-store", root / f"{name}-{run}"
+        work.mkdir()
+        cold_and_again(sweep(name, template), store, work, times, "100-point sweep cold", "100-point sweep again")
+    return times
+
+
+def table(rows: list[tuple[str, str, dict[str, list[float]]]], runs: int, sweep_runs: int = 1) -> str:
+    cases = list(dict.fromkeys(case for _, _, times in rows for case in times))
+    head = "| model | engine | " + " | ".join(cases) + " |"
+    lines = [head, "| " + " | ".join(["---"] * (2 + len(cases))) + " |"]
+    for model, engine, times in rows:
+        lines.append(
+            f"| {model} | {engine} | " + " | ".join(spread(times[c]) if c in times else "" for c in cases) + " |"
+        )
+    colds = [statistics.median(times["cold"]) for _, _, times in rows if times.get("cold")]
+    summary = ""
+    if colds:
+        colds.sort()
+        p90 = colds[min(len(colds) - 1, round(0.9 * (len(colds) - 1)))]
+        summary = (
+            f"\n\nSeconds per whole `ftbench predict` process on one core (min / median / max of {runs} runs; the "
+            f"100-point sweep, on the first model, {sweep_runs}). "
+            f"Cold over {len(colds)} model x engine cases: p50 {statistics.median(colds):.1f} s, p90 {p90:.1f} s."
+        )
+    return "\n".join(lines) + summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--models", help="comma-separated catalog models (default: the eight of MODELS)")
+    parser.add_argument("--engines", help="comma-separated, of: " + ", ".join(ENGINES))
+    parser.add_argument("--no-sweep", action="store_true", help="skip the 100-point sweep")
+    parser.add_argument("--no-min-gpus", action="store_true", help="skip --min-gpus")
+    parser.add_argument("--sweep-runs", type=int, default=1, help="runs of the 100-point sweep (default 1)")
+    parser.add_argument("--write-docs", action="store_true", help="also into docs/benchmarks.md")
+    args = parser.parse_args()
+    models = args.models.split(",") if args.models else list(MODELS)
+    engines = args.engines.split(",") if args.engines else list(ENGINES)
+    root = Path(tempfile.mkdtemp(prefix="ftbench-predict-latency-"))
+    rows: list[tuple[str, str, dict[str, list[float]]]] = []
+    try:
+        for engine in engines:  # the first use of each engine's environment writes its bytecode: not timed
+            call(experiment("warm-up", {**BASE, **ENGINES[engine], "model": models[0]}), root / "warm-up", root)
+        for engine in engines:
+            for i, model in enumerate(models):
+                times = measure(model, engine, args.runs, root, min_gpus=i == 0 and not args.no_min_gpus)
+                if i == 0 and not args.no_sweep:
+                    times |= measure_sweep(model, engine, args.sweep_runs, root)
+                rows.append((model, engine, times))
+                print(f"{model} {engine}: " + ", ".join(f"{k} {spread(v)}" for k, v in times.items()), flush=True)
+    except Wrong as err:
+        print(f"wrong answer: {err}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    sys.path.insert(0, str(REPO / "bench"))
+    from fleet_throughput import publish
+
+    publish(SECTION, table(rows, args.runs, args.sweep_runs), args.write_docs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
