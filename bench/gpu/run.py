@@ -40,7 +40,8 @@ import yaml
 
 from ftbench.catalog import load_catalog
 from ftbench.contracts import env as E
-from ftbench.contracts.results import NoiseFlag, TrainerResult
+from ftbench.contracts.quality import NoiseFlag
+from ftbench.contracts.results import TrainerResult
 from ftbench.local.store import ResultsStore
 from ftbench.report.data import SweepData, from_store
 from ftbench.stats.noise import describe

@@ -13,7 +13,8 @@ import statistics
 from collections.abc import Sequence
 
 from ftbench.api.status import RepeatsStatus
-from ftbench.contracts.results import STOPPED_BY_PRECISION, Outcome, TrainerResult
+from ftbench.contracts.quality import STOPPED_BY_PRECISION
+from ftbench.contracts.results import Outcome, TrainerResult
 from ftbench.stats.intervals import repeats_interval
 from ftbench.stats.results import mean_of_repeats
 

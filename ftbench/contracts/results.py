@@ -4,7 +4,8 @@ The metric names are seed 001's measured properties in camelCase with the unit a
 (`gpu_compute_utilization_min` -> `gpuComputeUtilizationMinPercent`). docs/measurements.md gives
 each one's exact definition. The same `Metrics` model is the `status.results` schema of the CRD.
 What actually ran beside the metrics (versions, FSDP / DeepSpeed in effect) is
-ftbench.contracts.environment; the network preflight's part of it, ftbench.contracts.network.
+ftbench.contracts.environment; the network preflight's part of it, ftbench.contracts.network; how sure
+the metrics are (noise flags, the interval's scope), ftbench.contracts.quality.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import Field
 from ftbench.contracts.bounded import BoundedMessage, BoundedName, BoundedReason
 from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.numbers import Count, NonNegative, Percent
+from ftbench.contracts.quality import IntervalScope, MeasurementQuality, NoiseFlag
 from ftbench.contracts.wire import WireModel
 
 RESULT_SCHEMA_VERSION = "ftbench.io/result/v1"
@@ -61,34 +63,6 @@ REASON_TOO_FEW_TRAINED_ROWS = "TooFewTrainedRows"
 # Ranks whose shard sizes a result lists, and logged losses it keeps (the termination message holds 4 KiB in all).
 RANK_MEMORY_LIMIT = 16
 LOSS_CURVE_LIMIT = 16
-
-
-class NoiseFlag(StrEnum):
-    """Why a measurement should not be trusted as it stands (rules and thresholds: ftbench.stats.noise)."""
-
-    SHORT_WINDOW = "shortWindow"  # too few measured steps or seconds to say anything
-    HIGH_STEP_TIME_CV = "highStepTimeCv"  # measured step times scatter
-    HOST_CONTENTION = "hostContention"  # CPU steal, or other runnable threads beyond the CPUs
-    GPU_THROTTLED = "gpuThrottled"  # NVML reported thermal or hardware clock throttling, or a lowered power cap
-
-
-# stoppedBy of a run (and status.repeats.stoppedBy of repeats) that its precision target ended.
-STOPPED_BY_PRECISION = "precisionTarget"
-
-
-class IntervalScope(StrEnum):
-    """Which kind of sure an interval is: one run's steps only cover the run's own speed (each process
-    lands on its own: docs/benchmarks.md, "How sure"), repeats in fresh processes cover the setup's."""
-
-    WITHIN_RUN = "withinRun"  # batch means over one run's measured steps: repeat to confirm
-    ACROSS_REPEATS = "acrossRepeats"  # t interval over repeats, each in a fresh process
-
-
-class MeasurementQuality(StrEnum):
-    """What `kubectl get fte` shows in its Noise column."""
-
-    CLEAN = "clean"
-    FLAGGED = "flagged"
 
 
 class RankMemory(WireModel):

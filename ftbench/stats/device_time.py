@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ftbench.contracts.results import STOPPED_BY_PRECISION, Metrics
+from ftbench.contracts.quality import STOPPED_BY_PRECISION
+from ftbench.contracts.results import Metrics
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ftbench.contracts.results import NoiseFlag
+from ftbench.contracts.quality import NoiseFlag
 
 MIN_MEASURED_STEPS = 20
 MIN_MEASURED_SECONDS = 10.0

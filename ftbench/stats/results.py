@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ftbench.contracts.results import IntervalScope, MeasurementQuality, Metrics, NoiseFlag
+from ftbench.contracts.quality import IntervalScope, MeasurementQuality, NoiseFlag
+from ftbench.contracts.results import Metrics
 from ftbench.stats.intervals import Interval, repeats_interval
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ftbench.contracts.results import IntervalScope, Metrics
+from ftbench.contracts.quality import IntervalScope
+from ftbench.contracts.results import Metrics
 from ftbench.stats.noise import describe
 
 # A figure that does not apply to a run (GPU figures of CPU ranks, MFU without a known peak): absent

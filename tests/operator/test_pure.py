@@ -14,7 +14,8 @@ from ftbench.contracts.bounded import MESSAGE_MAX, bounded
 from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.environment import RunEnvironment
 from ftbench.contracts.network import NetworkInEffect, NetworkTransport
-from ftbench.contracts.results import EXIT_GPU_OOM, REASON_NETWORK_CHECKED, NoiseFlag, Outcome, TrainerResult
+from ftbench.contracts.quality import NoiseFlag
+from ftbench.contracts.results import EXIT_GPU_OOM, REASON_NETWORK_CHECKED, Outcome, TrainerResult
 from ftbench.contracts.trainer_status import TrainerStatusReport
 from ftbench_operator import status as st
 from ftbench_operator.__main__ import argv

@@ -12,7 +12,8 @@ from ftbench.api.repeats import combined_result, repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.validation import validate_spec_dict
 from ftbench.catalog import load_catalog
-from ftbench.contracts.results import MeasurementQuality, Metrics, NoiseFlag, Outcome, RunError, TrainerResult
+from ftbench.contracts.quality import MeasurementQuality, NoiseFlag
+from ftbench.contracts.results import Metrics, Outcome, RunError, TrainerResult
 from ftbench.render.manifests import RenderError, render_experiment
 from tests.operator.operator_testkit import lora_spec
 

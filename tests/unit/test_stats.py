@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ftbench.contracts.results import MeasurementQuality, NoiseFlag
+from ftbench.contracts.quality import MeasurementQuality, NoiseFlag
 from ftbench.stats.intervals import (
     Interval,
     batch_layout,
@@ -265,7 +265,7 @@ def test_only_thermal_hardware_and_lowered_power_cap_throttling_counts() -> None
 def test_an_interval_says_which_kind_of_sure_it_is() -> None:
     """Issue 47.2: one run's interval is within-run (repeat to confirm), repeats' is across them; both
     carry their +- in percent for columns (kubectl get fte showed a raw fraction, 0.02698)."""
-    from ftbench.contracts.results import IntervalScope
+    from ftbench.contracts.quality import IntervalScope
     from ftbench.stats.intervals import Interval
     from ftbench.stats.results import mean_of_repeats, steady_interval_fields
     from ftbench.stats.text import steady_short, steady_throughput

@@ -14,13 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ftbench.contracts.results import (
-    RANK_MEMORY_LIMIT,
-    IntervalScope,
-    MeasurementQuality,
-    Metrics,
-    RankMemory,
-)
+from ftbench.contracts.quality import IntervalScope, MeasurementQuality
+from ftbench.contracts.results import RANK_MEMORY_LIMIT, Metrics, RankMemory
 from ftbench.stats.flops import mfu_percent, peak_flops, training_flops
 from ftbench.stats.intervals import Interval, mean_interval, rate_interval
 from ftbench.stats.noise import HostLoad, WindowFacts, noise_flags

@@ -1,21 +1,13 @@
 """Seed 001's stop controls, decided from step-end times so tests can feed synthetic clocks.
 
-- `stop_after_seconds` > 0: stop at the end of the first step whose end is at least that many
-  seconds after the first step started.
-- `WARMUP_60S_STABLE_120S_OR_10_STEPS`: the warmup ends at the end of the first step that ends
-  >= `warmup_seconds` after the start; the run then stops at the end of the first step at which
-  both >= `stable_seconds` have passed since the warmup ended and >= `stable_steps` steps ran
-  after it ("the longer of 120 seconds or the duration of 10 optimization steps"). Metrics then
-  cover only the steps after the warmup.
-- `target_precision` (spec.targetPrecisionPercent): stop at the end of the first step at which the
-  steady window measured so far (`Steady`: its steps' tokens and seconds, the same window the result
-  reports) has at least `precision_min_steps` steps and `precision_min_seconds` seconds and its
-  batch-means tokens/s interval (ftbench.stats.intervals.rate_interval) is at most +- the target.
-  The other controls stay the budget: whichever fires first ends the run.
-
+The controls: `stop_after_seconds`, `WARMUP_60S_STABLE_120S_OR_10_STEPS` (metrics then cover only
+the steps after the warmup) and `target_precision` (spec.targetPrecisionPercent: the steady window's
+tokens/s interval is tight enough; the other controls stay the budget).
 Each rank decides locally; `agree` (an all-reduce MAX in distributed runs) makes every rank act
 on the earliest rank to decide, so all ranks stop on the same step. The precision flag goes the
 other way round (a rank sends "not yet"), so the run stops only when every rank's interval is tight.
+
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/measure/stop.py".
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ftbench.contracts.plan import StopSettings
-from ftbench.contracts.results import STOPPED_BY_PRECISION
+from ftbench.contracts.quality import STOPPED_BY_PRECISION
 from ftbench.stats.intervals import rate_interval
 
 AUTO_STOP_METHOD = "WARMUP_60S_STABLE_120S_OR_10_STEPS"
