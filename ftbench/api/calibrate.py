@@ -1,19 +1,12 @@
 """Fitting a cluster's own corrections from its runs, and applying them to a prediction (`ftbench calibrate`).
 
 The fleet fitted ftbench's constants on A100 runs of fms-hf-tuning; a cluster's runs say how far its GPUs,
-fabric and models are from that. Each correction is one number fitted robustly (a median) on the runs that
-bear on it, in this order, each on what the earlier ones leave:
+fabric and models are from that. Each correction is one number fitted robustly (a median) on the runs
+that bear on it (per GPU family, then per fabric, then per model), each on what the earlier ones leave.
+The allocator's reserve is not recalibrated. docs/measurements.md, "Calibrated by your own runs", has
+the evidence (bench/calibration_fleet.py).
 
-- per GPU family, the compute efficiency (the share of the step's compute time the runs reached: the measured
-  step less the predicted overhead and exposed communication) and the device-level context offset (measured
-  NVML bytes less the predicted total); only where the family's runs cover two models or more, or the fleet
-  never ran the family (then any run beats the A100 stand-in);
-- per fabric (RoCE/InfiniBand or sockets), the inter-node bandwidth, from multi-node runs whose measured step
-  exceeds the predicted compute and overhead by more than 10 %;
-- per model with two runs or more, its step-time factor and memory offset.
-
-The allocator's reserve is not recalibrated: a handful of runs cannot tell it from the context offset.
-docs/measurements.md, "Calibrated by your own runs", has the evidence (bench/calibration_fleet.py).
+Design notes: docs/design-notes.md, "ftbench/api/calibrate.py".
 """
 
 from __future__ import annotations

@@ -1,41 +1,13 @@
 """Device memory as the GPU counts it: the traced tensor peak plus what a training process holds beside it.
 
 NVML (nvidia-smi, ado's `gpu_memory_utilization_peak`, ftbench's `gpuMemoryUtilizationPeakPercent`)
-counts every byte a process has from the driver: the caching allocator's segments (its reserve, not
-only the live tensors the trace counts), the CUDA context with its libraries' workspaces, and the
-communication library's buffers. Each term below is modelled from what causes it, and its size is
-fitted on ado's fleet sample A (`bench/fleet.py fit`; docs/benchmarks.md, "ado's fleet"):
+counts every byte a process has from the driver, not only the live tensors the trace counts. The terms
+are `tensors` (the traced peak), `context`, `allocatorReserve`, `unshardedGradients` and
+`communication`; each is modelled from what causes it, and its size is fitted on ado's fleet sample A
+(`bench/fleet.py fit`; docs/benchmarks.md, "ado's fleet"). The verdict leaves the reserve and the
+unsharded gradients out; the device-level percent shown is the sum of every term, at most 100.
 
-- `tensors`: the traced peak (`MemoryPrediction.peak_bytes`, what `max_memory_allocated` reports).
-- `context`: the CUDA context, cuBLAS/cuDNN workspaces and the allocator's first segments, the same
-  for every process on a GPU model: the cluster profile's `gpuMemory.runtimeOverhead`.
-- `allocatorReserve`: the caching allocator keeps the segments it has cut for the step's big transient
-  tensors (the logits and the loss path above all) and cannot always reuse them for differently sized
-  requests later, so its reserve grows with what forward and backward hold beyond state
-  (`MemoryPrediction.activations_peak_bytes`): a fraction of it. A larger fraction where the engine's MoE
-  layers make tensors sized by each expert's token count (`MemoryPrediction.expert_shapes_vary`): the router
-  changes those counts every step, so blocks cut for one step's sizes fit the next step's requests less
-  often and the allocator cuts more (ado's MoE rows: 0.18 more per byte than the dense models' 0.25, LoRA
-  and full alike). More again where fastMoe dispatches each MoE layer's tokens across expert-parallel ranks
-  (`MemoryPrediction.expert_parallel` above 1): the all-to-all gives every rank a different number of rows each
-  step, and the layer's largest tensors (its gathered input, the experts' intermediates and outputs) take
-  that size, so the allocator's big blocks change size with them.
-- `unshardedGradients`: FSDP with gradient accumulation keeps every trained parameter's whole unsharded
-  gradient between micro-steps (`no_sync`, which accelerate enters on all but the last):
-  `MemoryPrediction.unsharded_gradient_bytes`, counted at its size (FSDP1: one copy of the trained weights'
-  gradients in the compute dtype; FSDP2: the part of the traced peak it is, taken out of `tensors`), not
-  fitted: ado's FSDP runs of dense models on 2 to 32 GPUs hold it beside their 16-bit shards.
-- `communication`: NCCL's buffers (per channel and peer, for every communicator a run builds) where
-  there are several ranks, and more where they span nodes (the network transport's own buffers and
-  the registrations with the NIC).
-
-The verdict leaves the reserve out: near the capacity the allocator frees its cached segments and
-retries before it fails (ado's rows that ran at 97-100 % are that), so a run fits when its tensors,
-context and communication fit; the device-level percent shown is the sum of every term, at most 100.
-It leaves the unsharded gradients out too, under FSDP1 and FSDP2 alike, because the fleet does: ado's full fine-tuning of
-mixtral-8x7b (8 and 32 GPUs) and llama3.1-70b (16 and 32 GPUs) ran where one unsharded copy of their
-gradients (87 and 131 GiB) could not have been held, while every dense run up to 8B shows it. Why the
-large runs do without it is not known without a GPU (docs/measurements.md, limits).
+Design notes: docs/design-notes.md, "ftbench/api/device_memory.py".
 """
 
 from __future__ import annotations

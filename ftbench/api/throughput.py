@@ -9,32 +9,9 @@ communication that these do not hide:
     exposed  = max(0, inter-node communication - busy)
     tokens/s = tokens per optimizer step / (busy + exposed)
 
-- FLOPs: the trainer's own MFU accounting (ftbench.stats.flops: 4N + 2N_trainable per token plus the
-  attention term, on every token of a full-length row), with the forward pass gradient checkpointing
-  runs again; N is the parameters a token passes through (ftbench.catalog.parameters: a mixture of
-  experts counts only the experts it is routed to).
-- Peak: the GPU model's dense bf16/fp16 data-sheet peak (the same table as the measured MFU), times the share
-  of the A100 calibration's efficiency that ftbench's own runs on that GPU family reached (H100, H200).
-- Efficiency (the share of the peak the matmuls reach): exp of a linear model in the architecture's kind
-  (dense, mixture of experts, hybrid Mamba), log tokens per device per micro-step above 8192,
-  fms-acceleration's fast kernels and fast MoE, full fine-tuning against PEFT.
-- Overhead per layer per micro-step: what does not scale with FLOPs (kernel launches, the optimizer, and on
-  more than one GPU FSDP's per-layer hooks and collectives, which LoRA's frozen weights make dearer); for
-  a mixture of experts without fast MoE kernels, transformers' loop over the experts (per expert, plus
-  per token routed through it, more when the experts train too). It is why a small micro-batch leaves
-  the GPU idle.
-- Communication per micro-step: FSDP all-gathers every parameter twice (forward, backward) and
-  reduce-scatters the trainable gradients; DDP all-reduces the trainable gradients once per optimizer
-  step. Across nodes at the fitted bandwidth of RoCE/InfiniBand or of TCP sockets (ado's multi-node rows;
-  the busbw a network preflight measures is not used yet), hidden behind the busy time where it is
-  shorter; within a node NVLink's share is part of the fitted overhead.
+All constants (FITTED) are fitted together on ado's fleet sample A (`bench/fleet_throughput.py fit`).
 
-All constants (FITTED) are fitted together on ado's fleet sample A (`bench/fleet_throughput.py fit`:
-Huber-weighted least squares of log tokens/s, every clean row that ran). Limits (docs/measurements.md,
-"Predicted throughput"): rows are assumed to fill modelMaxLength (padding computed); the fleet's runs are
-A100-80GB with fms-hf-tuning, gradient checkpointing on and ado's default of 4 micro-steps per optimizer
-step, so the overhead of other GPUs and of other accumulation is extrapolated; the error is stated per family
-and GPU count (bench/fleet_throughput.py's table, with a cross-validated estimate).
+Design notes: docs/design-notes.md, "ftbench/api/throughput.py".
 """
 
 from __future__ import annotations

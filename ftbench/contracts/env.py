@@ -3,73 +3,12 @@
 The pods run ``ftbench-trainer --plan /etc/ftbench/plan.json``. The plan (a ConfigMap) says
 *what* to run; these variables say *where this pod is* in the run, which only Kubernetes knows
 at start time. Both sides import the names from here, so a rename breaks the tests, not a run.
+ftbench's other variables cross a process boundary too (an image, a chart, a shell script or a
+user's shell to Python), so they are named here as well: tests/unit/test_contract_names.py fails on
+an ``FTBENCH_*`` name spelled anywhere else. Who sets each variable, and what the rank and trial
+variables mean under each runtime, is in the design notes.
 
-Set by ftbench's manifests (``ftbench.render``) on every training pod:
-
-- ``FTBENCH_IMAGE``: the image the pod runs (recorded in results; the image tag is the engine
-  version actually used).
-- ``FTBENCH_POD_NAME`` / ``FTBENCH_NAMESPACE`` / ``FTBENCH_POD_IP``: downward API ``fieldRef``
-  (``metadata.name``, ``metadata.namespace``, ``status.podIP``) for progress reports and logs.
-- ``HF_HOME``: the cluster profile's Hugging Face cache directory (seed 002's ``hf_home``).
-- ``JOB_COMPLETION_INDEX``: Indexed Jobs only, from the downward API annotation
-  ``batch.kubernetes.io/job-completion-index`` (Kubernetes >= 1.22 also injects it; the Job
-  controller leaves an explicit definition alone). Its meaning depends on the plan:
-
-  * multi-node Indexed Job (``plan.rendezvous.source == "indexedjob"``): the **node rank**;
-    the master is ``plan.rendezvous.masterHost`` (``<job>-0.<service>``), port
-    ``plan.rendezvous.port``; the node count is ``plan.topology.numberNodes``.
-  * stability (``plan.trials > 1``, one node): the **trial index**, also exported as
-    ``FTBENCH_TRIAL_INDEX``.
-- ``FTBENCH_TRIAL_INDEX``: set when a pod runs exactly one trial of a multi-trial experiment
-  (stability: from ``JOB_COMPLETION_INDEX``, or a literal when the profile has no Indexed Jobs
-  and each trial is its own Job). Unset: the trainer runs all ``plan.trials`` in sequence
-  (``ftbench run`` on one machine).
-- ``FTBENCH_TRIAL_FAILURE_EXIT_ZERO``: ``"true"`` on stability pods. A GPU OOM or another error
-  in a trial is a *measurement* there: the trainer writes the outcome to the termination
-  message and exits 0, so the next trial still runs (a failed pod with ``backoffLimit: 0``
-  would end the whole Job).
-- NCCL variables (``NCCL_IB_DISABLE``, ``NCCL_IB_HCA``, ``NCCL_DEBUG``, ...): for NCCL itself,
-  from the cluster profile (RoCE) and ``spec.run.ncclDebug``; the trainer passes them through.
-
-Set by the Kubeflow training operator on PyTorchJob pods (``plan.rendezvous.source ==
-"pytorchjob"``): ``RANK`` (the **node** rank: Master 0, Worker i -> i + 1), ``MASTER_ADDR``,
-``MASTER_PORT``, ``PET_NNODES``; they are node-level values that the trainer maps to
-``accelerate launch --machine_rank/--num_machines/--main_process_ip/--main_process_port``.
-
-Set by Kubeflow Trainer v2's torch plugin on the ``node`` container of TrainJob pods
-(``plan.rendezvous.source == "trainjob"``; checked against ``pkg/runtime/framework/plugins/torch``
-of kubeflow/trainer): ``PET_NNODES`` (numNodes), ``PET_NPROC_PER_NODE`` (numProcPerNode),
-``PET_NODE_RANK`` (the Job completion index, i.e. the **node** rank), ``PET_MASTER_ADDR``
-(``<trainjob>-node-0-0.<trainjob>``, pod 0 behind the JobSet's headless Service) and
-``PET_MASTER_PORT`` (29400). They are torchrun's node-level inputs; ftbench does not run torchrun
-but maps them, like the PyTorchJob values, onto ``accelerate launch``'s machine_rank /
-num_machines / main_process_ip / main_process_port, and accelerate starts the plan's processes
-per node. A ``PET_NNODES`` or ``PET_NPROC_PER_NODE`` that disagrees with the plan is an error:
-the runtime would then have scheduled a different topology than the one measured.
-
-``FTBENCH_TRIAL_FAILURE_EXIT_ZERO`` is also set on TrainJob pods: the runtime's Job may restart
-a failed container (the default ``torch-distributed`` runtime sets no ``backoffLimit`` or
-``restartPolicy``), and a measured failure must be recorded once, not retried.
-
-`Rendezvous.source == "local"`: rank 0 of 1, master ``127.0.0.1``.
-
-ftbench's other variables; each crosses a process boundary too (an image, a chart, a shell script
-or a user's shell to Python), so it is named here, and tests/unit/test_contract_names.py fails on
-an ``FTBENCH_*`` name spelled anywhere else in the packages, the chart or the Dockerfiles:
-
-- ``FTBENCH_SAMPLE_INTERVAL``: seconds between the trainer's system samples (GPU utilization,
-  memory and power; CPU), default 1.0 (docs/measurements.md). Read by every training process;
-  ``ftbench run`` passes the caller's environment through to the trainer.
-- ``FTBENCH_ENGINE``: set by Dockerfile.trainer to the engine the image was built for
-  (``trl`` or ``fms-hf-tuning``), for people inspecting an image or a pod; ftbench reads
-  ``plan.engine`` and the installed packages instead.
-- ``FTBENCH_HOME``: where ``ftbench run`` keeps models, data, runs and results (default
-  ``~/.ftbench``; ftbench.local.home).
-- ``FTBENCH_CACHE``: the cache root (default ``~/.cache/ftbench``, `cache_root`): engine
-  environments (ftbench.engines.envs) and the dev control plane's binaries, which
-  hack/build-control-plane.sh puts there.
-- ``FTBENCH_OPERATOR_<FIELD>``: the operator's settings (ftbench_operator.settings), set by the
-  Helm chart's Deployment, with ``POD_NAMESPACE`` from the downward API.
+Design notes: docs/design-notes.md, "ftbench/contracts/env.py".
 """
 
 from __future__ import annotations

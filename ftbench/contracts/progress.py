@@ -1,21 +1,14 @@
 """Live training progress: the stdout line rank 0 prints and the `status.progress` it patches.
 
-Three processes read progress, so its shapes are defined here once:
-
-- The **progress line** (`ProgressUpdate`): the trainer's rank 0 prints, at most once per
-  `plan.output.progressIntervalSeconds` plus the last step, one line on stdout, a fixed prefix
-  then compact JSON, so a log reader can pick it out of the training library's own output::
-
-      FTBENCH_PROGRESS {"step":12,"totalSteps":100,"elapsedSeconds":3.1,"tokensPerSecond":5120.0,"etaSeconds":22.7}
-
-  Users grep pod logs for them. `ftbench run` (ftbench.local.runner) reads the same lines from the
-  run's event file (ftbench.contracts.events), never from stdout, where libraries write too.
-- **`status.progress`** (`Progress`): the same measurement as the trainer's
-  `ftbench_trainer.progress_reporter` patches it into the FineTuneExperiment (bounded, with the trial and
-  the time), and as the CRD declares it (`ftbench.api.status` uses this model).
+Three processes read progress, so its shapes are defined here once: the **progress line**
+(`ProgressUpdate`: a fixed prefix then compact JSON on stdout, at most once per
+`plan.output.progressIntervalSeconds` plus the last step) and **`status.progress`** (`Progress`:
+what `ftbench_trainer.progress_reporter` patches into the FineTuneExperiment, as the CRD declares it).
 
 The result line that ends a run (`FTBENCH_RESULT`) belongs to the result: ftbench.contracts.results.
 Imports pydantic and the standard library only: the trainer image loads this without kopf.
+
+Design notes: docs/design-notes.md, "ftbench/contracts/progress.py".
 """
 
 from __future__ import annotations

@@ -2,25 +2,13 @@
 
 Read from kubeflow/trainer v2.3.0 (`pkg/statusserver`, `pkg/runtime/framework/plugins/trainjobstatus`,
 `UpdateTrainJobStatusRequest` in `pkg/apis/trainer/v1alpha1`), behind the controller's alpha
-`TrainJobStatus` feature gate:
-
-- The plugin injects into every trainer container `KUBEFLOW_TRAINER_SERVER_URL`
-  (`https://<service>.<namespace>.svc:<port>` + `status_path(namespace, name)`),
-  `KUBEFLOW_TRAINER_SERVER_CA_CERT` (the CA file that signs the server's certificate) and
-  `KUBEFLOW_TRAINER_SERVER_TOKEN` (a projected service-account token whose audience is
-  `token_audience(namespace, name)`; it rotates, so it is re-read for every request).
-- One request: `POST <url>` with `Authorization: Bearer <token>` and the JSON body
-  `{"trainerStatus": {...}}`. The server answers 200, or a `metav1.Status` object on an error, and
-  server-side-applies `trainerStatus` onto the TrainJob: `metrics` is an atomic list, so every
-  request replaces all metrics. There must be one reporter per TrainJob (ftbench's rank 0; the
-  transformers `KubeflowCallback` is switched off with `DISABLE_KUBEFLOW_INTEGRATION`).
-- The schema is the CRD's `status.trainerStatus` (fixture: shared/fixtures/kubeflow/trainer-v2.3.0):
-  progressPercentage 0..100, estimatedRemainingSeconds int32 >= 0, metrics up to 256 name/value
-  strings of 1..64 characters, lastUpdatedTime required.
-
-The metric names are ftbench's, snake_case with the unit at the end like transformers' own
-(`loss`, `current_step`, `total_steps`); docs/architecture.md lists them with their meaning.
+`TrainJobStatus` feature gate. One request, `POST <url>` with a bearer token and the JSON body
+`{"trainerStatus": {...}}`, replaces all metrics, so there must be one reporter per TrainJob
+(ftbench's rank 0). The metric names are ftbench's, snake_case with the unit at the end like
+transformers' own; docs/architecture.md lists them with their meaning.
 Imports pydantic only: the trainer image loads this without kopf.
+
+Design notes: docs/design-notes.md, "ftbench/contracts/trainer_status.py".
 """
 
 from __future__ import annotations

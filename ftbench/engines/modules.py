@@ -1,19 +1,13 @@
 """Which modules each catalog architecture has in each engine stack: what LoRA can target, what FSDP can wrap.
 
-`targetModules: [foo_proj]` or an FSDP layer class the model does not have used to pass validation and
-fail at run time (peft: "Target modules ... not found"; accelerate: "Could not find the transformer layer
-class"), and a list with one wrong name among right ones trained fewer adapters than asked without a word.
 Validation runs where torch is not (the operator image), so the names are read ahead of time:
 `python -m ftbench.engines.modules --write` builds every catalog architecture on the meta device (no
-weights, no download) in each stack's interpreter (this environment for trl, each installable release's
-environment) and writes data/modules.yaml, keyed by the stack's transformers version; `--check` (a test)
-says whether it is stale. The rules `engine.target-modules` and `engine.layer-class`
-(ftbench.api.rules_modules) refuse a name the spec's model does not have in its stack.
+weights, no download) in each stack's interpreter and writes data/modules.yaml, keyed by the stack's
+transformers version; `--check` (a test) says whether it is stale. The rules `engine.target-modules`
+and `engine.layer-class` (ftbench.api.rules_modules) refuse a name the spec's model does not have in
+its stack.
 
-Each catalog model with an architecture is built as it is (models sharing a decoder class differ: granite-4.0's
-dense variants have no Mamba or expert modules); a model without one is judged by the union of its class's
-models. Vision models are left out (their towers add modules this table does not list), as is an
-architecture a stack's transformers cannot build (then nothing is judged there).
+Design notes: docs/design-notes.md, "ftbench/engines/modules.py".
 """
 
 from __future__ import annotations

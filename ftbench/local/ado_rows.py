@@ -3,24 +3,10 @@
 ado users hold tables of their own runs (ado's sample store exported as CSV; IBM's public
 LLMFineTuningBench is one). `ftbench results --import ado FILE` brings such rows into the local results
 store beside ftbench's runs, and `bench/fleet.py` predicts every row of ado's fleet sample; both read a
-row here, so a row means the same thing to both. The mapping (docs/measurements.md, "ado's rows"):
+row here, so a row means the same thing to both. The mapping: docs/measurements.md, "ado's rows", and
+the table in the design notes. Measured properties keep ado's names (`is_valid`, `gpu_memory_utilization_peak`, ...).
 
-| ado (fleet sample's short name) | ftbench spec |
-| --- | --- |
-| experiment id (`exp`) | `experiment`; earlier actuator ids (finetune-full-fsdp-v1.6.0, finetune-lora-fsdp-r-4-a-16-tm-default-v1.5.0, finetune-gptq-lora-fsdp-...) are the same experiments |
-| model_name | `model` (the catalogs share ids) |
-| number_gpus, number_nodes, gpu_model | `numberGpus`, `numberNodes`, `gpuModel` (`L40S` is `NVIDIA-L40S`) |
-| model_max_length (`tokens_per_sample`), batch_size | `modelMaxLength`, `batchSize` (global, as in ado) |
-| fms_hf_tuning_version | `fmsHfTuningVersion` (`3` is 3.0.0; actuator encodings such as `0.4.0.1.0` are not releases: not mapped) |
-| fast_kernels (`fk`: 1 = on) | `fastKernels: [true, true, true]` |
-| fast_moe | `fastMoe` |
-| gradient_checkpointing_use_reentrant (`gc`) | `gradientCheckpointingUseReentrant` |
-| auto_stop_method (`autostop`: 1 = on) | `autoStopMethod: WARMUP_60S_STABLE_120S_OR_10_STEPS` |
-| enable_roce | `enableRoce` |
-| (not forwarded by ado) | `fsdpUseOrigParams: false`: ado 1.8.12 never passes it, so accelerate's default (false) ran |
-| (not set by ado) | `fsdpVersion: 1`: ado's accelerate config has no fsdp_version, so accelerate's default (FSDP1) ran; ftbench would pick FSDP2 from fms-hf-tuning 3.0.0 |
-
-Measured properties keep ado's names (`is_valid`, `gpu_memory_utilization_peak`, ...).
+Design notes: docs/design-notes.md, "ftbench/local/ado_rows.py".
 """
 
 from __future__ import annotations

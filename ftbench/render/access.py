@@ -2,20 +2,12 @@
 
 Rank 0 reports progress by patching `finetuneexperiments/status`. A Role shared by a namespace
 would let any training pod there patch *any* experiment's status (forge another run's result), so
-each experiment gets its own Role that names only that experiment (`resourceNames`), bound to
-the pods' account:
+each experiment gets its own Role that names only that experiment (`resourceNames`), bound to the
+pods' account: a ServiceAccount `<experiment>-trainer` of its own unless the profile names one.
+With `reportProgress: false` nothing is created. The objects are per experiment (not per attempt);
+owner references make the garbage collector delete them with the experiment.
 
-- the profile names no ServiceAccount (the default): each experiment gets its own
-  ServiceAccount `<experiment>-trainer` as well, so a pod of experiment A holds no grant on
-  experiment B at all;
-- the profile names one (e.g. seed 002's `roce` account that an admin allowed to run as root):
-  the pods use it and the per-experiment Role is bound to it. Every experiment that shares the
-  account shares the grants while their Roles exist; leave `serviceAccount` unset to isolate runs.
-
-With `reportProgress: false` no pod needs a token: nothing is created and the pods do not mount one.
-The objects are per experiment (not per attempt) and carry no attempt label, so a retry reuses
-them; owner references make the garbage collector delete them with the experiment. The operator
-may create such a Role only because it holds the same permission itself (RBAC escalation check).
+Design notes: docs/design-notes.md, "ftbench/render/access.py".
 """
 
 from __future__ import annotations

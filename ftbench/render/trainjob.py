@@ -1,28 +1,12 @@
 """Kubeflow Trainer v2: a `TrainJob` (trainer.kubeflow.org/v1alpha1) on a ClusterTrainingRuntime.
 
 Checked against the v2.3.0 CRDs and the `torch-distributed` runtime (shared fixtures). A TrainJob
-does not carry a pod template: the runtime does, and the TrainJob overrides it in two places.
+does not carry a pod template: the runtime does, and the TrainJob overrides it in two places,
+`spec.trainer` (the runtime's `node` container) and `spec.runtimePatches` (one entry owned by manager
+`ftbench.io/operator`). ftbench does not run torchrun: the trainer maps the torch plugin's PET_ values
+onto `accelerate launch`. What the patch API cannot express stays the runtime's.
 
-- `spec.trainer`: image, command, numNodes, numProcPerNode, resourcesPerNode and env of the
-  runtime's `node` container (Trainer only lets env of that container be set here).
-- `spec.runtimePatches` (v2.2 replaced podTemplateOverrides), one entry owned by manager
-  `ftbench.io/operator`, on the runtime's trainer replicated job: pod labels (how the operator
-  finds the pods) and annotations (RoCE network), node selection on the GPU model, tolerations,
-  service account, pull secrets, pod and container security (IPC_LOCK for RoCE), and the volumes
-  with their mounts (plan, models, data, /dev/shm, output, NCCL topology).
-
-How processes fit: `numProcPerNode` is the plan's processes per node (one per GPU), which the torch
-plugin passes as PET_NPROC_PER_NODE next to PET_NNODES / PET_NODE_RANK / PET_MASTER_ADDR /
-PET_MASTER_PORT. ftbench does not run torchrun: the trainer maps those node-level values onto
-`accelerate launch` (rendezvous `trainjob`, `ftbench.contracts.env`), and accelerate starts one
-process per GPU as on every other runtime; a PET_ value that disagrees with the plan fails the
-run rather than measuring another topology.
-
-What the patch API cannot express stays the runtime's: the Job's backoffLimit and the pods'
-restartPolicy (so a measured failure exits 0 after writing its result, FTBENCH_TRIAL_FAILURE_EXIT_ZERO),
-imagePullPolicy, terminationMessagePolicy (the result still goes to the default
-/dev/termination-log), ports (Trainer adds its own) and priorityClassName (refused in
-`ftbench.render.manifests.choose_runtime`).
+Design notes: docs/design-notes.md, "ftbench/render/trainjob.py".
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """What each varied field of a sweep did: paired ratios of the headline numbers, with their spread.
 
 Users sweep toggles to ask "does packing (or sdpa, or checkpointing) change tokens/s and memory
-for my model?". A point's number alone mixes every field; the answer is the comparison of points
-that differ in that one field only. For each varied field and each of its values after the first
-(the baseline, in matrix order), every pair of measured points that differ only there gives a
-ratio value / baseline, per metric:
+for my model?". The answer is the comparison of points that differ in that one field only: every
+such pair gives a ratio value / baseline per metric (tokens/s, peak memory), summarised as their
+median and range; for the sweep's objective, the pairs whose 95 % intervals do not overlap are
+counted, so an effect inside the noise is not claimed.
 
-- `trainTokensPerSecond` and `datasetTokensPerSecond` (the latter compares packed with unpacked
-  runs fairly: trainTokens counts the padding an unpacked run trains, docs/measurements.md);
-- peak memory: `gpuMaxMemoryAllocatedBytes` on GPU points, `cpuPeakRssBytes` on CPU points, the
-  mean over the point's repeats.
-
-The ratios of all pairs are summarised as their median and range (how much the effect depends on
-the other fields), and for the sweep's objective, where both points have a 95 % interval, the
-pairs whose intervals do not overlap are counted: an effect inside the noise is not claimed.
+Design notes: docs/design-notes.md, "ftbench/report/effects.py".
 """
 
 from __future__ import annotations

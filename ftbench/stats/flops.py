@@ -1,22 +1,15 @@
 """Model FLOPs utilisation (MFU): achieved model FLOP/s over the GPUs' peak dense FLOP/s; one source for
 the trainer's measured MFU and the throughput prediction (ftbench.api.throughput).
 
-Training FLOPs of one batch (padded tokens, since padding is computed too), following the
-PaLM paper's accounting (appendix B) extended to frozen base weights:
+Training FLOPs of one batch (padded tokens), PaLM's accounting (appendix B) extended to frozen base weights:
 
     flops = (4 * N + 2 * N_trainable) * tokens + 12 * L * d * sum_rows(T_row ** 2)
 
-- 2N per token for the forward matmuls, 2N for the backward gradients w.r.t. activations (always
-  needed to reach earlier layers), and 2 per *trainable* parameter for the weight gradients:
-  6N for full fine-tuning, ~4N for LoRA/prompt tuning where almost everything is frozen.
-- The attention term: per layer and token, QK^T and AV cost 2 * 2 * T * d forward and twice that
-  backward, 12 * d * T in all; summed over a row of T tokens that is 12 * L * d * T^2.
-- Recomputation by gradient checkpointing is not counted (MFU counts model FLOPs, not hardware
-  FLOPs), so checkpointing lowers MFU, as it should.
-
 MFU = flops / train_runtime / (number_gpus * peak). The peak is the dense (non-sparse) tensor-core
 FLOP/s of the GPU for the training dtype, from the vendor data sheets below; unknown GPUs and CPU
-runs report 0.
+runs report 0. Recomputation by gradient checkpointing is not counted.
+
+Design notes: docs/design-notes.md, "ftbench/stats/flops.py".
 """
 
 from __future__ import annotations

@@ -5,22 +5,12 @@
 
 Run: `kopf run --standalone -A -m ftbench_operator.app` (cluster-wide) or with
 `--namespace NS` (namespaced), or `python -m ftbench_operator`, which adds the liveness
-endpoint. Reactions:
+endpoint. It reacts to FineTuneExperiments, their pods and workloads, profile ConfigMaps and
+FineTuneSweeps; the design notes list each reaction and its handler. No timers or daemons (they
+would add finalizers), no on.delete handlers: deletion is left to owner references and the garbage
+collector, so a delete never hangs when the operator is gone.
 
-- FineTuneExperiment create/resume -> validate, render, create children (`handle_start`);
-  spec update -> ignored with a condition (`handle_spec_change`); the `ftbench.io/retry`
-  annotation -> attempt N + 1 (`handle_retry`); every event -> metrics. An experiment that kopf
-  records as handled but that never started (`never_started`) is started from its events.
-- Pods and every runtime's workload kind (Jobs, PyTorchJobs, TrainJobs: `render.registry`) labelled
-  `app.kubernetes.io/managed-by: ftbench` -> a sync of their experiment (`handle_follow`). Pods are also indexed, so a sync reads them from memory.
-- ConfigMaps labelled `ftbench.io/profile: "true"` -> the cluster profile (`profile_source`).
-- FineTuneSweep events, and events of the experiments a sweep controls (owner reference) -> a
-  reconcile of the sweep (`handle_sweep`, through its own Syncer); every sweep event -> metrics.
-  Event handlers only: kopf keeps no progress annotations on sweeps, so the operator needs no
-  write access to a sweep beyond its status.
-
-No timers or daemons (they would add finalizers), no on.delete handlers: deletion is left to
-owner references and the garbage collector, so a delete never hangs when the operator is gone.
+Design notes: docs/design-notes.md, "operator/ftbench_operator/app.py".
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Prometheus metrics (kopf has none of its own): state of experiments and of the operator.
 
-- `ftbench_experiments{phase}`: experiments by phase (from the watch, so it is right after a
-  restart too);
-- `ftbench_reconcile_duration_seconds{handler}` and `ftbench_reconcile_errors_total{handler,kind}`;
-- `ftbench_result_*{namespace,name,model,experiment,gpus}`: each succeeded experiment's headline
-  results, so results can be graphed and compared across experiments;
-- `ftbench_network_peak_bus_bandwidth_gbps{namespace,name,model,experiment,gpus,backend,transport,link_layer}`:
-  the network preflight's peak busbw (`status.environment.network`, docs/roce.md) of every experiment
-  that ran one, whatever its phase (a run refused for want of RoCE shows what it had instead), so a
-  dashboard sees a socket fallback or a slow node pair; dropped with the experiment;
-- `ftbench_sweep_points{namespace,sweep,phase}` (points per phase, from status.counts),
-  `ftbench_sweep_best{namespace,sweep,metric}` (the best point's objective value) and
-  `ftbench_sweep_device_hours{namespace,sweep,kind}` (status.deviceHours), per sweep, so a
-  dashboard follows a sweep without reading its table; dropped when the sweep is deleted;
-- `ftbench_result_throughput_ci95_ratio{...,scope}`: the steady tokens/s interval's half-width /
-  estimate, with which kind of sure it is (withinRun or acrossRepeats).
-
-The names are ftbench.contracts.operator_metrics', which the chart's dashboard queries.
+Experiments by phase, reconcile durations and errors, each succeeded experiment's headline results
+and throughput interval, the network preflight's peak busbw, and each sweep's points, best value and
+device hours; the design notes list every metric with its labels. The names are
+ftbench.contracts.operator_metrics', which the chart's dashboard queries.
 
 One registry per `OperatorMetrics` (tests build their own; the operator uses the default one).
+
+Design notes: docs/design-notes.md, "operator/ftbench_operator/metrics.py".
 """
 
 from __future__ import annotations

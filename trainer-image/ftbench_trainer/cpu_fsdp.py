@@ -1,21 +1,13 @@
 """FSDP on CPU ranks: accelerate's own FSDP path, switched on where accelerate leaves it off.
 
-accelerate (0.33 to 1.15, every version the engines pin) turns an FSDP config into
-`DistributedType.FSDP` only inside `AcceleratorState.__init__`'s branch for GPU-like backends
-(MULTI_GPU, MULTI_XPU, ...). CPU ranks come up as MULTI_CPU (gloo), so the FSDP plugin is dropped
-and the Trainer wraps the model in DistributedDataParallel: an "FSDP" run on CPU silently trains
-as DDP. `enable` wraps that `__init__` and, when it leaves a MULTI_CPU state with an FSDP plugin,
-does what the GPU branch does: distributed type FSDP, the plugin's mixed precision, the plugin
-stored, PartialState told. From then on accelerate and the Trainer prepare the model exactly as on
-GPUs (same plugin, same auto-wrap policy, `fully_shard` or FullyShardedDataParallel), so the CPU
-and GPU paths differ only in device and backend (docs/measurements.md, "FSDP on CPU ranks").
+accelerate (0.33 to 1.15, every version the engines pin) drops the FSDP plugin on CPU ranks
+(MULTI_CPU, gloo), so an "FSDP" run on CPU silently trains as DDP. `enable` wraps
+`AcceleratorState.__init__` and does what its GPU branch does, so the CPU and GPU paths differ only
+in device and backend (docs/measurements.md, "FSDP on CPU ranks"). This touches accelerate's private
+state, so the trainer checks after wrapping that the model really is FSDP (`measure.shards`) and
+refuses to report an FSDP run that is not.
 
-Two CPU-only adjustments: FSDP1 is given `device_id=cpu` without an index (older accelerate passes `cpu:N`,
-which FSDP1 refuses as inconsistent with its compute device `cpu`), and FSDP2's CPU offload pins host memory by default, and pinning needs an
-accelerator ("Cannot access accelerator device when none is available"); on CPU the offload policy
-is applied with `pin_memory=False` and recorded as such. This touches accelerate's private state, so
-the trainer checks after wrapping that the model really is FSDP (`measure.shards`) and refuses to
-report an FSDP run that is not.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/cpu_fsdp.py".
 """
 
 from __future__ import annotations

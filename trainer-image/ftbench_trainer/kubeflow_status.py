@@ -1,23 +1,13 @@
 """Progress and headline metrics into Kubeflow Trainer's `TrainJob.status.trainerStatus`.
 
-When the trainer runs in a TrainJob whose controller has the `TrainJobStatus` feature gate on,
-Trainer injects `KUBEFLOW_TRAINER_SERVER_URL`, `..._CA_CERT` and `..._TOKEN`
-(ftbench.contracts.trainer_status has the request and what upstream does with it). Rank 0 then
-posts, at the cadence of its own progress (never more often than upstream's 5 s), the progress
-percentage, the estimated remaining time and the metrics a Kubeflow user looks for: tokens/s,
-step time, peak memory and loss, plus the step counts. The last update, after the run's result is
-known, carries the measured figures (the same as `status.results` of the FineTuneExperiment) and
-100 %.
+When the trainer runs in a TrainJob whose controller has the `TrainJobStatus` feature gate on, rank 0
+posts the progress percentage, the estimated remaining time and the headline metrics
+(ftbench.contracts.trainer_status has the request). It sets `DISABLE_KUBEFLOW_INTEGRATION=TRUE` so
+that transformers' own `KubeflowCallback` does not replace its metrics. Reporting never fails training
+(`ftbench_trainer.sender`): a failed report is counted and recorded
+(`status.environment.kubeflowTrainerStatus`).
 
-One reporter per TrainJob: transformers (>= 4.57) registers its own `KubeflowCallback` whenever
-`KUBEFLOW_TRAINER_SERVER_URL` is set, and both would replace each other's metrics list. So this
-module sets `DISABLE_KUBEFLOW_INTEGRATION=TRUE` for the training that follows; a user who set it
-to TRUE on the pod switches both off.
-
-Reporting never fails training (`ftbench_trainer.sender`): an unreachable endpoint, a refused
-token or a rejected body is counted; the run's environment records it
-(`status.environment.kubeflowTrainerStatus`) and the operator's `TrainerStatusReported` condition
-says so.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/kubeflow_status.py".
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Node-level launch: where this node sits in the job, and how its training processes start.
 
-The Kubernetes runtimes describe a node's place differently (see the plan's `rendezvous`):
+The Kubernetes runtimes describe a node's place differently (the plan's `rendezvous`: ``local``,
+``pytorchjob``, ``indexedjob``, ``trainjob``); each is mapped onto accelerate's machine_rank /
+main_process_ip / main_process_port. With launcher ``accelerate`` the plan's accelerate config is
+written to a file with those values filled and ``accelerate launch -m ftbench_trainer.worker``
+starts the node's processes. Each rank writes its own result; `merge_rank_results` turns them into
+the node's result. The env var names and their resolution are the shared contract `ftbench.contracts.env`.
 
-- ``local``: one machine; node rank 0, master 127.0.0.1.
-- ``pytorchjob``: Kubeflow sets *node-level* ``RANK`` (Master 0, Worker i -> i+1), ``MASTER_ADDR``
-  and ``MASTER_PORT``; they are not torchrun's per-process values, so they are mapped explicitly
-  onto accelerate's machine_rank / main_process_ip / main_process_port.
-- ``indexedjob``: ``JOB_COMPLETION_INDEX`` is the node rank; the master is the plan's
-  ``masterHost`` (pod 0's stable DNS name behind the headless Service).
-- ``trainjob``: Kubeflow Trainer v2 sets torchrun's node-level ``PET_NODE_RANK``, ``PET_NNODES``,
-  ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT``; mapped the same way (accelerate, not torchrun,
-  starts the processes).
-
-With launcher ``accelerate`` the plan's accelerate config is written to a file with those
-values filled and ``accelerate launch -m ftbench_trainer.worker`` starts the node's processes.
-Each rank writes its own result; `merge_rank_results` turns them into the node's result.
-The env var names and their resolution are the shared contract `ftbench.contracts.env`.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/launch.py".
 """
 
 from __future__ import annotations

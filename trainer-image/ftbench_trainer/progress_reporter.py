@@ -1,35 +1,14 @@
 """Live progress from the trainer's rank 0 into `FineTuneExperiment.status.progress`.
 
-The channel: rank 0 merge-patches *only* `status.progress` through the status subresource,
-with its pod's service account. The operator never writes `progress` while a run is active, so
-there is one writer per field. RBAC the trainer's service account needs (the per-experiment
-Role the operator creates, `ftbench.render.access`)::
+Rank 0 merge-patches *only* `status.progress` through the status subresource, with its pod's service
+account (the per-experiment Role of `ftbench.render.access`); the operator never writes `progress`
+while a run is active, so there is one writer per field. Reporting must never fail or slow training
+(`ftbench_trainer.sender.ThrottledSender`): `report()` only stores the latest values for a daemon
+thread to send, throttled, and errors are logged, counted and otherwise ignored. The body is
+`ftbench.contracts.progress.Progress`, the model the CRD declares. `ProgressReporter` also implements
+the trainer's `ProgressSink` protocol (`update(progress)`).
 
-    - apiGroups: ["ftbench.io"]
-      resources: ["finetuneexperiments/status"]
-      resourceNames: [<this experiment>]
-      verbs: ["get", "patch"]
-
-The status subresource ignores changes to spec and metadata, so the pod cannot edit the
-experiment it measures.
-
-Reporting must never fail or slow training (`ftbench_trainer.sender.ThrottledSender`): `report()`
-only stores the latest values and wakes a daemon thread that sends them; at most one report per
-`min_interval_seconds` (10 s) is accepted, except a `final` one; errors (no permission, API server
-away, timeouts) are logged, counted and otherwise ignored. Imports only the standard library (the request goes through
-`ftbench.kubeapi.http`) and ftbench's pydantic models (no kopf, no torch, no kubernetes client),
-so the trainer image and tests can use it anywhere.
-The body is `ftbench.contracts.progress.Progress`, the model the CRD declares.
-
-Usage (what `ftbench_trainer` calls)::
-
-    reporter = ProgressReporter.from_plan(plan)          # None when not in a cluster / disabled
-    if reporter:
-        reporter.report(step, total, tokens_per_second, eta)   # throttled, non-blocking
-        ...
-        reporter.close()                                  # flushes the last report (<= timeout)
-
-`ProgressReporter` also implements the trainer's `ProgressSink` protocol (`update(progress)`).
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/progress_reporter.py".
 """
 
 from __future__ import annotations

@@ -2,21 +2,12 @@
 
 One reconcile pass (`reconcile_sweep`) runs for a sweep's own events and for every event of one of
 its child FineTuneExperiments, through a `Syncer` (coalesced: a burst of child updates costs one
-or two passes; retried with backoff on API errors). A pass keeps no state of its own:
+or two passes; retried with backoff on API errors). A pass keeps no state of its own; it creates
+runs *before* it writes the status, with deterministic names, so an operator killed in between
+neither duplicates a run nor loses a count. No finalizer; the spec is immutable, and every pass
+after the first plans from `status.acceptedSpec`.
 
-1. read the sweep; parse and expand its spec (`ftbench.sweep.points.expand`), or record Invalid;
-2. list its children by label and keep those whose owner reference names the sweep's uid (labels
-   can be written by anyone), each turned into a `RunState` (phase, reason, results);
-3. with `spec.reuse`, match the points against the namespace's other Succeeded experiments;
-4. `plan_sweep` says which runs to start; they are created *before* the status is written, with
-   deterministic names (`sweep_child_name`), so an operator killed in between finds them on its
-   next pass (409 on an object we own is success) and neither duplicates a run nor loses a count;
-5. patch the status from `sweep_status`, only when it changed.
-
-Deletion is left to owner references and the garbage collector (no finalizer). The spec is
-immutable: current servers refuse edits (CEL on the CRD); the first pass records the spec it runs in
-`status.acceptedSpec` (as experiments do), and every later pass plans from that, so an edit stored by
-an older server changes nothing that is measured (condition SpecChangeIgnored says so).
+Design notes: docs/design-notes.md, "operator/ftbench_operator/handlers/handle_sweep.py".
 """
 
 from __future__ import annotations

@@ -1,41 +1,16 @@
 """Deterministic generators for the artificial benchmark datasets.
 
 Every catalog ``dataset_id`` has its generator parameters in the catalog, which the plan carries
-(``plan.dataset.generator``: the trainer reads no catalog). :func:`generate_dataset`
-writes a dataset once into a data directory under a content-keyed file name
-(``<dataset_id>-<key>.jsonl|parquet``; the key hashes the id, the effective parameters, the seed,
-the tokenizer and :data:`GENERATOR_VERSION`), reuses an existing file, and is safe when several
-processes generate the same file at once (each writes a temporary file in the same directory and
-``os.replace``-s it into place; the content is deterministic, so the last writer wins harmlessly).
-
-The rows follow ado-sfttrainer's published formats (its ``preprocess_news_dataset.py``,
-``generate_16384plus_dataset.py`` and ``generate_vision_dataset.py``), so a file made by either
-tool trains in the other; the text itself is ftbench's own synthetic English. A file already at
-seed 002's place, ``<data dir>/<dataset_id>.jsonl|parquet`` (e.g. made by ado), is used as is
-(:func:`resolve_dataset_file`); only a missing one is generated.
-
-Text datasets are JSONL rows ``{"output": ...}`` (train with ``--dataset_text_field output
---response_template "\\n### Response:"``):
-
-* ``news-chars-N-entries-E``: ado's Alpaca template, ``PREAMBLE + "### Input:\\n" + N characters
-  + "\\n\\n### Response: " + N characters``, i.e. ``len(output) == 2 * N + 117`` (seed 001 says
-  "127 (prompt)"; ado's template, which its files carry, has 117).
-* ``news-tokens-Tplus-entries-E``: ado's layout, ``"### Input:\\n" + 1024 characters +
-  "\\n\\n### Response: " + ". ".join(R copies of a 1024-character text)`` with R = 100 for
-  T = 16384 (R scales with T). One file serves every model, as ado's does: every ``output`` has at
-  least T whitespace-separated words, a lower bound on the token count of any tokenizer that does
-  not merge across spaces (Llama/Granite sentencepiece and byte-level BPE tokenizers); ado's
-  published statistics for its file are 17.6k-40.9k tokens per entry.
-
-Vision datasets are Parquet files as ado writes them: ``images`` (one JPEG per row, a ``{bytes,
-path}`` struct; the kind of picture ado draws, a white canvas with two concentric filled circles,
-drawn by :func:`make_jpeg`) and ``output`` (the chat: user ``[{type: text, text: question},
-{type: image, index: row}]``, assistant ``[{type: text, text: answer}]``); the answer has at least
-T words (~20k tokens for T = 16384, as ado's 18200-token target), the question ~38 words.
+(``plan.dataset.generator``: the trainer reads no catalog). :func:`generate_dataset` writes a dataset
+once into a data directory under a content-keyed file name and reuses an existing file; a file already
+at seed 002's place (e.g. made by ado) is used as is (:func:`resolve_dataset_file`). The rows follow
+ado-sfttrainer's published formats, so a file made by either tool trains in the other.
 
 This module holds the catalog parameters, the text rows and the file API; the words all rows are
 made of are in :mod:`.words`, the vision rows and their JPEG in :mod:`.vision` (what callers use of
 those two, e.g. :func:`make_jpeg`, is re-exported here).
+
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/datasets/__init__.py".
 """
 
 from __future__ import annotations

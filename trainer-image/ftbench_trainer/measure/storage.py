@@ -1,30 +1,13 @@
 """Count live tensor storage during a training step, by phase and by what holds it.
 
 A `TorchDispatchMode` sees every op's outputs; each new storage is counted once, rounded up to
-the CUDA caching allocator's 512-byte blocks, and uncounted when Python frees it (a finalizer on
-the storage object, which torch keeps unique per storage while it lives). This works the same for
-fake tensors (the prediction) and real ones (measuring a real step with the same rule), which is
-what makes the two comparable. Storages made before the tracker starts (parameters, optimizer
-state) are added with `add`.
+the CUDA caching allocator's 512-byte blocks, and uncounted when Python frees it. This works the
+same for fake tensors (the prediction) and real ones (measuring a real step with the same rule),
+which is what makes the two comparable. A real FSDP2 step (DTensor shards, `UntypedStorage.resize_`),
+collectives' buffers freed late on real ranks (`settle`) and the split at each phase's peak
+(`split_at`) are handled here too.
 
-A real FSDP2 step needs two more things, both here so that a sharded run is measured by the same
-rule: a DTensor (a sharded parameter, its gradient and optimizer state) is counted by its local
-shard's storage, and FSDP2 frees and re-allocates each layer's gathered parameters with
-`UntypedStorage.resize_`, which no dispatch mode sees, so the tracker wraps `resize_` while it is
-active (as torch's own `torch.distributed._tools.mem_tracker` does).
-
-On more than one real rank, a collective's buffers are freed by the communication library's worker
-thread after the caller's `wait()` has returned, and that thread needs the GIL, which the training
-thread keeps until its next blocking call. When the optimizer phase starts, the last backward
-reduce-scatters' buffers were still counted in about half of the two-rank runs, a phase 6 % higher
-at random (tests/trainer/test_predict_fsdp.py). `settle` (each phase's start with
-`StorageTracker(settle=True)`) lets them go first, which is the state the
-fake process group of a prediction is in at once.
-
-At each phase's peak the tracker keeps which storages were live; `split_at` later sorts them into
-parameters, gradients, optimizer state and the rest, once the step has made its gradients and
-optimizer state (their storages are only known then). Storage ids are serial numbers, not
-`id()`s, which Python reuses once an activation is freed.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/measure/storage.py".
 """
 
 from __future__ import annotations

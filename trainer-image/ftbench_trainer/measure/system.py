@@ -1,20 +1,13 @@
 """A background sampler for the GPU (NVML) and the training process (psutil).
 
 One daemon thread per training process samples, every `interval` seconds, the GPUs this process
-uses (one per rank; every GPU of the node for the single DataParallel process of distributedBackend
-None): compute utilisation, memory used / total, power draw and power / enforced limit; and the
-process's CPU use (100 = one core) and resident memory (% of the node's memory), and the node's
-memory used (% of its memory, every process counted: the quantity ado reports as
-cpu_memory_utilization, kept beside seed note 2's process figure); the host's CPU steal and
-runnable threads of other processes (`host_load`), and each GPU's clock-throttle reasons, for the
-noise flags. The thread only
-appends to lists; statistics are computed after training over the samples inside the measured
-window, so warmup samples can be excluded. NVML calls take ~10-100 us and never synchronise the
-GPU stream, so sampling at 1 s costs far below 1% of any step.
+uses (utilisation, memory, power), the process's CPU and memory, the node's memory, the host's
+contention and each GPU's clock-throttle reasons. The thread only appends to lists; statistics are
+computed after training over the samples inside the measured window, so warmup samples can be
+excluded. Without NVML (no driver, CPU runs) the GPU part records nothing; a failing NVML call is
+logged once and disables GPU sampling, never the run.
 
-Without NVML (no driver, CPU runs) the GPU part records nothing and the GPU metrics stay absent
-("n/a"; ado-named exports write seed 001's 0.0); a failing NVML call is logged once and disables GPU
-sampling, never the run.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/measure/system.py".
 """
 
 from __future__ import annotations

@@ -2,18 +2,12 @@
 
 Called by the worker (`ftbench_trainer.worker`) on every rank before the engine starts, when the plan
 has `networkPreflight`. It initialises the default process group itself, with the backend accelerate
-would choose (accelerate then finds it initialised and keeps it), so the group the test measures is
-the one training uses. Per message size (small to large): warm-up iterations, then timed ones; the
-time of a size is the slowest rank's mean (all-reduce MAX), which every rank then shares, so every
-rank makes the same decisions and the same report. The time budget is split between the two
-collectives; a size whose iterations would not fit gets fewer, and once nothing is left the larger
-sizes are skipped.
+would choose, so the group the test measures is the one training uses. The time of a message size is
+the slowest rank's mean, which every rank shares, so every rank makes the same decisions and the same
+report. With NCCL, every rank's network lines are read together (`nccl_log`) for the transport really
+used; gloo (CPU ranks) prints nothing of the kind: its transport is TCP.
 
-With NCCL the test runs with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS including INIT,NET, its lines
-going to a file of ours (NCCL_DEBUG_FILE, unless the pod names one); each rank echoes its network
-lines to its log, and the lines of every rank, gathered, are read together (`nccl_log`) for the
-transport really used. gloo (CPU ranks) prints nothing of the kind: its
-transport is TCP, and the figures come from the same code with the same definitions.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/network/preflight.py".
 """
 
 from __future__ import annotations

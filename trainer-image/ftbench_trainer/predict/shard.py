@@ -2,43 +2,12 @@
 
 The trace runs the whole model on one (fake) device. Sharding divides what it shards by the
 ranks that share it and adds what the sharding adds; each phase's peak is rescaled and the
-highest rescaled phase is the prediction. Pure Python, no torch: the rules are stated here once
-and docs/measurements.md quotes them. (FSDP2 runs, trl's, are traced sharded instead: predict.model.)
+highest rescaled phase is the prediction. Pure Python, no torch. (FSDP2 runs, trl's, are traced
+sharded instead: predict.model.) The rules for each sharding (FSDP1, DeepSpeed ZeRO, DDP), master
+weights, gradient accumulation, AdamW's foreach temporaries, fast MoE and offload are stated once,
+in the design notes, which docs/measurements.md quotes.
 
-- FULL_SHARD, HYBRID_SHARD (within a node), DeepSpeed ZeRO-3, as FSDP1 (fms-hf-tuning's accelerate)
-  runs them: parameters, gradients and optimizer state / N; the root unit (embeddings, final norm,
-  LM head) gathered from the first forward to the end of backward (FSDP1 does not reshard the root
-  after forward) and, where it trains, its unsharded gradient through backward; the decoder layers
-  gathered one at a time (forward: one, two with forward prefetch; backward: two, the layer and the
-  one prefetched), plus the layer's unsharded gradient. A backward peak before any decoder layer's
-  gradient exists (at most the LM head's, the root's) is the loss's, first of backward: there only the
-  last layer is gathered, which the root's pre-backward prefetches, and no layer has a gradient yet
-  (bench/fsdp_accumulation.py: 2 ranks without accumulation measured 285 MB where two gathered layers
-  predicted 304).
-- SHARD_GRAD_OP, HYBRID_SHARD_ZERO2, DeepSpeed ZeRO-2: gradients and optimizer state / N.
-- DDP: everything replicated, plus its gradient buckets (one more copy of the gradients).
-- NO_SHARD: replicated.
-- Master weights (`Sharding.master_factor`): with mixed precision on, accelerate upcasts FSDP1's
-  flat parameters that train to float32 (`Accelerator.prepare_model`, every release's accelerate:
-  `if self.mixed_precision != "no"`), so their gradients and AdamW moments are float32 too: twice the
-  16-bit model's bytes. Without mixed precision (ado's and ftbench's default) what trains keeps the
-  load dtype; frozen weights always do.
-- Gradient accumulation (`Sharding.no_sync`): on every micro-step but the last, accelerate runs
-  backward under FSDP1's `no_sync`, which keeps each flat parameter's whole unsharded gradient
-  until the step syncs (torch's FSDP docs; 2 and 4 CPU ranks: +72-75 MB for 69 MB of gradients,
-  bench/fsdp_accumulation.py). `unsharded_gradients` states its size; the device-level peak
-  counts it (ftbench.api.device_memory), the traced split does not.
-- AdamW's foreach temporaries: over every parameter at once where the optimizer sees plain
-  parameters, one flat parameter at a time where it sees FSDP1's flat parameters (use_orig_params
-  false: torch's foreach default skips a FlatParameter).
-- fms-acceleration's fast MoE (`fastMoe: k`, ScatterMoE with expert parallelism): the experts are not
-  FSDP's; each rank holds 1/k of them (its expert-parallel group's share, replicated across the
-  groups) in the load dtype with their gradients and AdamW state, and computes with them where they
-  are, so a layer is gathered without its experts. ado's fleet: mixtral full fine-tuning on 8 GPUs
-  with fastMoe 8 ran at 78 % of the card, which FSDP-sharded float32 experts (over 100 %) cannot.
-- Offload (FSDP offloadParams, DeepSpeed offload): parameters, their gradients and the optimizer
-  state (and its step) live on the host; the device holds what is gathered, each unit's unsharded
-  gradient until it is moved off, and the activations.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/predict/shard.py".
 """
 
 from __future__ import annotations

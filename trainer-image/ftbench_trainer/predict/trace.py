@@ -3,33 +3,11 @@
 The model is built from its config on the meta device (no weights), given LoRA or prompt tuning as
 the engine would, moved to *fake* CPU tensors, and run through the steps the Trainer runs: forward
 with labels, backward, gradient clipping, AdamW, zero_grad. Nothing is computed; shapes, dtypes
-and allocations are. `StorageTracker` counts the storages as they come and go.
+and allocations are. `StorageTracker` counts the storages as they come and go. Why fake CPU,
+AdamW's foreach, FSDP traced, the engine's own loss and the steady state (each moved the answer
+by 20-80 % when wrong) is in the design notes.
 
-Why these choices (../shared/notes/memory-prediction.md measured each; each one moved the answer by
-20-80 % when wrong):
-- Fake *CPU*, never fake CUDA: on a CPU build, backward on fake CUDA tensors aborts the process, and
-  on fake CUDA or meta sdpa falls back to the math kernel that materialises seq x seq scores.
-- AdamW's `foreach` follows the device predicted for (on CUDA torch defaults to foreach, which
-  needs one more model-sized temporary at the step; on CPU to the per-tensor loop).
-- FSDP is traced, not computed: the model is sharded with FSDP2's `fully_shard` (each decoder
-  layer, then the root with the embeddings, final norm and LM head, as accelerate wraps it) on a
-  fake process group of the run's ranks, so the trace sees what one rank holds: its shards, the
-  root's parameters gathered through forward and backward, each layer's all-gather and
-  reduce-scatter buffers. Arithmetic on a single-rank trace missed the root and the buffers by
-  8-14 % against a real two-rank FSDP2 step (tests/trainer/test_predict_fsdp.py).
-- The loss the engine computes: trl's SFTTrainer (from trl 1.x, in both engines' environments where
-  their trl has it) patches the model with a fused LM head (`add_fused_lm_head`) that never
-  materialises the logits but tiles the projection through a fixed [tokens, 32768] buffer; on a
-  small vocabulary that buffer is the step's peak (258 MB against 29 MB for the tiny model). Older
-  trl (0.1x, fms-hf-tuning's releases) computes the loss through transformers and then its token
-  accuracy from a contiguous copy of the shifted logits, with the logits still alive: traced too
-  (without it a fms-hf-tuning 3.2.2 run measured 18-21 % above the prediction).
-- The steady state: from the second step on, the optimizer state is live through forward and
-  backward; a step on zero gradients makes it before the traced step (no second forward and
-  backward to trace). With gradient accumulation two micro-batches, so the second runs with the
-  first one's gradients live: under FSDP2 whole and unsharded where the environment's accelerate
-  runs the micro-steps but the last without reducing (`StepShape.no_sync`; 2 CPU ranks with GA 4
-  measured 359 MB where the sharded gradients predicted 325).
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/predict/trace.py".
 """
 
 from __future__ import annotations

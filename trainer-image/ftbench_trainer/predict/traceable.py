@@ -2,20 +2,12 @@
 tokens), the checks of a mask's values that a training step's shapes already answer, and Mamba-2
 layers as mamba_ssm's fused kernels run them on a GPU.
 
-transformers 4.x routes tokens with data-dependent shapes: GraniteMoe's gating reads each expert's
-token count back to Python (`expert_size.tolist()`, aten._local_scalar_dense) and Mixtral's block
-picks each expert's tokens with `torch.where(mask)` (aten.nonzero). A fake tensor has no values, so
-both stop the trace. `balance_routing(model)` gives those modules a forward that computes the same
-tensors in the same order, except that the routing is fixed: the token slots (tokens x top_k) are
-dealt to the experts in equal shares. transformers 5.x needs nothing: its experts run on
-shape-static grouped matrix multiplies, so its own code traces as it is.
+transformers 4.x routes tokens with data-dependent shapes, which stop a trace; `balance_routing(model)`
+gives those modules a forward that computes the same tensors in the same order, with the token slots
+dealt to the experts in equal shares (transformers 5.x needs nothing). Balanced routing gives exactly
+what the step keeps for backward, not a single expert's worst transient; the notes of a prediction say so.
 
-Why balanced routing predicts the peak: these MoE layers drop no tokens (no capacity factor), so
-what the step keeps for backward (each slot's expert input, intermediate and output) sums to
-tokens x top_k slots however the router distributes them; balanced routing gives that sum exactly.
-What it does not give is the worst transient of a single expert: an expert can receive every token
-(tokens slots instead of tokens x top_k / experts), so one expert's MLP temporaries can be up to
-experts / top_k times larger at that instant. The notes of a prediction say so.
+Design notes: docs/design-notes.md, "trainer-image/ftbench_trainer/predict/traceable.py".
 """
 
 from __future__ import annotations
