@@ -129,7 +129,9 @@ def test_report_from_cluster(crds: None, kube_api: Any, control_plane: Any, name
     assert all(r["predicted tokens/s (estimate)"] for r in rows if r["phase"] == "Succeeded")  # GPU points: predicted
     own = table(md, "## Runs outside sweeps")
     assert "predicted tokens/s (estimate)" not in own[0]  # the only run of its own is on CPU ranks: no prediction
-    assert len(list(out.glob("*.png"))) == 10  # 4 per section, 2 of gpu-sweep's scaling section (numberGpus varies)
+    # 4 per section, 2 of gpu-sweep's scaling section (numberGpus varies), gpu-sweep's Pareto front
+    assert len(list(out.glob("*.png"))) == 11 and (out / "gpu-sweep-front.png").is_file()
+    assert (out / "gpu-sweep-best.yaml").is_file()  # its best point, a ready FineTuneExperiment
 
     assert main(["report", "--from-cluster", "-n", namespace, "--sweep", "other", "-o", str(out)]) == 2
 
