@@ -83,6 +83,11 @@ class Sweeps:
             lambda: (s := self.get(name)).get("status", {}).get("phase") == phase and s, timeout, what=f"{name} {phase}"
         )
 
+    def finish(self, child: dict[str, Any], result: Result = tokens) -> None:
+        """Finish the pod of a child whose Job exists (the test plays the kubelet), as `result` says."""
+        pod = self.kubelet.wait_pods(1, f"job-name={child['status']['job']['name']}")[0]
+        self.kubelet.finish(pod, result(int(child["metadata"]["labels"][SWEEP_POINT_LABEL]), pod))
+
     def drive(self, name: str, result: Result = tokens, timeout: float = 150.0) -> tuple[dict[str, Any], int]:
         """Finish every child's pod as it appears until the sweep ends; returns the sweep and the
         most children seen unfinished at once."""
@@ -276,8 +281,7 @@ def test_operator_restart_mid_sweep_duplicates_nothing(operator, sweeps):
     operator.kill()
     try:
         for child in sweeps.children("restart"):
-            pod = sweeps.kubelet.wait_pods(1, f"job-name={child['status']['job']['name']}")[0]
-            sweeps.kubelet.finish(pod, tokens(int(child["metadata"]["labels"][SWEEP_POINT_LABEL]), pod))
+            sweeps.finish(child)
     finally:
         operator.start()
     done, most = sweeps.drive("restart")
@@ -365,8 +369,7 @@ def test_a_search_survives_an_operator_restart_and_skips_what_it_did_not_measure
     try:
         (child,) = sweeps.children("search")
         assert child["metadata"]["name"] == f"search-p{ranked[0].index}-r0"  # the best predicted
-        pod = sweeps.kubelet.wait_pods(1, f"job-name={child['status']['job']['name']}")[0]
-        sweeps.kubelet.finish(pod, tokens(int(child["metadata"]["labels"][SWEEP_POINT_LABEL]), pod))
+        sweeps.finish(child)
     finally:
         operator.start()
     done, most = sweeps.drive("search")
