@@ -6,7 +6,7 @@
 For each model of ado's fleet sample A with at least `MIN_ROWS` rows that ran: the fleet's constants are
 refitted without any of its rows (the memory terms with bench/fleet.py's fit, the throughput constants with
 bench/fleet_throughput.py's), as for a model a user brings that the fleet never saw. Three of its rows play
-the user's runs: `ftbench.api.calibrate.fit_calibration` (what `ftbench calibrate` runs) fits the corrections on
+the user's runs: `ftbench.predict.calibrate.fit_calibration` (what `ftbench calibrate` runs) fits the corrections on
 them, and the model's other rows are predicted before (model left out) and after (calibrated). Each model is
 tried with `DRAWS` different draws of three rows (seeded by the model's name); the errors are pooled over the
 draws. Pure arithmetic on the stored predictions (bench/results/fleet-sample-A.json): about a minute.
@@ -26,6 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fleet
 import fleet_throughput
 
+from ftbench.predict.fit_folds import p90_or_none
+from ftbench.predict.fit_memory import fit_constants
+from ftbench.predict.fit_throughput import fit_points
+
 SECTION = "fleet-calibration"
 CALIBRATION_ROWS = 3
 MIN_ROWS = CALIBRATION_ROWS + 3
@@ -37,8 +41,8 @@ TARGETS = (10.0, 2.0)  # tokens/s median %, memory median pp (issue 60.3)
 class Row:
     line: int
     spec: Any  # FineTuneExperimentSpec
-    judged: Any  # fleet.Judged
-    point: Any  # fleet_throughput.Point
+    judged: Any  # Judged
+    point: Any  # Point
 
 
 def rows(store: Path) -> list[Row]:
@@ -87,7 +91,9 @@ def setup_groups(all_rows: list[Row]) -> dict[str, list[Row]]:
 
 def calibrate_group(label: str, mine: list[Row], fits: dict[str, tuple[Any, Any]]) -> Outcome:
     """`fits`: per model, the (memory, throughput) constants fitted without it."""
-    from ftbench.api.calibrate import (
+    from ftbench.api.profile import DEFAULT_GPU_MEMORY
+    from ftbench.catalog import load_catalog
+    from ftbench.predict.calibrate import (
         Asked,
         Observation,
         calibrated_device,
@@ -95,8 +101,6 @@ def calibrate_group(label: str, mine: list[Row], fits: dict[str, tuple[Any, Any]
         step_factor,
         throughput_constants,
     )
-    from ftbench.api.profile import DEFAULT_GPU_MEMORY
-    from ftbench.catalog import load_catalog
 
     catalog = load_catalog()
     model = mine[0].spec.model
@@ -131,8 +135,8 @@ def left_out_fits(models: set[str]) -> dict[str, tuple[Any, Any]]:
     """Per model, the fleet's memory and throughput constants fitted without any of its rows."""
     judged, pts = fleet.judge(fleet.STORE), fleet_throughput.points(fleet.STORE)
     return {
-        m: (fleet.fit_constants([j for j in judged if j.spec["model"] != m]),
-            fleet_throughput.fit_points([p for p in pts if p.spec["model"] != m]))
+        m: (fit_constants([j for j in judged if j.spec["model"] != m]),
+            fit_points([p for p in pts if p.spec["model"] != m]))
         for m in sorted(models)
     }  # fmt: skip
 
@@ -147,9 +151,9 @@ def table(title: str, outcomes: list[Outcome]) -> str:
     ]
     met = 0
     for o in outcomes:
-        cells = [statistics.median(o.rate_before), statistics.median(o.rate_after), fleet._p90(o.rate_before),
-                 fleet._p90(o.rate_after), statistics.median(o.memory_before), statistics.median(o.memory_after),
-                 fleet._p90(o.memory_before), fleet._p90(o.memory_after)]  # fmt: skip
+        cells = [statistics.median(o.rate_before), statistics.median(o.rate_after), p90_or_none(o.rate_before),
+                 p90_or_none(o.rate_after), statistics.median(o.memory_before), statistics.median(o.memory_after),
+                 p90_or_none(o.memory_before), p90_or_none(o.memory_after)]  # fmt: skip
         met += cells[1] <= TARGETS[0] and cells[5] <= TARGETS[1]
         lines.append(f"| {o.label} | {o.rows} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
     pooled = [

@@ -9,7 +9,7 @@ Rows are read with ftbench's own ado mapping (ftbench.local.ado_rows), turned in
 operator builds them, and predicted in batches by `python -m ftbench_trainer.predict --batch` in each
 fms-hf-tuning release's own environment (its transformers, its trl: the loss path is theirs). The store
 (bench/results/fleet-sample-A.json) keeps every row's tensor prediction; `tabulate` adds the device-level
-terms (ftbench.api.prediction.device_memory) and compares with what ado measured: NVML's peak
+terms (ftbench.predict.device_memory) and compares with what ado measured: NVML's peak
 (`gpu_memory_utilization_peak`) on the rows that ran, and fits/OOM on the rows whose outcome is clear.
 
 Clean rows (the issue's): ado's two benchmark experiments, fms-hf-tuning 2.4.0 to 3.1.0, 80 GB GPUs.
@@ -24,7 +24,6 @@ Calibrate on sample A only: a disjoint sample of ado's table is kept aside to ch
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -33,16 +32,20 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ftbench.predict.fit_folds import FOLDS, Bands
+from ftbench.predict.fit_folds import p90_or_none as _p90
+from ftbench.predict.fit_memory import Judged, all_bands, calibration_domain, fit_constants, out_of_sample
+from ftbench.predict.fleet_accuracy import GROUPED, MODEL_LEFT_OUT
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO.parent / "shared" / "data" / "ado-fleet" / "fleet-sample-A.csv"
 STORE = REPO / "bench" / "results" / "fleet-sample-A.json"
 DOCS = REPO / "docs" / "benchmarks.md"
 SECTION = "fleet-memory"
-ACCURACY = REPO / "ftbench" / "api" / "fleet_accuracy.py"
+CONSTANTS = REPO / "ftbench" / "predict" / "constants.py"
 # ado's parameters (the CSV's columns before its measurements): rows equal in all of them are repeats.
 PARAMETERS = ("exp", "gc", "fk", "autostop", "method", "model_name", "number_nodes", "gpu_model", "number_gpus",
               "tokens_per_sample", "batch_size", "enable_roce", "fast_moe", "fms_hf_tuning_version")  # fmt: skip
@@ -145,16 +148,6 @@ def predict(sample: Path, store: Path, only: int | None) -> None:
 
 
 # -- tabulate ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Judged:
-    line: int
-    spec: dict[str, Any]
-    outcome: str | None  # ran, oom, None (unclear)
-    measured_percent: float | None
-    device: Any | None  # ftbench.api.device_memory.DeviceMemory
-    prediction: Any | None  # ftbench.contracts.prediction.MemoryPrediction
-    reason: str | None  # why there is no prediction
-    partner: str | None = None  # what the same configuration's other experiment did (`partners`): ran, failed
 
 
 def partners(rows: list[dict[str, Any]]) -> dict[int, str]:
@@ -176,9 +169,9 @@ def partners(rows: list[dict[str, Any]]) -> dict[int, str]:
 
 
 def judge(store: Path) -> list[Judged]:
-    from ftbench.api.device_memory import device_memory
     from ftbench.api.profile import DEFAULT_GPU_MEMORY
     from ftbench.contracts.prediction import MemoryPrediction
+    from ftbench.predict.device_memory import device_memory
 
     data = json.loads(store.read_text())
     rows = data["rows"]
@@ -235,12 +228,6 @@ def summary(judged: list[Judged]) -> dict[str, Any]:
         "relative_p90": 100 * p if (p := _p90(relative)) is not None else None,
         "seconds_p50": statistics.median(seconds) if seconds else None,
     }
-
-
-def _p90(values: list[float]) -> float | None:
-    from ftbench.api.calibrate import p90
-
-    return p90(values) if values else None
 
 
 def _fmt(value: float | None) -> str:
@@ -383,70 +370,15 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f} %" if whole else "no group"
 
 
-Bands = dict[tuple[str, str], tuple[int, float, float]]
-
-
-def bands(judged: list[Judged], by_kind: bool = True) -> Bands:
-    """ftbench.api.fleet_accuracy's bands: per scope and model kind (and per scope over both kinds), the rows that
-    ran and their median and 90th percentile |predicted - measured| in percentage points, of the rows as given
-    (`out_of_sample`'s held-out predictions)."""
-    from ftbench.api.fleet_accuracy import ANY_KIND, DENSE, MOE, SCOPES, kind, scope
-    from ftbench.catalog import load_catalog
-
-    models = load_catalog().models
-    errors: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for j in judged:
-        if j.device is None or j.measured_percent is None:
-            continue
-        where = scope(j.prediction.world_size, j.prediction.nodes)
-        error = abs(j.device.percent - j.measured_percent)
-        errors[(where, ANY_KIND)].append(error)
-        if by_kind:
-            errors[(where, kind(models[j.spec["model"]].architecture) or ANY_KIND)].append(error)
-    out = {}
-    order = {k: i for i, k in enumerate((DENSE, MOE, ANY_KIND))}
-    for key, values in sorted(errors.items(), key=lambda kv: (SCOPES.index(kv[0][0]), order[kv[0][1]])):
-        p90 = _p90(values)
-        assert p90 is not None
-        out[key] = (len(values), round(statistics.median(values), 1), round(p90, 1))
-    return out
-
-
-def all_bands(held: dict[str, list[Judged]]) -> dict[str, Bands]:
-    """What predictions quote: the grouped folds' bands for a model the fleet has, the model-left-out bands (per
-    scope) for one it has not."""
-    return {"MEMORY_BANDS": bands(held[GROUPED]), "MEMORY_UNSEEN_MODEL_BANDS": bands(held[MODEL_LEFT_OUT], False)}
-
-
-def calibration_domain(judged: list[Judged]) -> dict[str, Any]:
-    """ftbench.api.fleet_accuracy's FLEET_*: what the rows that ran and calibrated the fits cover."""
-    from ftbench.api.fleet_accuracy import architecture_key
-    from ftbench.catalog import load_catalog
-    from ftbench.stats.flops import gpu_family
-
-    models = load_catalog().models
-    ran = [j.spec for j in judged if j.measured_percent is not None and j.device is not None]
-    archs = {architecture_key(models[s["model"]].architecture) for s in ran}
-    return {
-        "FLEET_MODELS": tuple(sorted({s["model"] for s in ran})),
-        "FLEET_GPU_FAMILIES": tuple(sorted({gpu_family(s["gpuModel"]) for s in ran})),
-        "FLEET_ARCHITECTURES": tuple(sorted(a for a in archs if a)),
-        "FLEET_RELEASES": tuple(f"fms-hf-tuning {v}" for v in sorted({s["fmsHfTuningVersion"] for s in ran})),
-        "FLEET_MAX_GPUS": max(s["numberGpus"] for s in ran),
-        "FLEET_MAX_NODES": max(s["numberNodes"] for s in ran),
-        "FLEET_SEQUENCE": (min(s["modelMaxLength"] for s in ran), max(s["modelMaxLength"] for s in ran)),
-    }
-
-
 def write_generated(marker: str, constants: dict[str, Any]) -> None:
-    """Replace the section between `# {marker}:start` and `# {marker}:end` of ftbench/api/fleet_accuracy.py."""
+    """Replace the section between `# {marker}:start` and `# {marker}:end` of ftbench/predict/constants.py."""
     start, end = f"# {marker}:start", f"# {marker}:end"
-    text = ACCURACY.read_text()
+    text = CONSTANTS.read_text()
     head, rest = text.split(start, 1)
     first, rest = rest.split("\n", 1)
     _, tail = rest.split(end, 1)
-    ACCURACY.write_text(f"{head}{start}{first}\n{render_constants(constants)}\n{end}{tail}")
-    subprocess.run([sys.executable, "-m", "ruff", "format", "-q", str(ACCURACY)], check=True)  # as CI checks it
+    CONSTANTS.write_text(f"{head}{start}{first}\n{render_constants(constants)}\n{end}{tail}")
+    subprocess.run([sys.executable, "-m", "ruff", "format", "-q", str(CONSTANTS)], check=True)  # as CI checks it
 
 
 def render_constants(constants: dict[str, Any]) -> str:
@@ -462,13 +394,13 @@ def render_constants(constants: dict[str, Any]) -> str:
 
 
 def bands_table(found: dict[str, Bands]) -> str:
-    from ftbench.api.fleet_accuracy import MIN_ROWS
+    from ftbench.predict.constants import MIN_ROWS
 
     lines = [
         "How sure a prediction is: `ftbench predict` and `status.prediction.fit.fleetAccuracy` quote out-of-sample "
         f"errors: for a model the fleet has, its group's band under {GROUPED} (its scope's band over both kinds "
         f"where a group has fewer than {MIN_ROWS} rows); for a model it has not, its scope's band with the model "
-        "left out of the fit. `ftbench/api/fleet_accuracy.py` holds them, written by `tabulate --write-docs` from "
+        "left out of the fit. `ftbench/predict/constants.py` holds them, written by `tabulate --write-docs` from "
         "the same store.",
         "",
         "| validation | scope | model kind | rows that ran | median pp | p90 pp |",
@@ -572,34 +504,6 @@ def tabulate(store: Path, write_docs: bool) -> str:
 
 
 # -- fit --------------------------------------------------------------------------------------------------
-def fit_constants(judged: list[Judged]) -> Any:
-    """Least absolute deviations of measured - tensors over the device-level terms' causes (the median error is
-    what the fleet's check asks for, and a few rows that ran far from every model would pull a least-squares
-    fit), on rows that ran below the saturation the allocator shows near the card's capacity (above ~95 % it
-    gives its cache back). The context is the cluster profile's per-GPU-model constant (`gpuMemory.runtimeOverhead`,
-    a setting users change), so it is taken as set and the fit sizes the other terms beside it. Returns
-    ftbench.api.device_memory.DeviceConstants."""
-    import numpy as np
-
-    from ftbench.api.device_memory import DeviceConstants, device_features
-
-    xs, ys, names = [], [], []
-    for j in judged:
-        if j.device is None or j.measured_percent is None or j.measured_percent > 95:
-            continue
-        capacity = j.device.capacity_bytes
-        features = device_features(j.prediction)
-        names = sorted(features)
-        xs.append([features[k] for k in names])
-        # The unsharded gradients are counted at their size (one copy), not fitted; the context is the profile's.
-        known = j.device.tensor_bytes + j.device.term("unshardedGradients") + j.device.term("context")
-        ys.append((j.measured_percent / 100 * capacity - known) / GIB)
-    x, y = np.array(xs), np.array(ys)
-    weights = np.ones(len(y))
-    for _ in range(100):  # iteratively reweighted least squares towards the L1 fit
-        coef, *_ = np.linalg.lstsq(x * weights[:, None], y * weights, rcond=None)
-        weights = 1 / np.sqrt(np.maximum(np.abs(y - x @ coef), 1e-3))
-    return DeviceConstants.of_fit({name: float(c) for name, c in zip(names, coef, strict=True)})
 
 
 def fit(store: Path) -> None:
@@ -609,56 +513,6 @@ def fit(store: Path) -> None:
 
 
 # -- out of sample ----------------------------------------------------------------------------------------
-FOLDS = 5
-GROUPED = f"grouped {FOLDS}-fold"
-MODEL_LEFT_OUT = "leave one model out"
-
-
-def fold_group(spec: dict[str, Any]) -> str:
-    """What must stay on one side of a fold: every row equal in all parameters but the batch, the sequence length
-    and the experiment, so repeats, the batch and sequence of one configuration and its full/LoRA pair move
-    together."""
-    return json.dumps({k: v for k, v in spec.items() if k not in ("batchSize", "modelMaxLength", "experiment")},
-                      sort_keys=True)  # fmt: skip
-
-
-def grouped_folds(specs: dict[int, dict[str, Any]], folds: int = FOLDS) -> dict[int, str]:
-    """line -> fold: the groups (`fold_group`) sorted by a hash of their key and dealt in turn, so the folds hold
-    as many groups each and do not follow the table's order."""
-    import hashlib
-
-    keys = sorted({fold_group(s) for s in specs.values()}, key=lambda k: hashlib.sha256(k.encode()).hexdigest())
-    fold_of = {k: f"fold {i % folds + 1}" for i, k in enumerate(keys)}
-    return {line: fold_of[fold_group(spec)] for line, spec in specs.items()}
-
-
-def models_left_out(specs: dict[int, dict[str, Any]]) -> dict[int, str]:
-    return {line: spec["model"] for line, spec in specs.items()}
-
-
-def held_out(judged: list[Judged], split: dict[int, str]) -> list[Judged]:
-    """Each predicted row again, its device-level terms sized by constants fitted without its part of `split`."""
-    from ftbench.api.device_memory import device_memory
-    from ftbench.api.profile import DEFAULT_GPU_MEMORY
-
-    out = {j.line: j for j in judged}
-    for part in sorted(set(split.values())):
-        constants = fit_constants([j for j in judged if split.get(j.line) != part])
-        for j in judged:
-            if split.get(j.line) == part and j.prediction is not None:
-                gpu = DEFAULT_GPU_MEMORY[j.spec["gpuModel"]]
-                out[j.line] = dataclasses.replace(j, device=device_memory(j.prediction, gpu, constants))
-    return [out[j.line] for j in judged]
-
-
-def out_of_sample(judged: list[Judged]) -> dict[str, list[Judged]]:
-    """The rows as the fleet's constants predict them (in sample), then held out two ways."""
-    specs = {j.line: j.spec for j in judged}
-    return {
-        "in sample": judged,
-        GROUPED: held_out(judged, grouped_folds(specs)),
-        MODEL_LEFT_OUT: held_out(judged, models_left_out(specs)),
-    }
 
 
 def main() -> int:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/outside_domain.py [--write-docs]
 
 A prediction outside the calibration quotes the model-left-out band times OUTSIDE_FACTOR (2, a stated guess;
-ftbench.api.fleet_accuracy). Two of its four ways can be measured on sample A, by holding out what the way
+ftbench.predict.fleet_accuracy). Two of its four ways can be measured on sample A, by holding out what the way
 varies and fitting the constants without it: an engine release (each release's rows predicted by constants
 fitted on the other releases), and scale (the rows on more than 8 GPUs predicted by constants fitted on the rows
 on 8 or fewer). Each is set beside the grouped-fold error of the same rows. The other two, a GPU family and an
@@ -23,20 +23,24 @@ from typing import Any
 import fleet
 import fleet_throughput as ft
 
+from ftbench.predict.fit_folds import grouped_folds, p90_or_none
+from ftbench.predict.fit_memory import fit_constants, held_out
+from ftbench.predict.fit_throughput import fit_points, held_out_errors
+
 SECTION = "outside-domain"
 LARGE = 8  # GPUs: "scale" holds out the rows above it
 
 
 def _cell(values: list[float], unit: str) -> str:
-    return f"{statistics.median(values):.1f} / {fleet._p90(values) or 0.0:.1f} {unit}"
+    return f"{statistics.median(values):.1f} / {p90_or_none(values) or 0.0:.1f} {unit}"
 
 
 def throughput_rows(pts: list[Any]) -> list[tuple[str, str, str, int]]:
     specs = {p.line: p.spec for p in pts}
-    grouped = dict(zip((p.line for p in pts), ft.held_out_errors(pts, fleet.grouped_folds(specs)), strict=True))
+    grouped = dict(zip((p.line for p in pts), held_out_errors(pts, grouped_folds(specs)), strict=True))
     releases = {line: s["fmsHfTuningVersion"] for line, s in specs.items()}
-    by_release = dict(zip((p.line for p in pts), ft.held_out_errors(pts, releases), strict=True))
-    small = ft.fit_points([p for p in pts if p.gpus <= LARGE])
+    by_release = dict(zip((p.line for p in pts), held_out_errors(pts, releases), strict=True))
+    small = fit_points([p for p in pts if p.gpus <= LARGE])
     large = [p for p in pts if p.gpus > LARGE]
     scaled = {p.line: p.error(p.model.step_tokens / p.model.seconds(small).step) for p in large}
 
@@ -56,10 +60,10 @@ def _fitted_on_small(judged: list[Any], scale: dict[int, str]) -> list[Any]:
     """The large rows' device-level peaks sized by constants fitted on the small rows only."""
     import dataclasses
 
-    from ftbench.api.device_memory import device_memory
     from ftbench.api.profile import DEFAULT_GPU_MEMORY
+    from ftbench.predict.device_memory import device_memory
 
-    constants = fleet.fit_constants([j for j in judged if scale[j.line] == "small"])
+    constants = fit_constants([j for j in judged if scale[j.line] == "small"])
     return [
         dataclasses.replace(j, device=device_memory(j.prediction, DEFAULT_GPU_MEMORY[j.spec["gpuModel"]], constants))
         if scale[j.line] == "large" and j.prediction is not None
@@ -70,8 +74,8 @@ def _fitted_on_small(judged: list[Any], scale: dict[int, str]) -> list[Any]:
 
 def memory_rows(judged: list[Any]) -> list[tuple[str, str, str, int]]:
     specs = {j.line: j.spec for j in judged}
-    grouped = fleet.held_out(judged, fleet.grouped_folds(specs))
-    by_release = fleet.held_out(judged, {line: s["fmsHfTuningVersion"] for line, s in specs.items()})
+    grouped = held_out(judged, grouped_folds(specs))
+    by_release = held_out(judged, {line: s["fmsHfTuningVersion"] for line, s in specs.items()})
     scale = {line: "large" if int(s["numberGpus"]) > LARGE else "small" for line, s in specs.items()}
     small_fit = _fitted_on_small(judged, scale)
 

@@ -45,19 +45,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet import (
-    GROUPED,
-    MODEL_LEFT_OUT,
-    REPO,
-    STORE,
-    _p90,
-    grouped_folds,
-    held_out,
-    judge,
-    min_gpus_table,
-    models_left_out,
-)
-from fleet_throughput import held_out_errors, points
+from fleet import REPO, STORE, judge, min_gpus_table
+from fleet_throughput import points
+
+from ftbench.predict.fit_folds import grouped_folds, models_left_out
+from ftbench.predict.fit_folds import p90_or_none as _p90
+from ftbench.predict.fit_memory import held_out
+from ftbench.predict.fit_throughput import held_out_errors
+from ftbench.predict.fleet_accuracy import GROUPED, MODEL_LEFT_OUT
 
 PEER_VENV = Path(os.environ.get("PEER_VENV", "/root/.cache/ftbench/peer-autoconf"))
 WORKER = Path(__file__).resolve().with_name("peer_autoconf_worker.py")

@@ -7,7 +7,7 @@ its points are those configurations (repeats of one configuration are one point,
 field free: GPUs, nodes, batch, sequence, release, fastMoe. The objective is tokens/s per GPU (ado's
 dataset_tokens_per_second / numberGpus). Predictions are out of sample: the throughput constants are fitted with
 the space's model left out (bench/fleet_throughput.fit_points), and each point's band is the model-left-out 90th
-percentile of its scope (ftbench.api.fleet_accuracy). The search measures at most --fraction of a space's points;
+percentile of its scope (ftbench.predict.fleet_accuracy). The search measures at most --fraction of a space's points;
 beside it, random search at the same budget (the chance, over every subset of that size, that the best of it is
 within 5 % of the space's best) and exhaustive search (every point). The last line: "N of M spaces within 5 % of
 the best measured, K % of points measured". --sample takes any fleet sample (CSV) or a store bench/fleet.py wrote.
@@ -23,9 +23,11 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from fleet_throughput import Point, fit_points, points, points_of, publish, sample_rows
+from fleet_throughput import points, points_of, publish, sample_rows
 
-from ftbench.api.fleet_accuracy import ANY_KIND, THROUGHPUT_UNSEEN_MODEL_BANDS, scope
+from ftbench.predict.constants import THROUGHPUT_UNSEEN_MODEL_BANDS
+from ftbench.predict.fit_throughput import Point, fit_points
+from ftbench.predict.fleet_accuracy import ANY_KIND, scope
 from ftbench.sweep.search import Candidate, Trial, best_trial, budget_of, next_step
 
 REPO = Path(__file__).resolve().parents[1]

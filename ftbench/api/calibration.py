@@ -1,5 +1,5 @@
 """The cluster profile's `calibration` section: corrections to the fleet-fitted predictions that a cluster's own
-runs fitted (`ftbench calibrate`, ftbench.api.calibrate), with the runs they came from and what they changed.
+runs fitted (`ftbench calibrate`, ftbench.predict.calibrate), with the runs they came from and what they changed.
 
 Versioned (`version`), validated like the rest of the profile, and read wherever the profile is: `ftbench
 predict --profile FILE` and the operator (the chart's `clusterProfile`). Each correction says how many runs it

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
 from ftbench.api.bounds import MAX_REPEATS
-from ftbench.api.prediction import PredictionReport
+from ftbench.api.prediction_report import PredictionReport
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.contracts.bounded import BoundedMessage, BoundedReason
 from ftbench.contracts.conditions import ConditionType

@@ -84,7 +84,7 @@ class Objective(ApiModel):
     direction: Direction = Field(Direction.MAX, description="max or min.")
 
 
-# The objectives a search can predict (ftbench.api.throughput): tokens/s in all, or per GPU.
+# The objectives a search can predict (ftbench.predict.throughput): tokens/s in all, or per GPU.
 SEARCH_TOTAL = ("trainTokensPerSecond", "datasetTokensPerSecond", "steadyStateTokensPerSecond")
 SEARCH_PER_GPU = ("trainTokensPerGpuPerSecond", "datasetTokensPerSecondPerGpu")
 

@@ -101,7 +101,7 @@ def check_profile_rules(
     what the render step would refuse here (the runtime it gets, what the images lack: the same
     functions, so validate, render and the operator give one answer). Needs the profile, so not in
     `all_rules`."""
-    from ftbench.api.rules_bounds import priority_class_allowed  # it imports the profile, which imports spec
+    from ftbench.api.rules.bounds import priority_class_allowed  # it imports the profile, which imports spec
     from ftbench.api.runtime_choice import profile_refusals
 
     wire = spec.to_wire()

@@ -3,7 +3,7 @@
 Reads the runs that measured something (the local results store: ftbench's runs and imported ado rows;
 `--ado CSV` adds ado rows directly; `--from-cluster` reads the cluster's FineTuneExperiments instead of the
 local runs), traces each run's memory prediction in its engine's environment (`--skip-memory` fits the
-throughput only, in seconds), fits the corrections (ftbench.api.calibrate), prints them with their before/after
+throughput only, in seconds), fits the corrections (ftbench.predict.calibrate), prints them with their before/after
 error on those runs, and writes the profile's `calibration` section (the rest of FILE is kept as written).
 """
 
@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from ftbench.api.calibrate import Observation, fit_calibration
 from ftbench.api.calibration import Calibration
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.spec import FineTuneExperimentSpec
@@ -32,6 +31,7 @@ from ftbench.cli.table import format_table
 from ftbench.contracts.prediction import MAMBA_KERNELS_ENV
 from ftbench.local.home import ftbench_home, local_profile, results_db
 from ftbench.local.store import ResultsStore, RunRecord
+from ftbench.predict.calibrate import Observation, fit_calibration
 
 SUCCEEDED = "Succeeded"
 MARK = '# written by ftbench calibrate (docs/measurements.md, "Calibrated by your own runs")'

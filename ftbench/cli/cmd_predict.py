@@ -6,11 +6,10 @@ import argparse
 import json
 import sys
 
-from ftbench.api.fleet_accuracy import question
-from ftbench.api.prediction import PredictionReport, memory_fit, prediction_report, rows_of
+from ftbench.api.prediction_report import PredictionReport
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import KIND, SWEEP_KIND
-from ftbench.api.rules_data import too_few_rows
+from ftbench.api.rules.data import too_few_rows
 from ftbench.api.shapes import ShapeAnswer, answer, candidate_shapes
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
@@ -24,6 +23,8 @@ from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.predict import prediction_plan, run_batch, run_predictor
 from ftbench.local.runner import LocalRunError, TrainerPython, trainer_profile, trainer_python
+from ftbench.predict.fleet_accuracy import question
+from ftbench.predict.prediction import memory_fit, prediction_report, rows_of
 from ftbench.render.plan import PlanError
 
 GIB = 2**30
@@ -136,7 +137,7 @@ def device_rows(report: PredictionReport) -> list[tuple[str, str]]:
 
 
 def throughput_rows(report: PredictionReport) -> list[tuple[str, str]]:
-    """Predicted tokens/s, step time, MFU and the run's time and GPU-hours (estimates, ftbench.api.throughput)."""
+    """Predicted tokens/s, step time, MFU and the run's time and GPU-hours (estimates, ftbench.predict.throughput)."""
     t, r = report.throughput, report.run_time
     if t is None or r is None:
         return [("tokens/s (estimate)", "not predicted: CPU ranks, or a GPU model or architecture ftbench cannot size")]

@@ -8,7 +8,7 @@ from ftbench.api.effective import describe_batch
 from ftbench.api.fabric import roce_warning
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import SWEEP_KIND
-from ftbench.api.rules_data import describe_rows
+from ftbench.api.rules.data import describe_rows
 from ftbench.api.validation import Issue, load_profile, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents

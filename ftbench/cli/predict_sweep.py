@@ -19,17 +19,17 @@ from typing import Any
 
 import yaml
 
-from ftbench.api.fleet_accuracy import question
-from ftbench.api.prediction import memory_fit
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.shapes import Shape, gpu_shapes
-from ftbench.api.throughput import predict_throughput, run_time
 from ftbench.catalog import Catalog
 from ftbench.cli.main import UsageError
 from ftbench.cli.table import format_table
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.local.predict import prediction_plan, run_batch
 from ftbench.local.runner import LocalRunError, TrainerPython, trainer_profile, trainer_python
+from ftbench.predict.fleet_accuracy import question
+from ftbench.predict.prediction import memory_fit
+from ftbench.predict.throughput import predict_throughput, run_time
 from ftbench.render.plan import PlanError
 from ftbench.sweep.cost import sweep_cost
 from ftbench.sweep.fill import TooManyPoints, filled_sweep

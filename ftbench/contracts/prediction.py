@@ -85,7 +85,7 @@ class MemoryPrediction(WireModel):
         description="The engine's MoE layers make tensors sized by each expert's token count, which the router "
         "changes every step (transformers 4.x GraniteMoe, granite-4.0-h and Mixtral experts; fastMoe's dispatch is "
         "expert_parallel): "
-        "the caching allocator's reserve grows with them (ftbench.api.device_memory).",
+        "the caching allocator's reserve grows with them (ftbench.predict.device_memory).",
     )
     expert_parallel: Annotated[int, Field(ge=0)] = Field(
         0,

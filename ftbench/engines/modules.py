@@ -4,7 +4,7 @@ Validation runs where torch is not (the operator image), so the names are read a
 `python -m ftbench.engines.modules --write` builds every catalog architecture on the meta device (no
 weights, no download) in each stack's interpreter and writes data/modules.yaml, keyed by the stack's
 transformers version; `--check` (a test) says whether it is stale. The rules `engine.target-modules`
-and `engine.layer-class` (ftbench.api.rules_modules) refuse a name the spec's model does not have in
+and `engine.layer-class` (ftbench.api.rules.modules) refuse a name the spec's model does not have in
 its stack.
 
 Design notes: docs/design-notes.md, "ftbench/engines/modules.py".

@@ -6,7 +6,7 @@ package it imports is installed (bitsandbytes, galore-torch, apex, ... are in no
 not in the trl image). `python -m ftbench.engines.optimizers --write` asks every stack (each installable
 release's environment, and this environment for trl, which the trl image mirrors) and writes
 data/optimizers.yaml; `--check` (a test) says whether it is stale. The rule `engine.optimizer`
-(ftbench.api.rules_engines) refuses a name the spec's stack cannot run, with the reason.
+(ftbench.api.rules.engines) refuses a name the spec's stack cannot run, with the reason.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def crd_reference(catalog: Catalog | None = None) -> str:
         for rule in all_rules(catalog)
     ]
     parts = [
-        HEADER.format(source="ftbench/api (spec.py, status.py, rules.py) via ftbench/api/crd.py"),
+        HEADER.format(source="ftbench/api (spec.py, status.py, rules/) via ftbench/api/crd.py"),
         _title(definition),
         "Field names are seed 001's parameter names in camelCase (`batch_size` -> `batchSize`, "
         "`model_name` -> `model`). `kubectl explain fte.spec.<field>` prints the same descriptions. "

@@ -18,14 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ftbench.api.prediction import all_gather_bus_bytes
+from ftbench.api.prediction_report import all_gather_bus_bytes
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.throughput import predict_throughput
 from ftbench.catalog import Catalog
 from ftbench.contracts.ado_names import ADO_COLUMNS, ado_rows
 from ftbench.contracts.export import EXPORT_COLUMNS, EXPORT_SCHEMA_VERSION
 from ftbench.contracts.network import NetworkInEffect
 from ftbench.contracts.results import TrainerResult
+from ftbench.predict.throughput import predict_throughput
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -108,7 +108,7 @@ class RunRecord:
 
     def throughput_error_percent(self, catalog: Catalog) -> float | None:
         """(predicted - measured steady tokens/s) / measured x 100 of the last result that measured it (the
-        prediction is pure arithmetic on the spec: ftbench.api.throughput; with the inter-node bus bandwidth
+        prediction is pure arithmetic on the spec: ftbench.predict.throughput; with the inter-node bus bandwidth
         of the run's network preflight where it had one)."""
         try:
             spec = FineTuneExperimentSpec.model_validate(self.spec)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftbench.api.network import status_network
-from ftbench.api.prediction import (
+from ftbench.api.prediction_report import (
     PREDICTED_OOM_REASON,
     status_predicted_fits,
     status_predicted_percent,

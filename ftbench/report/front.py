@@ -14,8 +14,8 @@ from typing import Any
 
 from ftbench.api.resource import API_VERSION, KIND
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.throughput import predict_throughput
 from ftbench.catalog import Catalog
+from ftbench.predict.throughput import predict_throughput
 from ftbench.report.data import SweepData
 
 MEASURED = ("Succeeded", "Reused")

@@ -12,12 +12,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from ftbench.api.fleet_accuracy import ThroughputAccuracy, question, throughput_accuracy
-from ftbench.api.prediction import all_gather_bus_bytes
+from ftbench.api.prediction_report import ThroughputAccuracy, all_gather_bus_bytes
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.throughput import predict_throughput
 from ftbench.catalog import Catalog
 from ftbench.contracts.results import Metrics
+from ftbench.predict.fleet_accuracy import question, throughput_accuracy
+from ftbench.predict.throughput import predict_throughput
 from ftbench.report.data import RunMeasurement
 
 COLUMN_HEADERS = ("predicted tensor MiB (estimate)", "measured tensor MiB", "prediction error %")
@@ -47,7 +47,7 @@ THROUGHPUT_HEADERS = (
 def throughput_columns(
     spec: FineTuneExperimentSpec | None, run: RunMeasurement, catalog: Catalog
 ) -> tuple[str, str, str]:
-    """The throughput predicted for the run's spec (pure arithmetic: ftbench.api.throughput; with its network
+    """The throughput predicted for the run's spec (pure arithmetic: ftbench.predict.throughput; with its network
     preflight's bus bandwidth where it had one) and its error against the measured steady tokens/s; empty
     cells where there is no prediction (CPU ranks)."""
     m = run.metrics

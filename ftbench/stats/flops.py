@@ -1,5 +1,5 @@
 """Model FLOPs utilisation (MFU): achieved model FLOP/s over the GPUs' peak dense FLOP/s; one source for
-the trainer's measured MFU and the throughput prediction (ftbench.api.throughput).
+the trainer's measured MFU and the throughput prediction (ftbench.predict.throughput).
 
 Training FLOPs of one batch (padded tokens), PaLM's accounting (appendix B) extended to frozen base weights:
 

@@ -1,7 +1,7 @@
 """What a sweep will cost before it starts: GPU-hours at the predicted throughput (an estimate).
 
 Each valid point's run time comes from its spec's stop settings at the predicted step time
-(ftbench.api.throughput.run_time); the sweep's total sums them. Points without a prediction (CPU ranks,
+(ftbench.predict.throughput.run_time); the sweep's total sums them. Points without a prediction (CPU ranks,
 a GPU model or architecture ftbench cannot size) are counted apart, so the total never passes a partial
 sum off as the whole. Points predicted not to fit are left out and counted apart, as far as the memory
 prediction has judged them: `ftbench predict SWEEP` predicts every point first; the operator leaves out the
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ftbench.api.sweep import PointPhase, PointRow
-from ftbench.api.throughput import predict_throughput, run_time
 from ftbench.catalog import Catalog
+from ftbench.predict.throughput import predict_throughput, run_time
 from ftbench.sweep.points import SweepPoint
 from ftbench.sweep.schedule import RunState
 

@@ -21,15 +21,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from ftbench.api import effective
-from ftbench.api.fleet_accuracy import question, throughput_accuracy
 from ftbench.api.resource import API_VERSION, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import MAX_POINTS, RUN_PREFIX, FineTuneSweepSpec, spec_fields
-from ftbench.api.throughput import predict_throughput
 from ftbench.api.validation import Issue, issue_from_pydantic, validate_spec_dict
 from ftbench.api.wire_keys import metadata_problems, name_problem, unknown_keys
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import OomPrecheck
+from ftbench.predict.fleet_accuracy import question, throughput_accuracy
+from ftbench.predict.throughput import predict_throughput
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ftbench.api.network import transport_text
-from ftbench.api.prediction import PREDICTED_OOM_REASON
+from ftbench.api.prediction_report import PREDICTED_OOM_REASON
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.sweep import (
     FINISHED_POINT_PHASES,

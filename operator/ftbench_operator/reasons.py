@@ -6,7 +6,7 @@ Docs and tests use these names; those of a trainer-reported outcome come from th
 
 from __future__ import annotations
 
-from ftbench.api.prediction import PREDICTED_OOM_REASON
+from ftbench.api.prediction_report import PREDICTED_OOM_REASON
 from ftbench.contracts.outcomes import OUTCOMES
 from ftbench.contracts.results import REASON_TOO_FEW_TRAINED_ROWS, Outcome
 

@@ -19,7 +19,7 @@ from ftbench.api import effective
 from ftbench.api.display import rounded
 from ftbench.api.fabric import asks_roce, roce_warning
 from ftbench.api.network import NetworkExpectation, network_verdict
-from ftbench.api.prediction import PredictionReport
+from ftbench.api.prediction_report import PredictionReport
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.repeats import repeats_status
 from ftbench.api.spec import FineTuneExperimentSpec

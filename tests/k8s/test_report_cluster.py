@@ -47,7 +47,7 @@ def child(name: str, spec: dict[str, Any], labels: dict[str, str], status: dict[
 
 
 def predicted(percent: float) -> dict[str, Any]:
-    from ftbench.api.prediction import MemoryFit, PredictionReport
+    from ftbench.api.prediction_report import MemoryFit, PredictionReport
     from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
 
     capacity = 80 * 2**30

@@ -532,7 +532,7 @@ def test_metrics_export_the_network_preflight():
 
 
 def _predicted(peak_bytes: int, device: str = "cuda") -> dict:
-    from ftbench.api.prediction import PredictionReport
+    from ftbench.api.prediction_report import PredictionReport
     from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
 
     split = MemorySplit(parameters_bytes=peak_bytes, gradients_bytes=0, optimizer_bytes=0, activations_bytes=0)

@@ -24,6 +24,7 @@ from ftbench.catalog import load_catalog
 from ftbench.contracts.prediction import MAMBA_KERNELS_ENV, MemoryPrediction
 from ftbench.local.predict import prediction_plan, run_batch
 from ftbench.local.runner import TrainerPython
+from ftbench.predict import fit_folds, fit_memory
 
 SAMPLE = REPO_ROOT.parent / "shared" / "data" / "ado-fleet" / "fleet-sample-A.csv"
 # Stored rows re-predicted live: (line, release) of a dense FSDP run, a granite MoE, the hybrid.
@@ -61,38 +62,40 @@ def test_the_docs_table_is_the_stored_predictions_tabulated(bench: ModuleType):
 def test_the_error_bands_predictions_quote_are_the_stored_predictions_held_out(bench: ModuleType):
     """The bands are out of sample (grouped folds; a model left out), and the calibration domain is what the rows
     that ran cover: both as `tabulate --write-docs` generates them from the store."""
-    from ftbench.api import fleet_accuracy as fa
+    from ftbench.predict import constants
 
     judged = bench.judge(bench.STORE)
-    found = bench.all_bands(bench.out_of_sample(judged))
-    assert found == {"MEMORY_BANDS": fa.MEMORY_BANDS, "MEMORY_UNSEEN_MODEL_BANDS": fa.MEMORY_UNSEEN_MODEL_BANDS}, (
-        "run: bench/fleet.py tabulate --write-docs"
-    )
-    domain = bench.calibration_domain(judged)
-    assert domain == {name: getattr(fa, name) for name in domain}, "run: bench/fleet.py tabulate --write-docs"
+    found = fit_memory.all_bands(fit_memory.out_of_sample(judged))
+    assert found == {
+        "MEMORY_BANDS": constants.MEMORY_BANDS,
+        "MEMORY_UNSEEN_MODEL_BANDS": constants.MEMORY_UNSEEN_MODEL_BANDS,
+    }, "run: bench/fleet.py tabulate --write-docs"
+    domain = fit_memory.calibration_domain(judged)
+    assert domain == {name: getattr(constants, name) for name in domain}, "run: bench/fleet.py tabulate --write-docs"
 
 
 def test_folds_keep_configurations_repeats_and_full_lora_pairs_whole(bench: ModuleType, stored: dict[int, dict]):
     """No configuration, repeat or full/LoRA pair of the sample straddles two folds, and the folds are even."""
     specs = {line: row["spec"] for line, row in stored.items()}
-    folds = bench.grouped_folds(specs)
+    folds = fit_folds.grouped_folds(specs)
     by_group: dict[str, set[str]] = {}
     for line, spec in specs.items():
-        by_group.setdefault(bench.fold_group(spec), set()).add(folds[line])
+        by_group.setdefault(fit_folds.fold_group(spec), set()).add(folds[line])
     assert all(len(parts) == 1 for parts in by_group.values())
     for line, other in bench.partners(list(stored.values())).items():
         partner = next(n for n in (line - 1, line + 1) if n in specs and specs[n]["experiment"] != specs[line]["experiment"]
-                       and bench.fold_group(specs[n]) == bench.fold_group(specs[line]))  # fmt: skip
+                       and fit_folds.fold_group(specs[n]) == fit_folds.fold_group(specs[line]))  # fmt: skip
         assert folds[partner] == folds[line], (line, other)
     sizes = [sum(1 for parts in by_group.values() if parts == {f}) for f in sorted(set(folds.values()))]
-    assert len(sizes) == bench.FOLDS and max(sizes) - min(sizes) <= 1
+    assert len(sizes) == fit_folds.FOLDS and max(sizes) - min(sizes) <= 1
 
 
 def test_held_out_rows_are_predicted_by_constants_fitted_without_them(bench: ModuleType):
     """Leaving a model out changes its rows' fitted terms and nothing else: the traced tensors stay."""
     judged = bench.judge(bench.STORE)
     held = {
-        j.line: j for j in bench.held_out(judged, {j.line: "out" for j in judged if j.spec["model"] == "llama3.1-70b"})
+        j.line: j
+        for j in fit_memory.held_out(judged, {j.line: "out" for j in judged if j.spec["model"] == "llama3.1-70b"})
     }
     moved = [j for j in judged if j.device is not None and held[j.line].device != j.device]
     assert moved and all(j.spec["model"] == "llama3.1-70b" for j in moved)
@@ -141,9 +144,9 @@ def test_the_llama_70b_lora_rows_whose_full_run_failed_are_paired_so_in_the_stor
 
 
 def test_the_stored_predictions_record_fast_moe_and_varying_expert_shapes(stored: dict[int, dict]):
-    """What the reserve term's causes read (ftbench.api.device_memory): fastMoe's degree on several ranks, and the
+    """What the reserve term's causes read (ftbench.predict.device_memory): fastMoe's degree on several ranks, and the
     4.x MoE experts' varying shapes, for every MoE row of the sample and no dense one."""
-    from ftbench.api.fleet_accuracy import MOE, kind
+    from ftbench.predict.fleet_accuracy import MOE, kind
 
     models = load_catalog().models
     predicted = [row for row in stored.values() if "prediction" in row]

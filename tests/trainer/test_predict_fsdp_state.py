@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from helpers import NEWEST_FMS, make_plan
 
-from ftbench.api.device_memory import device_memory
 from ftbench.api.profile import DEFAULT_GPU_MEMORY
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+from ftbench.predict.device_memory import device_memory
 from ftbench_trainer.predict.plan_step import FSDP1_MIXED_MASTER_FACTOR, sharding
 from ftbench_trainer.predict.shard import Sharding, Sizes, unsharded_gradients
 

@@ -20,9 +20,9 @@ from helpers import fresh_doc_section
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from ftbench.api.prediction import memory_fit
 from ftbench.api.profile import ClusterProfile
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+from ftbench.predict.prediction import memory_fit
 from ftbench_trainer.predict.model import predict_step
 from ftbench_trainer.predict.shard import Sharding
 from ftbench_trainer.predict.step import StepShape

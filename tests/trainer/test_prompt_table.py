@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import make_plan, train
 
-from ftbench.api.rules_data import rows_that_train
+from ftbench.api.rules.data import rows_that_train
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.catalog.loader import PROMPT_TOKENS_FILE

@@ -1,4 +1,4 @@
-"""A cluster's own corrections (ftbench.api.calibrate, the profile's calibration section): fitted on real runs
+"""A cluster's own corrections (ftbench.predict.calibrate, the profile's calibration section): fitted on real runs
 (ado's fleet rows as stored, ftbench's own H100 runs), applied to predictions, named in the status, validated
 in the profile, and written into a profile file without touching the rest of it."""
 
@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from ftbench.api import fleet_accuracy as fa
-from ftbench.api.calibrate import Asked, Observation, fit_calibration, nearest, step_factor
 from ftbench.api.calibration import Calibration, CalibrationRun
-from ftbench.api.prediction import prediction_report
 from ftbench.api.profile import DEFAULT_GPU_MEMORY, ClusterProfile
-from ftbench.api.throughput import predict_throughput
 from ftbench.api.validation import load_checked_profile
 from ftbench.catalog import load_catalog
 from ftbench.cli.cmd_calibrate import from_record, write_section
 from ftbench.local.store import ResultsStore
+from ftbench.predict import fleet_accuracy as fa
+from ftbench.predict.calibrate import Asked, Observation, fit_calibration, nearest, step_factor
+from ftbench.predict.prediction import prediction_report
+from ftbench.predict.throughput import predict_throughput
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))

@@ -1,19 +1,13 @@
-"""The allocator's reserve in the device-level peak (ftbench.api.device_memory): a fraction of what forward and
+"""The allocator's reserve in the device-level peak (ftbench.predict.device_memory): a fraction of what forward and
 backward hold beyond state, larger where an MoE engine's expert tensors change shape from step to step, and
 larger again where fastMoe dispatches tokens across expert-parallel ranks."""
 
 from __future__ import annotations
 
-from ftbench.api.device_memory import (
-    DISPATCHED_RESERVE_FRACTION,
-    RESERVE_FRACTION,
-    ROUTED_RESERVE_FRACTION,
-    device_features,
-    device_memory,
-    reserve_fraction,
-)
 from ftbench.api.profile import DEFAULT_GPU_MEMORY
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+from ftbench.predict.constants import DISPATCHED_RESERVE_FRACTION, RESERVE_FRACTION, ROUTED_RESERVE_FRACTION
+from ftbench.predict.device_memory import device_features, device_memory, reserve_fraction
 
 GIB = 2**30
 

@@ -1,7 +1,7 @@
 """How sure a prediction is: the fleet's out-of-sample band of the run's group (grouped folds for a model the fleet
 has, the model left out for one it has not), widened and said in one line where the question lies outside the
-calibration, and one verdict: no total above the card beside "fits" (ftbench.api.fleet_accuracy,
-ftbench.api.prediction; the bands' freshness: tests/trainer/test_fleet.py, tests/unit/test_throughput.py)."""
+calibration, and one verdict: no total above the card beside "fits" (ftbench.predict.fleet_accuracy,
+ftbench.predict.prediction; the bands' freshness: tests/trainer/test_fleet.py, tests/unit/test_throughput.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from ftbench.api import fleet_accuracy as fa
-from ftbench.api.prediction import memory_fit, prediction_report
 from ftbench.api.profile import ClusterProfile
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
+from ftbench.predict import constants
+from ftbench.predict import fleet_accuracy as fa
+from ftbench.predict.prediction import memory_fit, prediction_report
 
 GIB = 2**30
 CATALOG = load_catalog()
@@ -50,13 +51,18 @@ def test_every_catalog_architecture_has_a_kind() -> None:
 
 def test_a_fleet_model_gets_its_groups_grouped_fold_band_else_its_scopes() -> None:
     for where in fa.SCOPES:  # the generated tables cover every scope
-        assert fa.MEMORY_BANDS[(where, fa.ANY_KIND)][0] >= fa.MIN_ROWS
-        assert fa.MEMORY_UNSEEN_MODEL_BANDS[(where, fa.ANY_KIND)][0] >= fa.MIN_ROWS
-        assert (where, fa.ANY_KIND) in fa.THROUGHPUT_BANDS and (where, fa.ANY_KIND) in fa.THROUGHPUT_UNSEEN_MODEL_BANDS
+        assert constants.MEMORY_BANDS[(where, fa.ANY_KIND)][0] >= constants.MIN_ROWS
+        assert constants.MEMORY_UNSEEN_MODEL_BANDS[(where, fa.ANY_KIND)][0] >= constants.MIN_ROWS
+        assert (where, fa.ANY_KIND) in constants.THROUGHPUT_BANDS and (
+            where,
+            fa.ANY_KIND,
+        ) in constants.THROUGHPUT_UNSEEN_MODEL_BANDS
     one = fa.fleet_accuracy(fa.Question("one GPU", fa.DENSE, "llama3.1-8b"))
     assert one is not None and (one.group, one.validation) == ("one GPU, dense", fa.GROUPED)
-    assert (one.rows, one.median_percent_points, one.p90_percent_points) == fa.MEMORY_BANDS[("one GPU", fa.DENSE)]
-    small = [k for k, (n, _, _) in fa.MEMORY_BANDS.items() if k[1] != fa.ANY_KIND and n < fa.MIN_ROWS]
+    assert (one.rows, one.median_percent_points, one.p90_percent_points) == constants.MEMORY_BANDS[
+        ("one GPU", fa.DENSE)
+    ]
+    small = [k for k, (n, _, _) in constants.MEMORY_BANDS.items() if k[1] != fa.ANY_KIND and n < constants.MIN_ROWS]
     for where, which in small:  # too few rows: the scope's band over both kinds
         answer = fa.fleet_accuracy(fa.Question(where, which, "llama3.1-8b"))
         assert answer is not None and answer.group == where
@@ -64,14 +70,16 @@ def test_a_fleet_model_gets_its_groups_grouped_fold_band_else_its_scopes() -> No
 
 
 def test_a_model_the_fleet_lacks_gets_the_model_left_out_band() -> None:
-    assert "llama3-8b" not in fa.FLEET_MODELS
+    assert "llama3-8b" not in constants.FLEET_MODELS
     q = fa.question(spec(model="llama3-8b"), CATALOG)
     assert q.outside == ()  # a llama like the fleet's, on its GPUs and release
     memory, rate = fa.fleet_accuracy(q), fa.throughput_accuracy(q)
     assert memory is not None and memory.validation == fa.MODEL_LEFT_OUT
-    assert memory.p90_percent_points == fa.MEMORY_UNSEEN_MODEL_BANDS[("several GPUs on one node", fa.ANY_KIND)][2]
+    assert (
+        memory.p90_percent_points == constants.MEMORY_UNSEEN_MODEL_BANDS[("several GPUs on one node", fa.ANY_KIND)][2]
+    )
     assert rate is not None and rate.validation == fa.MODEL_LEFT_OUT
-    assert rate.p90_percent == fa.THROUGHPUT_UNSEEN_MODEL_BANDS[("several GPUs on one node", fa.ANY_KIND)][2]
+    assert rate.p90_percent == constants.THROUGHPUT_UNSEEN_MODEL_BANDS[("several GPUs on one node", fa.ANY_KIND)][2]
 
 
 @pytest.mark.parametrize(
@@ -94,8 +102,8 @@ def test_outside_the_calibration_says_so_and_widens_the_band(fields: dict[str, A
     assert any(o.startswith(line) for o in q.outside), q.outside
     memory, rate = fa.fleet_accuracy(q), fa.throughput_accuracy(q)
     assert memory is not None and memory.validation == f"{fa.MODEL_LEFT_OUT}, widened"
-    unseen = fa.MEMORY_UNSEEN_MODEL_BANDS[(q.scope, fa.ANY_KIND)]
-    assert memory.p90_percent_points == round(unseen[2] * fa.OUTSIDE_FACTOR, 1)
+    unseen = constants.MEMORY_UNSEEN_MODEL_BANDS[(q.scope, fa.ANY_KIND)]
+    assert memory.p90_percent_points == round(unseen[2] * constants.OUTSIDE_FACTOR, 1)
     assert "outside the calibration" in memory.sentence() and line in memory.sentence()
     assert rate is not None and rate.validation.endswith("widened") and line in rate.sentence()
 
@@ -111,7 +119,8 @@ def test_the_verdict_and_the_throughput_carry_their_bands() -> None:
     assert fit is not None and fit.fleet_accuracy is not None
     assert fit.fleet_accuracy.group == "several GPUs on one node, MoE/hybrid"
     assert (
-        fit.to_wire()["fleetAccuracy"]["p90PercentPoints"] == fa.MEMORY_BANDS[("several GPUs on one node", fa.MOE)][2]
+        fit.to_wire()["fleetAccuracy"]["p90PercentPoints"]
+        == constants.MEMORY_BANDS[("several GPUs on one node", fa.MOE)][2]
     )
     assert memory_fit(prediction().model_copy(update={"device": "cpu"}), A100, ClusterProfile()) is None
     report = prediction_report(prediction(world=4), spec(), CATALOG, ClusterProfile())
@@ -142,8 +151,8 @@ def test_borderline_is_the_fleets_error_around_the_capacity() -> None:
     few points, MoE on one node within about ten, so the same headroom is sure for one and borderline for the
     other."""
     capacity = 80 * GIB
-    dense = fa.MEMORY_BANDS[("one GPU", fa.DENSE)][2]
-    moe = fa.MEMORY_BANDS[("several GPUs on one node", fa.MOE)][2]
+    dense = constants.MEMORY_BANDS[("one GPU", fa.DENSE)][2]
+    moe = constants.MEMORY_BANDS[("several GPUs on one node", fa.MOE)][2]
     assert dense < 5 < moe
     headroom = 5 / 100 * capacity  # 5 points below the card
     context = 1720 * 2**20  # the profile's default runtimeOverhead

@@ -207,7 +207,7 @@ def _experiment_base(exp: ExperimentEntry) -> dict[str, Any]:
 
 
 def _experiment_cases() -> tuple[list[Case], dict[str, str]]:
-    """The rules experiments bring (ftbench/api/rules_experiments.py), each broken by every value it refuses,
+    """The rules experiments bring (ftbench/api/rules/experiments.py), each broken by every value it refuses,
     and the rules no value of the API can break, with the reason."""
     cases: list[Case] = []
     unbreakable: dict[str, str] = {}

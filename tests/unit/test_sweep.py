@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ftbench.api.prediction import PREDICTED_OOM_REASON
+from ftbench.api.prediction_report import PREDICTED_OOM_REASON
 from ftbench.api.sweep import (
     MAX_POINTS,
     OBJECTIVE_METRICS,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from ftbench.api.prediction import PREDICTED_OOM_REASON
+from ftbench.api.prediction_report import PREDICTED_OOM_REASON
 from ftbench.api.sweep import FineTuneSweepSpec, PointPhase, SweepPhase
 from ftbench.catalog import load_catalog
 from ftbench.contracts.outcomes import Phase

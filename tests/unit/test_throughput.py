@@ -1,4 +1,4 @@
-"""The throughput prediction (ftbench.api.throughput): parameter counts against the traced modules, the
+"""The throughput prediction (ftbench.predict.throughput): parameter counts against the traced modules, the
 fitted constants against their fit, the fleet table against its tabulation, run time and sweep cost."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from ftbench.api import fleet_accuracy as fa
-from ftbench.api import throughput as tp
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 from ftbench.catalog.parameters import parameter_counts
+from ftbench.predict import constants
+from ftbench.predict import throughput as tp
 from ftbench.sweep.cost import sweep_cost
 from ftbench.sweep.points import SweepPoint
 
@@ -58,20 +58,20 @@ def test_the_constants_are_the_fit_and_the_docs_table_is_fresh() -> None:
     pytest.importorskip("numpy")
     fitted = fleet_throughput.fit(fleet_throughput.STORE)
     for name, value in fitted.efficiency.items():
-        assert tp.FITTED.efficiency[name] == pytest.approx(value, abs=0.002), name
-    pairs = [(fitted.layer_seconds[k], tp.FITTED.layer_seconds[k]) for k in tp.FITTED.layer_seconds]
-    pairs += [(getattr(fitted, k), getattr(tp.FITTED, k)) for k in
+        assert constants.FITTED.efficiency[name] == pytest.approx(value, abs=0.002), name
+    pairs = [(fitted.layer_seconds[k], constants.FITTED.layer_seconds[k]) for k in constants.FITTED.layer_seconds]
+    pairs += [(getattr(fitted, k), getattr(constants.FITTED, k)) for k in
               ("expert_seconds", "expert_token_seconds", "expert_full_factor", "rdma_bytes", "tcp_bytes")]  # fmt: skip
     for new, stored in pairs:
         assert stored == pytest.approx(new, rel=0.06)
-    assert fitted.gpu_efficiency.keys() == tp.FITTED.gpu_efficiency.keys() == {"H100", "H200"}
+    assert fitted.gpu_efficiency.keys() == constants.FITTED.gpu_efficiency.keys() == {"H100", "H200"}
     for family, value in fitted.gpu_efficiency.items():
-        assert tp.FITTED.gpu_efficiency[family] == pytest.approx(value, abs=0.002), family
+        assert constants.FITTED.gpu_efficiency[family] == pytest.approx(value, abs=0.002), family
     body, found = fleet_throughput.report(*fleet_throughput.validated(fleet_throughput.STORE))
     assert docs_section(fleet_throughput.SECTION) == body, "run: bench/fleet_throughput.py tabulate --write-docs"
     assert found == {
-        "THROUGHPUT_BANDS": fa.THROUGHPUT_BANDS,
-        "THROUGHPUT_UNSEEN_MODEL_BANDS": fa.THROUGHPUT_UNSEEN_MODEL_BANDS,
+        "THROUGHPUT_BANDS": constants.THROUGHPUT_BANDS,
+        "THROUGHPUT_UNSEEN_MODEL_BANDS": constants.THROUGHPUT_UNSEEN_MODEL_BANDS,
     }
     assert docs_section(fleet_throughput.OWN_SECTION) == fleet_throughput.tabulate_own(write_docs=False)
 
@@ -197,7 +197,7 @@ def test_a_reports_sweep_table_shows_each_points_predicted_throughput_beside_its
 def test_a_runs_network_preflight_replaces_the_fitted_inter_node_bandwidth() -> None:
     """Issue 46.1: a multi-node run with run.networkPreflight is held against the prediction at the allGather busbw
     its preflight measured (status.prediction.throughputWithPreflight), not at the fitted bandwidth."""
-    from ftbench.api.prediction import PredictionReport
+    from ftbench.api.prediction_report import PredictionReport
     from ftbench.contracts.network import NetworkInEffect
     from ftbench.contracts.prediction import MemoryPrediction
 

@@ -12,14 +12,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ftbench.api.prediction import MemoryFit, prediction_report, rows_of
+from ftbench.api.prediction_report import MemoryFit
 from ftbench.api.profile import ClusterProfile, catalog_for
-from ftbench.api.rules_data import too_few_rows
+from ftbench.api.rules.data import too_few_rows
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import Phase
 from ftbench.api.validation import validate_spec_dict
 from ftbench.contracts.enums import OomPrecheck
 from ftbench.kubeapi import KubeError
+from ftbench.predict.prediction import prediction_report, rows_of
 from ftbench.render.manifests import Rendered
 from ftbench.render.plan import PlanError
 from ftbench.render.registry import RUNTIMES

@@ -20,7 +20,7 @@ import kopf
 from pydantic import ValidationError
 
 from ftbench.api.network import status_network
-from ftbench.api.prediction import status_predicted_fits, status_predicted_percent
+from ftbench.api.prediction_report import status_predicted_fits, status_predicted_percent
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.resource import API_VERSION, KIND, SWEEP_KIND
 from ftbench.api.spec import FineTuneExperimentSpec

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 
-from ftbench.api.device_memory import device_memory
 from ftbench.api.profile import GpuMemory
 from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import MemoryPrediction
 from ftbench.contracts.results import TrainerResult
+from ftbench.predict.device_memory import device_memory
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 
 from ftbench.api.profile import ClusterProfile
-from ftbench.api.rule import Rule, RuleFamily
+from ftbench.api.rules.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ftbench.api.rule import Rule, cel_list
+from ftbench.api.rules.rule import Rule, cel_list
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, ExperimentEntry
 from ftbench.contracts.enums import experiment_spellings

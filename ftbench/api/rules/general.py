@@ -3,7 +3,7 @@
 
 A rule's Python check and CEL expression must agree; tests/unit/test_rules_cel.py evaluates both
 on generated specs. Rules that need the catalog (which users can extend) have no CEL twin. This
-module holds the seed's and the general rules and gathers every family (`rules_*.py`) into one list.
+module holds the seed's and the general rules and gathers every family (this folder's other modules) into one list.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ftbench.api import effective
-from ftbench.api.rule import Rule, RuleFamily, cel_list
-from ftbench.api.rules_applied import applied_rules
-from ftbench.api.rules_bounds import bound_rules
-from ftbench.api.rules_data import data_rules
-from ftbench.api.rules_distributed import distributed_rules
-from ftbench.api.rules_engines import engine_rules
-from ftbench.api.rules_experiments import experiment_rules
-from ftbench.api.rules_modules import module_rules, suggested_targets, target_names
-from ftbench.api.rules_options import option_rules
-from ftbench.api.rules_runtime import runtime_rules
+from ftbench.api.rules.applied import applied_rules
+from ftbench.api.rules.bounds import bound_rules
+from ftbench.api.rules.data import data_rules
+from ftbench.api.rules.distributed import distributed_rules
+from ftbench.api.rules.engines import engine_rules
+from ftbench.api.rules.experiments import experiment_rules
+from ftbench.api.rules.modules import module_rules, suggested_targets, target_names
+from ftbench.api.rules.options import option_rules
+from ftbench.api.rules.rule import Rule, RuleFamily, cel_list
+from ftbench.api.rules.runtime import runtime_rules
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.contracts.enums import DistributedBackend, Engine

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ftbench.api import effective
-from ftbench.api.rule import Rule, RuleFamily
+from ftbench.api.rules.rule import Rule, RuleFamily
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog, DatasetEntry
 

@@ -11,133 +11,26 @@ communication that these do not hide:
 
 All constants (FITTED) are fitted together on ado's fleet sample A (`bench/fleet_throughput.py fit`).
 
-Design notes: docs/design-notes.md, "ftbench/api/throughput.py".
+Design notes: docs/design-notes.md, "ftbench/predict/throughput.py".
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Annotated, Final, Literal
-
-from pydantic import Field
+from dataclasses import dataclass
+from typing import Final, Literal
 
 from ftbench.api import effective
-from ftbench.api.api_model import ApiModel
-from ftbench.api.fleet_accuracy import ThroughputAccuracy
+from ftbench.api.prediction_report import RunTimeEstimate, ThroughputPrediction, dominant
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.catalog.parameters import ParameterCounts, UnknownArchitecture, parameter_counts
 from ftbench.contracts.enums import DistributedBackend, TorchDtype
+from ftbench.predict.constants import EFFICIENCY_CAP, FITTED, SATURATION_TOKENS, LayerCost, ThroughputConstants
 from ftbench.stats.flops import gpu_family, peak_flops, recompute_flops, training_flops
 
 Kind = Literal["dense", "moe", "hybrid"]
-LayerCost = Literal["one_gpu_full", "one_gpu_peft", "sharded_full", "sharded_peft"]
-
-SATURATION_TOKENS: Final = 8192
-EFFICIENCY_CAP: Final = 0.9  # no row of the fleet ran above 85 % (hardware FLOPs)
-
-
-@dataclass(frozen=True)
-class ThroughputConstants:
-    """The model's free constants (one value each; `bench/fleet_throughput.py fit` varies them)."""
-
-    efficiency: Mapping[str, float]  # coefficients of log efficiency (efficiency_features' keys)
-    layer_seconds: Mapping[LayerCost, float]  # per layer per micro-step: 1 GPU or sharded, full or PEFT
-    expert_seconds: float  # per routed expert per layer per micro-step, without fast MoE kernels
-    expert_token_seconds: float  # the same per token of the micro-step
-    expert_full_factor: float  # how much dearer the expert loop is when the experts train
-    rdma_bytes: float  # inter-node bytes/s per GPU for FSDP's collectives over RoCE/InfiniBand
-    tcp_bytes: float  # the same over TCP sockets
-    # The efficiency of a GPU family against the fleet's A100s (1 where ftbench has no figures of its own)
-    gpu_efficiency: Mapping[str, float] = field(default_factory=dict)
-
-
-# Fitted by `bench/fleet_throughput.py fit` on ../shared/data/ado-fleet/fleet-sample-A.csv (every clean row that
-# ran); tests/unit/test_throughput.py holds these to the fit, docs/benchmarks.md has its error per group.
-FITTED: Final = ThroughputConstants(
-    efficiency={
-        "dense": -0.315,  # log efficiency at 8192 tokens per device per micro-step, PEFT, no fast kernels
-        "moe": -0.398,
-        "hybrid": -0.252,
-        "long": -0.089,  # slope in log(tokens per micro-step / 8192) above 8192 (attention's share grows)
-        "fast_kernels": 0.208,
-        "fast_moe": -0.877,
-        "full": 0.028,
-    },
-    layer_seconds={"one_gpu_full": 7.3e-3, "one_gpu_peft": 7.6e-3, "sharded_full": 13e-3, "sharded_peft": 23e-3},
-    expert_seconds=2.2e-4,
-    expert_token_seconds=1.8e-8,
-    expert_full_factor=2.5,
-    rdma_bytes=61e9,
-    tcp_bytes=7.2e9,
-    # ftbench's own runs on lent GPUs (bench/fleet_throughput.py own: llama-7b at 8 x 2048 on one GPU)
-    gpu_efficiency={"H100": 0.823, "H200": 0.883},
-)
-
-
-class ThroughputPrediction(ApiModel):
-    """Predicted steady throughput of a spec (an estimate: see ftbench.api.throughput for the model)."""
-
-    tokens_per_second_estimate: Annotated[float, Field(ge=0)] = Field(
-        description="Predicted steady tokens/s of all devices (padded tokens, rows assumed full length)."
-    )
-    tokens_per_gpu_per_second_estimate: Annotated[float, Field(ge=0)] = Field(
-        description="tokensPerSecondEstimate / numberGpus."
-    )
-    step_seconds_estimate: Annotated[float, Field(ge=0)] = Field(description="Predicted optimizer step time.")
-    mfu_percent_estimate: Annotated[float, Field(ge=0)] = Field(
-        description="Predicted model FLOPs utilisation (the measured mfuPercent's accounting)."
-    )
-    compute_seconds: Annotated[float, Field(ge=0)] = Field(description="Compute per optimizer step.")
-    overhead_seconds: Annotated[float, Field(ge=0)] = Field(
-        default=0.0,
-        description="Per-layer framework time per optimizer step that does not scale with FLOPs (kernel "
-        "launches, FSDP's hooks, a mixture of experts' loop over its experts).",
-    )
-    exposed_communication_seconds: Annotated[float, Field(ge=0)] = Field(
-        description="Communication per optimizer step that compute does not hide."
-    )
-    dominant: Literal["compute", "overhead", "communication"] = Field(
-        description="What takes most of the predicted step."
-    )
-    inter_node_bytes_per_gpu: Annotated[float, Field(ge=0)] = Field(
-        0.0,
-        description="Bytes each GPU moves across nodes per optimizer step in the collectives (0 on one node): "
-        "divided by a measured bus bandwidth, the communication time.",
-    )
-    accuracy: ThroughputAccuracy | None = Field(
-        None,
-        description="How sure tokensPerSecondEstimate is: its out-of-sample error on ado's fleet rows like this run "
-        "(grouped folds, or a model left out where the fleet lacks the model; widened outside the calibration).",
-    )
-
-    def with_bus_bandwidth(self, bytes_per_second: float) -> ThroughputPrediction:
-        """The same step with the inter-node communication at a measured bus bandwidth (the network
-        preflight's allGather busbw, nccl-tests' convention: bytes x (n - 1) / n per second)."""
-        if self.inter_node_bytes_per_gpu <= 0 or bytes_per_second <= 0:
-            return self
-        tokens = self.tokens_per_second_estimate * self.step_seconds_estimate
-        busy = self.compute_seconds + self.overhead_seconds
-        exposed = max(0.0, self.inter_node_bytes_per_gpu / bytes_per_second - busy)
-        step = busy + exposed
-        return self.model_copy(update={
-            "tokens_per_second_estimate": tokens / step,
-            "tokens_per_gpu_per_second_estimate": self.tokens_per_gpu_per_second_estimate * self.step_seconds_estimate
-            / step,
-            "step_seconds_estimate": step,
-            "mfu_percent_estimate": self.mfu_percent_estimate * self.step_seconds_estimate / step,
-            "exposed_communication_seconds": exposed,
-            "dominant": dominant(self.compute_seconds, self.overhead_seconds, exposed),
-        })  # fmt: skip
-
-
-def dominant(compute: float, overhead: float, exposed: float) -> Literal["compute", "overhead", "communication"]:
-    """What takes most of a step."""
-    if exposed > max(compute, overhead):
-        return "communication"
-    return "overhead" if overhead > compute else "compute"
 
 
 def kind_of(counts: ParameterCounts) -> Kind:
@@ -208,7 +101,7 @@ class StepModel:
         return StepSeconds(compute, overhead, max(0.0, communication - compute - overhead))
 
     def predict(self, gpus: int, constants: ThroughputConstants = FITTED, factor: float = 1.0) -> ThroughputPrediction:
-        """`factor`: a calibration's step-time factor for the model (ftbench.api.calibrate), 1 without one."""
+        """`factor`: a calibration's step-time factor for the model (ftbench.predict.calibrate), 1 without one."""
         s = self.seconds(constants)
         t = StepSeconds(s.compute * factor, s.overhead * factor, s.exposed * factor)
         return ThroughputPrediction(
@@ -307,20 +200,6 @@ def _inter_node_bytes(spec: FineTuneExperimentSpec, counts: ParameterCounts, dty
         # DDP all-reduces the gradients once per optimizer step: twice the data, spread over its micro-steps
         volume = 2 * trainable * width / spec.gradient_accumulation_steps
     return volume * (n - 1) / n
-
-
-class RunTimeEstimate(ApiModel):
-    """Training time and device-hours the spec's stop settings imply at the predicted step time (an estimate:
-    model loading and set-up are not in it; a run stopped by time is bounded by that time)."""
-
-    steps_estimate: Annotated[int, Field(ge=0)] = Field(description="Optimizer steps per run.")
-    seconds_estimate: Annotated[float, Field(ge=0)] = Field(
-        description="Training seconds of all runs (repeats, trials)."
-    )
-    gpu_hours_estimate: Annotated[float, Field(ge=0)] = Field(description="seconds x GPUs / 3600.")
-    bounded_by: Literal["maxSteps", "epochs", "stopAfterSeconds", "autoStop"] = Field(
-        description="The stop setting that ends each run first at the predicted step time."
-    )
 
 
 # ado's WARMUP_60S_STABLE_120S_OR_10_STEPS: at least 60 s of warmup, then the longer of 120 s or 10 steps.

@@ -6,7 +6,7 @@ that bear on it (per GPU family, then per fabric, then per model), each on what 
 The allocator's reserve is not recalibrated. docs/measurements.md, "Calibrated by your own runs", has
 the evidence (bench/calibration_fleet.py).
 
-Design notes: docs/design-notes.md, "ftbench/api/calibrate.py".
+Design notes: docs/design-notes.md, "ftbench/predict/calibrate.py".
 """
 
 from __future__ import annotations
@@ -26,14 +26,23 @@ from ftbench.api.calibration import (
     ModelCorrection,
     TermError,
 )
-from ftbench.api.device_memory import FITTED_DEVICE, DeviceConstants, DeviceMemory, device_memory
-from ftbench.api.fleet_accuracy import FLEET_GPU_FAMILIES, engine_release
+from ftbench.api.prediction_report import DeviceMemory, ThroughputPrediction
 from ftbench.api.profile import GpuMemory
-from ftbench.api.rules_bounds import quantity_bytes
+from ftbench.api.rules.bounds import quantity_bytes
 from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.throughput import FITTED, StepModel, ThroughputConstants, ThroughputPrediction, step_model
 from ftbench.catalog import Catalog
 from ftbench.contracts.prediction import MemoryPrediction
+from ftbench.predict.constants import (
+    FITTED,
+    FITTED_DEVICE,
+    FLEET_GPU_FAMILIES,
+    GIB,
+    DeviceConstants,
+    ThroughputConstants,
+)
+from ftbench.predict.device_memory import device_memory
+from ftbench.predict.fleet_accuracy import engine_release
+from ftbench.predict.throughput import StepModel, step_model
 from ftbench.stats.flops import gpu_family
 
 MIN_MODEL_RUNS: Final = 2
@@ -42,7 +51,6 @@ DISAGREE: Final = 2.0
 SATURATED_PERCENT: Final = 95.0  # above it the allocator gives its cache back: no memory figure to fit
 RESERVE_MIN_BYTES: Final = 2**29  # a reserve below 0.5 GiB says too little to scale it
 EXPOSED_MARGIN: Final = 1.1  # a multi-node step this much above compute + overhead shows its communication
-GIB: Final = 2**30
 T = TypeVar("T")
 
 

@@ -1,48 +1,197 @@
-"""Does a memory prediction fit the GPU it will run on? The verdict the CLI, validation and sweeps share.
+"""status.prediction's shape: the memory verdict, the device-level terms, the throughput and run-time estimates
+and their fleet bands, as the CRD stores them and `ftbench predict -o json` prints them.
 
-Pure: a `MemoryPrediction` (tensor memory, traced) plus the profile's `gpuMemory` for the spec's
-GPU model gives the device-level peak as NVML counts it (`ftbench.api.device_memory`: tensors, CUDA
-context, the allocator's reserve, FSDP1's unsharded gradients under accumulation, communication buffers) and the verdict, `MemoryFit`. The
-prediction is an estimate and says so: `fleetAccuracy` is how far it was from real GPUs on ado's fleet rows
-like the run, and `borderline` marks a requirement within that 90th-percentile error of the capacity either
-way (`BORDERLINE_FRACTION` where the fleet has no such rows), where the verdict could go either way.
+The shapes only, and how to read them back from a status; the arithmetic that fills them is ftbench.predict
+(it imports the spec and the profile from here, so the shapes stay on this side).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
-from ftbench.api.calibrate import Asked, calibrated_device, calibrated_throughput, used
 from ftbench.api.calibration import CalibrationUsed
-from ftbench.api.device_memory import DeviceMemory
-from ftbench.api.fleet_accuracy import FleetAccuracy, Question, fleet_accuracy, question, scope, throughput_accuracy
-from ftbench.api.profile import ClusterProfile
-from ftbench.api.rules_data import RowsThatTrain, rows_that_train
-from ftbench.api.spec import FineTuneExperimentSpec
-from ftbench.api.throughput import RunTimeEstimate, ThroughputPrediction, run_time
-from ftbench.catalog import Catalog
 from ftbench.contracts.conditions import ConditionType
 from ftbench.contracts.network import Collective, NetworkInEffect
 from ftbench.contracts.prediction import MemoryPrediction
 
-BORDERLINE_FRACTION: Final = 0.10
 # The reason of a run refused for a predicted OOM (spec.run.oomPrecheck refuse): the operator writes it,
 # sweeps read it (the point is skipped, not launched).
 PREDICTED_OOM_REASON: Final = "PredictedOOM"
+Bytes = Annotated[int, Field(ge=0)]
 
 
-# Why the verdict leaves a device-level term out (ftbench.api.device_memory): shown beside it when it matters.
-LEFT_OUT_OF_VERDICT: Final = {
-    "allocatorReserve": "the caching allocator frees its cached blocks and retries before it reports an OOM",
-    "unshardedGradients": "FSDP's no_sync (FSDP1 and FSDP2 alike) holds them between accumulated micro-steps on "
-    "CPU ranks and in ado's dense runs up to 8B, but ado's mixtral-8x7b and llama3.1-70b full runs ran without room "
-    "for them (docs/measurements.md, limits)",
-}
+class DeviceTerm(ApiModel):
+    name: str = Field(description="tensors, context, allocatorReserve, unshardedGradients or communication.")
+    bytes: Bytes = Field(description="What the term adds to the device's peak.")
+
+
+class DeviceMemory(ApiModel):
+    """One device's predicted peak as NVML counts it, term by term (docs/measurements.md)."""
+
+    terms: list[DeviceTerm] = Field(description="Each term of the device-level peak, largest cause first.")
+    total_bytes: Bytes = Field(description="The sum of the terms: the predicted NVML peak.")
+    capacity_bytes: Bytes = Field(description="The GPU model's memory (profile gpuMemory).")
+    percent: Annotated[float, Field(ge=0, le=100)] = Field(
+        description="The predicted NVML peak as a percentage of the capacity (at most 100: the allocator gives back "
+        "its cache before it fails)."
+    )
+    required_bytes: Bytes = Field(
+        description="What must fit for the run not to fail: every term but the reserve and the unsharded gradients."
+    )
+    fits: bool = Field(description="required_bytes is at most the capacity.")
+
+    @property
+    def tensor_bytes(self) -> int:
+        return self.term("tensors")
+
+    @property
+    def dominant(self) -> str:
+        return max(self.terms, key=lambda t: t.bytes).name
+
+    def term(self, name: str) -> int:
+        return next((t.bytes for t in self.terms if t.name == name), 0)
+
+
+class Accuracy(ApiModel):
+    """Which fleet rows a band comes from and how it was validated (shared by the memory and throughput bands)."""
+
+    group: str = Field(description="Which fleet rows: the run's scope and the model's kind.")
+    validation: str = Field(
+        description="How the error was measured out of sample: 'grouped 5-fold' (a model the fleet has: its "
+        "configurations predicted by constants fitted without them) or 'leave one model out' (a model the fleet "
+        "has not: each model's rows predicted by constants fitted without that model); ', widened' where the "
+        "question lies outside the calibration (the band times OUTSIDE_FACTOR, a stated guess)."
+    )
+    rows: Annotated[int, Field(ge=0)] = Field(description="Fleet rows of that group that ran and were predicted.")
+    outside_calibration: list[str] = Field(
+        default_factory=list,
+        description="Each way the question lies outside what calibrated the prediction (GPU family, architecture, "
+        "engine release, scale), one line each; empty inside.",
+    )
+
+    def outside_sentence(self) -> str:
+        return (
+            "; outside the calibration, so the band is widened: " + "; ".join(self.outside_calibration)
+            if (self.outside_calibration)
+            else ""
+        )
+
+
+class FleetAccuracy(Accuracy):
+    """The memory prediction's out-of-sample error on ado's fleet rows like this run (docs/benchmarks.md)."""
+
+    median_percent_points: Annotated[float, Field(ge=0)] = Field(
+        description="Median |predicted - measured NVML peak| on those rows, in percentage points of the card."
+    )
+    p90_percent_points: Annotated[float, Field(ge=0)] = Field(
+        description="90th percentile of the same: 9 in 10 of those rows were at most this far off."
+    )
+
+    def sentence(self) -> str:
+        return (
+            f"out of sample ({self.validation}) on {self.rows} fleet rows like this ({self.group}) the device-level "
+            f"percent was within {self.p90_percent_points:.0f} points of ado's measured peak in 9 of 10 (median "
+            f"{self.median_percent_points:.1f})" + self.outside_sentence()
+        )
+
+
+class ThroughputAccuracy(Accuracy):
+    """The throughput prediction's out-of-sample error on ado's fleet rows like this run (docs/benchmarks.md)."""
+
+    median_percent: Annotated[float, Field(ge=0)] = Field(
+        description="Median |predicted - measured| / measured steady tokens/s on those rows, in percent."
+    )
+    p90_percent: Annotated[float, Field(ge=0)] = Field(
+        description="90th percentile of the same: 9 in 10 of those rows were at most this far off."
+    )
+
+    def sentence(self) -> str:
+        return (
+            f"out of sample ({self.validation}) on {self.rows} fleet rows like this ({self.group}) tokens/s was "
+            f"within {self.p90_percent:.0f} % of ado's measured in 9 of 10 (median {self.median_percent:.0f} %)"
+            + self.outside_sentence()
+        )
+
+
+class ThroughputPrediction(ApiModel):
+    """Predicted steady throughput of a spec (an estimate: see ftbench.predict.throughput for the model)."""
+
+    tokens_per_second_estimate: Annotated[float, Field(ge=0)] = Field(
+        description="Predicted steady tokens/s of all devices (padded tokens, rows assumed full length)."
+    )
+    tokens_per_gpu_per_second_estimate: Annotated[float, Field(ge=0)] = Field(
+        description="tokensPerSecondEstimate / numberGpus."
+    )
+    step_seconds_estimate: Annotated[float, Field(ge=0)] = Field(description="Predicted optimizer step time.")
+    mfu_percent_estimate: Annotated[float, Field(ge=0)] = Field(
+        description="Predicted model FLOPs utilisation (the measured mfuPercent's accounting)."
+    )
+    compute_seconds: Annotated[float, Field(ge=0)] = Field(description="Compute per optimizer step.")
+    overhead_seconds: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description="Per-layer framework time per optimizer step that does not scale with FLOPs (kernel "
+        "launches, FSDP's hooks, a mixture of experts' loop over its experts).",
+    )
+    exposed_communication_seconds: Annotated[float, Field(ge=0)] = Field(
+        description="Communication per optimizer step that compute does not hide."
+    )
+    dominant: Literal["compute", "overhead", "communication"] = Field(
+        description="What takes most of the predicted step."
+    )
+    inter_node_bytes_per_gpu: Annotated[float, Field(ge=0)] = Field(
+        0.0,
+        description="Bytes each GPU moves across nodes per optimizer step in the collectives (0 on one node): "
+        "divided by a measured bus bandwidth, the communication time.",
+    )
+    accuracy: ThroughputAccuracy | None = Field(
+        None,
+        description="How sure tokensPerSecondEstimate is: its out-of-sample error on ado's fleet rows like this run "
+        "(grouped folds, or a model left out where the fleet lacks the model; widened outside the calibration).",
+    )
+
+    def with_bus_bandwidth(self, bytes_per_second: float) -> ThroughputPrediction:
+        """The same step with the inter-node communication at a measured bus bandwidth (the network
+        preflight's allGather busbw, nccl-tests' convention: bytes x (n - 1) / n per second)."""
+        if self.inter_node_bytes_per_gpu <= 0 or bytes_per_second <= 0:
+            return self
+        tokens = self.tokens_per_second_estimate * self.step_seconds_estimate
+        busy = self.compute_seconds + self.overhead_seconds
+        exposed = max(0.0, self.inter_node_bytes_per_gpu / bytes_per_second - busy)
+        step = busy + exposed
+        return self.model_copy(update={
+            "tokens_per_second_estimate": tokens / step,
+            "tokens_per_gpu_per_second_estimate": self.tokens_per_gpu_per_second_estimate * self.step_seconds_estimate
+            / step,
+            "step_seconds_estimate": step,
+            "mfu_percent_estimate": self.mfu_percent_estimate * self.step_seconds_estimate / step,
+            "exposed_communication_seconds": exposed,
+            "dominant": dominant(self.compute_seconds, self.overhead_seconds, exposed),
+        })  # fmt: skip
+
+
+def dominant(compute: float, overhead: float, exposed: float) -> Literal["compute", "overhead", "communication"]:
+    """What takes most of a step."""
+    if exposed > max(compute, overhead):
+        return "communication"
+    return "overhead" if overhead > compute else "compute"
+
+
+class RunTimeEstimate(ApiModel):
+    """Training time and device-hours the spec's stop settings imply at the predicted step time (an estimate:
+    model loading and set-up are not in it; a run stopped by time is bounded by that time)."""
+
+    steps_estimate: Annotated[int, Field(ge=0)] = Field(description="Optimizer steps per run.")
+    seconds_estimate: Annotated[float, Field(ge=0)] = Field(
+        description="Training seconds of all runs (repeats, trials)."
+    )
+    gpu_hours_estimate: Annotated[float, Field(ge=0)] = Field(description="seconds x GPUs / 3600.")
+    bounded_by: Literal["maxSteps", "epochs", "stopAfterSeconds", "autoStop"] = Field(
+        description="The stop setting that ends each run first at the predicted step time."
+    )
 
 
 class RiskTerm(ApiModel):
@@ -117,44 +266,6 @@ class MemoryFit(ApiModel):
         )
 
 
-def memory_fit(
-    prediction: MemoryPrediction, gpu_model: str | None, profile: ClusterProfile, asked: Question | None = None
-) -> MemoryFit | None:
-    """The verdict, or None where there is nothing to compare with (CPU ranks, a GPU model the profile lacks);
-    `asked` (`fleet_accuracy.question` of the spec: model, kind, what lies outside the calibration) picks the
-    fleet's out-of-sample band; without it, the band of a model the fleet has not seen."""
-    if prediction.device != "cuda" or not gpu_model or gpu_model not in profile.gpu_memory:
-        return None
-    near = (
-        Asked(asked.model, asked.experiment, prediction.world_size, prediction.nodes) if asked and asked.model else None
-    )
-    device = calibrated_device(prediction, gpu_model, profile.gpu_memory[gpu_model], profile.calibration, near)
-    capacity = device.capacity_bytes
-    where = scope(prediction.world_size, prediction.nodes)
-    asked = dataclasses.replace(asked, scope=where) if asked is not None else Question(scope=where)
-    accuracy = fleet_accuracy(asked)
-    margin = accuracy.p90_percent_points / 100 if accuracy else BORDERLINE_FRACTION
-    over = device.total_bytes > capacity
-    return MemoryFit(
-        gpu_model=gpu_model,
-        capacity_bytes=capacity,
-        runtime_overhead_bytes=device.term("context"),
-        predicted_total_bytes=device.total_bytes,
-        predicted_percent=device.percent,
-        required_bytes=device.required_bytes,
-        fits=device.fits,
-        at_risk=[
-            RiskTerm(name=name, bytes=device.term(name), why=why)
-            for name, why in LEFT_OUT_OF_VERDICT.items()
-            if over and device.term(name)
-        ],
-        borderline=abs(capacity - device.required_bytes) <= margin * capacity,
-        headroom_bytes=capacity - device.required_bytes,
-        device=device,
-        fleet_accuracy=accuracy,
-    )
-
-
 class PredictionReport(ApiModel):
     """`ftbench predict -o json`: the prediction and its verdict against the GPU model's memory."""
 
@@ -182,7 +293,7 @@ class PredictionReport(ApiModel):
     )
     throughput: ThroughputPrediction | None = Field(
         None,
-        description="Predicted steady throughput (an estimate, ftbench.api.throughput); unset on CPU ranks, for a "
+        description="Predicted steady throughput (an estimate, ftbench.predict.throughput); unset on CPU ranks, for a "
         "GPU model without a known peak or a model without a catalog architecture.",
     )
     run_time: RunTimeEstimate | None = Field(
@@ -235,33 +346,6 @@ class PredictionReport(ApiModel):
                 "error_percent": round(100.0 * (self.prediction.peak_bytes - peak_bytes) / peak_bytes, 1),
             }
         return self.model_copy(update=update)
-
-
-def prediction_report(
-    prediction: MemoryPrediction, spec: FineTuneExperimentSpec, catalog: Catalog, profile: ClusterProfile
-) -> PredictionReport:
-    """The memory prediction with its verdict, the predicted throughput and the run time it implies: what
-    `ftbench predict` prints and the operator writes to status.prediction (one composition for both)."""
-    asked = question(spec, catalog, profile.calibration)
-    throughput = calibrated_throughput(spec, catalog, profile.calibration)
-    if throughput is not None:
-        throughput = throughput.model_copy(update={"accuracy": throughput_accuracy(asked)})
-    rows = rows_of(prediction, spec, catalog)
-    return PredictionReport(
-        prediction=prediction.model_copy(update={"prompt_tokens": None}),  # the counts below say what status needs
-        fit=memory_fit(prediction, spec.gpu_model, profile, asked),
-        rows_offered=rows.offered if rows is not None else None,
-        rows_trained=rows.trained if rows is not None else None,
-        throughput=throughput,
-        run_time=run_time(spec, catalog, throughput) if throughput is not None else None,
-        calibration=used(profile.calibration, spec),
-    )
-
-
-def rows_of(prediction: MemoryPrediction, spec: FineTuneExperimentSpec, catalog: Catalog) -> RowsThatTrain | None:
-    """The rows that train at the spec's modelMaxLength: from the predictor's count under the model's tokenizer,
-    else the catalog's table (the generated tiny model), else None (the run counts them when it starts)."""
-    return rows_that_train(spec, catalog, prediction.prompt_lengths())
 
 
 def all_gather_bus_bytes(network: NetworkInEffect | None) -> float | None:

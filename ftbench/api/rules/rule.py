@@ -1,6 +1,6 @@
 """One cross-field rule: a Python check and, where it can be said in CEL, its CEL twin.
 
-Its own module so the rule families (`rules_*.py`) and the list that gathers them (`rules.py`)
+Its own module so the rule families (`rules/*.py`) and the list that gathers them (`general.py`)
 import it without importing each other.
 """
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from ftbench.api import effective
 from ftbench.api.profile import ClusterProfile, Features
-from ftbench.api.rule import Rule, RuleFamily, cel_list
+from ftbench.api.rules.rule import Rule, RuleFamily, cel_list
 from ftbench.api.runtime_choice import (
     Carry,
     indexed_job_repeats_refusal,
