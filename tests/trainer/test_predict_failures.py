@@ -46,7 +46,7 @@ def test_what_the_stack_refuses_is_one_line(plan: LaunchPlan, monkeypatch: pytes
 
     monkeypatch.setenv(FTBENCH_TRACE_CACHE, "off")
     depth._cache.clear()
-    monkeypatch.setattr("ftbench_trainer.predict.trace.run_steps", refuse)
+    monkeypatch.setattr("ftbench_trainer.predict.trace._run_steps", refuse)
     with pytest.raises(PredictionError, match="cannot predict a llama model in this environment"):
         predict(plan, count_rows=False)
 

@@ -15,7 +15,8 @@ from helpers import REPO_ROOT, accuracy_row, fresh_doc_section
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from ftbench_trainer.measure.storage import StorageTracker, allocator_bytes  # noqa: E402
+from ftbench_trainer.measure.ledger import allocator_bytes  # noqa: E402
+from ftbench_trainer.measure.storage import StorageTracker  # noqa: E402
 from ftbench_trainer.predict.model import sizes_of  # noqa: E402
 from ftbench_trainer.predict.shard import Sharding, shard  # noqa: E402
 from ftbench_trainer.predict.step import StepShape  # noqa: E402

@@ -15,20 +15,30 @@ tests/trainer/test_predict_depth.py holds the scaled trace against the full-dept
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ftbench_trainer.measure.split import Split
 from ftbench_trainer.predict.stack import mamba_kernels
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
+from ftbench_trainer.predict.step_family import (
+    Recording,
+    StepFamily,
+    batches_to_record,
+    family,
+    other_ranks,
+    replayable,
+)
 
 # Config fields that list one entry per layer (granitemoehybrid's layer_types, older layers_block_type).
 LAYER_LISTS = ("layer_types",)
-CACHE_SIZE = 256
+CACHE_SIZE = 64  # recorded steps (each keeps its events: about a megabyte)
 BASE_LAYERS = 3  # of each kind, in the base trace
-_cache: OrderedDict[str, Trace] = OrderedDict()
+_cache: OrderedDict[str, Recording] = OrderedDict()
 
 
 def layer_kinds(config: Any) -> list[str]:
@@ -55,17 +65,21 @@ def _key(config: Any, shape: StepShape, fsdp: FsdpShape | None) -> str:
     return json.dumps([config.to_dict(), repr(shape), repr(fsdp)], sort_keys=True, default=str)
 
 
-def cached_trace(config: Any, shape: StepShape, fsdp: FsdpShape | None) -> Trace:
+def cached_recording(config: Any, shape: StepShape, fsdp: FsdpShape | None) -> Recording:
     key = _key(config, shape, fsdp)
     if key in _cache:
         _cache.move_to_end(key)
         return _cache[key]
-    from ftbench_trainer.predict.trace import trace_step  # torch: only where a trace is made
+    from ftbench_trainer.predict.trace import recorded_step  # torch: only where a trace is made
 
-    trace = _cache[key] = trace_step(config, shape, fsdp)
+    recording = _cache[key] = recorded_step(config, shape, fsdp)
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
-    return trace
+    return recording
+
+
+def cached_trace(config: Any, shape: StepShape, fsdp: FsdpShape | None) -> Trace:
+    return cached_recording(config, shape, fsdp).trace
 
 
 def _scale(base: Trace, increments: list[tuple[Trace, int]]) -> Trace:
@@ -107,8 +121,9 @@ def _scale(base: Trace, increments: list[tuple[Trace, int]]) -> Trace:
     )
 
 
-def trace_scaled(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> Trace:
-    """The step of `config`'s full depth, traced at one layer per kind plus one, and scaled."""
+def _depths(config: Any) -> tuple[Any, list[tuple[Any, int]]]:
+    """What to trace: the base and each kind's one-more-layer config with its count of layers beyond the base;
+    no increments where the model is traced whole."""
     kinds = layer_kinds(config)
     order = list(dict.fromkeys(kinds))  # each kind once, in the model's order
     # Three layers of each kind: with one, that layer is also the last, and backward's transients overlap
@@ -118,11 +133,57 @@ def trace_scaled(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -
     # As shallow as the traces would be: trace it whole. So too a hybrid whose Mamba layers take
     # transformers' torch path: its transients did not scale by kind (a 10-layer hybrid, -35 %).
     if len(kinds) <= len(base_kinds) + 1 or (len(order) > 1 and not mamba_kernels()):
-        return cached_trace(config, shape, fsdp)
-    base = cached_trace(with_layers(config, base_kinds), shape, fsdp)
+        return config, []
     increments = []
     for kind in order:
         grown = list(base_kinds)
         grown.insert(grown.index(kind) + 1, kind)
-        increments.append((cached_trace(with_layers(config, grown), shape, fsdp), kinds.count(kind) - BASE_LAYERS))
-    return _scale(base, increments)
+        increments.append((with_layers(config, grown), kinds.count(kind) - BASE_LAYERS))
+    return with_layers(config, base_kinds), increments
+
+
+def trace_scaled(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> Trace:
+    """The step of `config`'s full depth, traced at one layer per kind plus one, and scaled."""
+    base, increments = _depths(config)
+    if not increments:
+        return cached_trace(base, shape, fsdp)
+    return _scale(cached_trace(base, shape, fsdp), [(cached_trace(c, shape, fsdp), n) for c, n in increments])
+
+
+@dataclass(frozen=True)
+class ScaledFamily:
+    """`trace_scaled` at other batches and rank counts: the family of each traced depth."""
+
+    base: StepFamily
+    increments: tuple[tuple[StepFamily, int], ...] = ()
+
+    def answers(self, batch: int, ranks: int | None) -> bool:
+        return all(f.answers(batch, ranks) for f in (self.base, *(f for f, _ in self.increments)))
+
+    def at(self, batch: int, ranks: int | None = None) -> Trace:
+        if not self.increments:
+            return self.base.at(batch, ranks)
+        return _scale(self.base.at(batch, ranks), [(f.at(batch, ranks), n) for f, n in self.increments])
+
+
+def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> ScaledFamily | None:
+    """`trace_scaled`'s family, from each depth traced at the batches `batches_to_record` names and, under FSDP2, at
+    `other_ranks` too (the asked step's traces are `trace_scaled`'s: nothing is traced twice); None where a depth's
+    recordings disagree, or with nothing to vary (trl's fused LM head without FSDP2)."""
+    if fsdp is None and not replayable(shape):
+        return None
+    base, increments = _depths(config)
+    families = []
+    for depth in (base, *(c for c, _ in increments)):
+        moe = cached_trace(depth, shape, fsdp).expert_bytes > 0
+        batches = batches_to_record(shape, moe=moe)
+        recordings = [cached_recording(depth, dataclasses.replace(shape, batch=b), fsdp) for b in batches]
+        ranks = None
+        if fsdp is not None:
+            ranks = dataclasses.replace(fsdp, ranks=other_ranks(fsdp.ranks))
+        other = cached_recording(depth, dataclasses.replace(shape, batch=batches[0]), ranks) if ranks else None
+        found = family(recordings, other)
+        if found is None:
+            return None
+        families.append(found)
+    return ScaledFamily(families[0], tuple(zip(families[1:], (n for _, n in increments), strict=True)))

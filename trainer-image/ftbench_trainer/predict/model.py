@@ -14,7 +14,7 @@ from ftbench.contracts.plan import LaunchPlan
 from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction, MemorySplit, PromptLength
 from ftbench_trainer.measure.split import Split
 from ftbench_trainer.predict import trace_store
-from ftbench_trainer.predict.depth import trace_scaled
+from ftbench_trainer.predict.depth import ScaledFamily, scaled_family, trace_scaled
 from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
 from ftbench_trainer.predict.shard import Sharding, Sizes, shard, unsharded_gradients
 from ftbench_trainer.predict.stack import stack
@@ -115,20 +115,34 @@ def config_source(plan: LaunchPlan) -> tuple[str, str | None]:
 
 def step_trace(config: Callable[[], Any], shape: StepShape, fsdp: FsdpShape | None, source: str | None) -> Trace:
     """The step's trace at reduced depth, scaled (predict.depth): from the trace store where `source` names the
-    architecture and it holds this trace, else traced from `config()` (and kept)."""
-    name = trace_store.key(source, shape, fsdp) if source is not None else None
-    if name is not None and (kept := trace_store.load(name)) is not None:
+    architecture and it holds this trace or its step family (predict.step_family), else traced from `config()`
+    (and kept, with its family)."""
+    if source is None:
+        return _traced(config(), shape, fsdp)[0]
+    name, family_name = trace_store.key(source, shape, fsdp), trace_store.family_key(source, shape, fsdp)
+    if (kept := trace_store.load(name)) is not None:
         return kept
-    architecture = config()
+    known = trace_store.load_family(family_name)
+    if known is not None and known.answers(shape.batch, fsdp.ranks if fsdp else None):
+        trace = known.at(shape.batch, fsdp.ranks if fsdp else None)
+    else:
+        trace, found = _traced(config(), shape, fsdp, family=known is None and trace_store.folder() is not None)
+        if found is not None:
+            trace_store.save_family(family_name, found)
+    trace_store.save(name, trace)
+    return trace
+
+
+def _traced(
+    architecture: Any, shape: StepShape, fsdp: FsdpShape | None, *, family: bool = False
+) -> tuple[Trace, ScaledFamily | None]:
+    """The scaled trace and, with `family`, its step family (None where its recordings disagree)."""
     try:
-        trace = trace_scaled(architecture, shape, fsdp)
+        return trace_scaled(architecture, shape, fsdp), scaled_family(architecture, shape, fsdp) if family else None
     except Exception as exc:  # whose failure it is decides the answer: a defect of ours, or the stack refusing
         if raised_by_ftbench(exc):  # a defect of ftbench's own: its traceback, not "cannot predict"
             raise
         raise PredictionError(untraceable(architecture, exc)) from exc  # the stack cannot run it: one line
-    if name is not None:
-        trace_store.save(name, trace)
-    return trace
 
 
 def predict_step(

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from ftbench_trainer.measure.split import Split
-from ftbench_trainer.measure.storage import StorageTracker, split_at
-from ftbench_trainer.predict.step import PHASES, FsdpShape, StepShape, Trace
+from ftbench_trainer.measure.storage import StorageTracker
+from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
+from ftbench_trainer.predict.step_family import Holders, Recording, splits
 from ftbench_trainer.predict.traceable import make_traceable
 
 
@@ -134,7 +134,12 @@ def _loss(model: Any, ids: torch.Tensor, shape: StepShape) -> torch.Tensor:
 
 
 def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_batch: Any) -> Trace:
-    """One steady-state training step under the tracker; `model` holds fake or real tensors alike.
+    """One steady-state training step under the tracker; `model` holds fake or real tensors alike."""
+    return _run_steps(model, shape, tracker, make_batch=make_batch)[0]
+
+
+def _run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_batch: Any) -> tuple[Trace, Holders]:
+    """`run_steps`, and which storages held parameters, gradients and optimizer state.
 
     The optimizer's state is made first by a step on zero gradients (what the first real step
     leaves behind, at the cost of no forward or backward), so the traced step runs as every step
@@ -181,20 +186,14 @@ def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_bat
         # FSDP2 keeps each gathered parameter's storage (resized to 0 between uses): count it as a parameter.
         param_serials |= tracker.serials(_gathered_parameters(model))
 
-    def split(peak: Any) -> Split:
-        return split_at(peak, parameters=param_serials, gradients=grad_serials, optimizer=optimizer_serials)
-
-    phases = {name: split(tracker.peaks[name]) for name in PHASES if name in tracker.peaks}
-    ends: dict[str, Split] = {p: split(tracker.ends[p]) for p in ("forward", "backward") if p in tracker.ends}
-    if "optimizer" in phases:  # what the step allocates beyond its state (foreach's temporaries) is the optimizer's
-        o = phases["optimizer"]
-        phases["optimizer"] = Split(o.parameters, o.gradients, o.optimizer + o.other, 0)
+    holders = Holders(frozenset(param_serials), frozenset(grad_serials), frozenset(optimizer_serials))
+    phases, ends = splits(tracker, holders)
     layers = layers_of(model)
     in_layers = {id(p) for layer in layers for p in layer.parameters()}
     root = [p for p in all_params if id(p) not in in_layers]
     experts = {id(p): p for p in experts_of(model)}.values()
     largest = max(layers, key=lambda m: _bytes(m.parameters()), default=None)
-    return Trace(
+    trace = Trace(
         phases=phases,
         ends=ends,
         parameters=sum(p.numel() for p in all_params),
@@ -215,6 +214,7 @@ def run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_bat
         largest_layer_bytes=max((_bytes(m.parameters()) for m in layers), default=0),
         seconds=time.perf_counter() - started,
     )
+    return trace, holders
 
 
 def experts_of(model: Any) -> list[torch.nn.Parameter]:
@@ -300,6 +300,11 @@ def shard_like_accelerate(model: Any, mesh: Any, *, reshard_after_forward: bool)
 def trace_step(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> Trace:
     """Trace a steady-state step of `config`'s architecture with fake CPU tensors (one rank of
     `fsdp`'s FSDP2 run when given)."""
+    return recorded_step(config, shape, fsdp).trace
+
+
+def recorded_step(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> Recording:
+    """`trace_step`, with the step's events (what `predict.step_family` replays at other batches)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     started = time.perf_counter()
@@ -310,14 +315,17 @@ def trace_step(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> 
     if not late:
         model = add_adapter(model, shape)
     vocab = int(config.vocab_size)
+    tracker = StorageTracker(record=True)
     with _fake_ranks(fsdp) as mesh, FakeTensorMode(allow_non_fake_inputs=True):
         model = retie(model.to_empty(device="cpu"))
         if late:
             model = add_adapter(model, shape)
         routing = make_traceable(model)
+        rows = tuple(sorted({int(p.shape[0]) for p in model.parameters() if p.dim()})) if fsdp is not None else ()
         if fsdp is not None:
             model = shard_like_accelerate(model, mesh, reshard_after_forward=fsdp.reshard_after_forward)
-        trace = run_steps(
-            model, shape, StorageTracker(), make_batch=lambda: torch.randint(0, vocab, (shape.batch, shape.seq))
+        trace, holders = _run_steps(
+            model, shape, tracker, make_batch=lambda: torch.randint(0, vocab, (shape.batch, shape.seq))
         )
-    return dataclasses.replace(trace, seconds=time.perf_counter() - started, routing=routing)
+    trace = dataclasses.replace(trace, seconds=time.perf_counter() - started, routing=routing)
+    return Recording(trace, shape.batch, fsdp.ranks if fsdp else None, tracker.log or [], holders, rows)

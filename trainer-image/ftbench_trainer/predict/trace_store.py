@@ -4,7 +4,9 @@ A trace is a function of the architecture's config, the step's shape, the FSDP s
 (torch, transformers, peft, trl, accelerate, the Mamba kernels' choice) and ftbench's own tracing code; the
 key hashes all of them, so a change to any one is a miss, never a stale answer. A hit is read without
 importing torch or transformers: a repeated `ftbench predict` answers in about a second instead of tracing
-again (docs/benchmarks.md, "Predict latency"). `FTBENCH_TRACE_CACHE` names the folder, or `off`.
+again (docs/benchmarks.md, "Predict latency"). Beside each trace its step family (`predict.step_family`),
+keyed the same way but for the batch, answers the same step at another per-device batch without a trace.
+`FTBENCH_TRACE_CACHE` names the folder, or `off`.
 """
 
 from __future__ import annotations
@@ -16,20 +18,34 @@ import json
 import logging
 import os
 import tempfile
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ftbench.contracts.env import FTBENCH_TRACE_CACHE, cache_root
 from ftbench.contracts.prediction import MAMBA_KERNELS_ENV
 from ftbench_trainer.measure.split import Split
+from ftbench_trainer.predict.depth import ScaledFamily
 from ftbench_trainer.predict.stack import installed
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
+from ftbench_trainer.predict.step_family import StepFamily, replayable
 
-FORMAT = 1
+FORMAT = 2
+FAMILIES_KEPT = 16  # batch families kept in memory too (a sweep asks the same family for many points)
 STACK = ("torch", "transformers", "peft", "trl", "accelerate", "mamba_ssm", "causal_conv1d")
 # ftbench's code a trace runs through: any change to these files is a new key.
 log = logging.getLogger(__name__)
-CODE = ("predict/depth.py", "predict/step.py", "predict/trace.py", "predict/traceable.py", "measure/storage.py")
+T = TypeVar("T")
+CODE = (
+    "predict/step_family.py",
+    "predict/depth.py",
+    "predict/step.py",
+    "predict/trace.py",
+    "predict/traceable.py",
+    "measure/ledger.py",
+    "measure/storage.py",
+)
 
 
 def folder() -> Path | None:
@@ -49,10 +65,11 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def key(architecture: str, shape: StepShape, fsdp: FsdpShape | None) -> str:
+def key(architecture: str, shape: StepShape, fsdp: FsdpShape | None, kind: str = "trace") -> str:
     """The trace's name: `architecture` is the config's source text (the catalog's fields or config.json)."""
     parts = [
         FORMAT,
+        kind,
         architecture,
         repr(shape),
         repr(fsdp),
@@ -72,27 +89,74 @@ def _trace(data: dict[str, Any]) -> Trace:
     return Trace(**{**data, **splits})
 
 
-def load(name: str) -> Trace | None:
+def family_key(architecture: str, shape: StepShape, fsdp: FsdpShape | None) -> str:
+    """The name of the family of `shape`'s step: the trace's key, whatever its batch and FSDP2's ranks."""
+    ranks = dataclasses.replace(fsdp, ranks=0) if fsdp is not None else None
+    batch = 0 if replayable(shape) else shape.batch  # a family of this batch only
+    return key(architecture, dataclasses.replace(shape, batch=batch), ranks, kind="step family")
+
+
+def _read(name: str, decode: Callable[[Any], T]) -> T | None:
     where = folder()
     path = where / f"{name}.json" if where else None
     if path is None or not path.is_file():
         return None
     try:
-        return _trace(json.loads(path.read_text()))
+        return decode(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError, KeyError) as exc:  # a torn or foreign file: trace again, overwrite it
         log.warning("trace %s not read (traced again): %s", path, exc)
         return None
 
 
-def save(name: str, trace: Trace) -> None:
-    """Keep `trace` (atomically: a reader never sees half a file; a folder that cannot be written keeps nothing)."""
+def _write(name: str, data: Any) -> None:
+    """Keep `data` (atomically: a reader never sees half a file; a folder that cannot be written keeps nothing)."""
     where = folder()
     if where is None:
         return
     try:
         where.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=where, suffix=".tmp", delete=False) as out:
-            json.dump(_wire(trace), out)
+            json.dump(data, out, separators=(",", ":"))
         os.replace(out.name, where / f"{name}.json")
     except OSError as exc:
         log.warning("trace not kept in %s: %s", where, exc)
+
+
+def load(name: str) -> Trace | None:
+    return _read(name, _trace)
+
+
+def save(name: str, trace: Trace) -> None:
+    _write(name, _wire(trace))
+
+
+def _family(data: dict[str, Any]) -> StepFamily:
+    return StepFamily.from_wire(data, _trace(data["trace"]))
+
+
+def _scaled_family(data: dict[str, Any]) -> ScaledFamily:
+    return ScaledFamily(_family(data["base"]), tuple((_family(f), int(n)) for f, n in data["increments"]))
+
+
+_families: OrderedDict[str, ScaledFamily] = OrderedDict()
+
+
+def load_family(name: str) -> ScaledFamily | None:
+    if name in _families and folder() is not None:
+        _families.move_to_end(name)
+        return _families[name]
+    found = _read(name, _scaled_family)
+    if found is not None:
+        _keep(name, found)
+    return found
+
+
+def save_family(name: str, found: ScaledFamily) -> None:
+    _write(name, {"base": found.base.to_wire(), "increments": [[f.to_wire(), n] for f, n in found.increments]})
+    _keep(name, found)
+
+
+def _keep(name: str, found: ScaledFamily) -> None:
+    _families[name] = found
+    if len(_families) > FAMILIES_KEPT:
+        _families.popitem(last=False)

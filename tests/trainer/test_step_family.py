@@ -1,0 +1,101 @@
+"""A step family (predict.step_family) against direct traces: the step replayed at another per-device batch or
+FSDP2 rank count is the trace made there, field for field (all but `seconds`), for a dense model (full, LoRA,
+prompt tuning; one rank and FSDP2), an MoE model and a Mamba/attention hybrid; and where a family cannot say
+(one row, a rank count that pads FSDP2's shards, recordings that disagree) it says it cannot."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from test_predict_depth import DENSE, HYBRID, MOE, shape
+
+from ftbench.contracts.env import FTBENCH_TRACE_CACHE
+from ftbench_trainer.measure.ledger import END, Ledger
+from ftbench_trainer.predict import depth, trace_store
+from ftbench_trainer.predict.depth import scaled_family, trace_scaled
+from ftbench_trainer.predict.model import architecture_config, step_trace
+from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
+from ftbench_trainer.predict.step_family import family
+from ftbench_trainer.predict.trace import recorded_step
+
+
+def untimed(trace: Trace) -> Trace:
+    return dataclasses.replace(trace, seconds=0.0)
+
+
+def direct(config: Any, step: StepShape, fsdp: FsdpShape | None) -> Trace:
+    depth._cache.clear()  # nothing the family's recordings left behind
+    return trace_scaled(config, step, fsdp)
+
+
+CASES = {
+    "dense full": (DENSE, "full", None, [(3, None), (5, None), (9, None)]),
+    "dense lora fsdp2": (DENSE, "lora", FsdpShape(4, True), [(3, 4), (2, 2), (5, 2)]),  # lora_r 4: 8 ranks pad
+    "dense pt shard-grad-op": (DENSE, "pt", FsdpShape(2, False), [(4, 2), (3, 4), (6, 4)]),  # 20 tokens: 8 pad
+    "moe full fsdp2": (MOE, "full", FsdpShape(2, True), [(3, 2), (7, 2), (4, 4)]),
+    "hybrid lora": (HYBRID, "lora", None, [(3, None), (6, None)]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_family_replays_the_trace_made_there(case: str) -> None:
+    architecture, method, fsdp, targets = CASES[case]
+    config = architecture_config(architecture)
+    step = shape(method)
+    depth._cache.clear()
+    found = scaled_family(config, step, fsdp)
+    assert found is not None
+    for batch, ranks in targets:
+        assert found.answers(batch, ranks), (batch, ranks)
+        there = dataclasses.replace(step, batch=batch)
+        at_ranks = dataclasses.replace(fsdp, ranks=ranks) if fsdp is not None and ranks is not None else None
+        assert untimed(found.at(batch, ranks)) == untimed(direct(config, there, at_ranks)), (batch, ranks)
+
+
+def test_what_a_family_cannot_say_it_does_not() -> None:
+    config = architecture_config(DENSE)
+    step = shape("lora")
+    found = scaled_family(config, step, FsdpShape(4, True))
+    assert found is not None
+    assert not found.answers(1, 4)  # one row is another step: torch skips copies of size-1 dimensions
+    assert not found.answers(2, 3)  # three ranks pad the shards (rows of 256, 512, 4096 do not split in three)
+    assert not found.answers(2, None)  # no FSDP2 is another step
+    with pytest.raises(ValueError, match="does not hold"):
+        found.at(1, 4)
+    one = recorded_step(config, dataclasses.replace(step, batch=1))
+    two = recorded_step(config, dataclasses.replace(step, batch=2))
+    assert family([one, two]) is None  # their events differ: no family
+
+
+def test_the_ledger_logs_the_step_only() -> None:
+    ledger = Ledger(record=True)
+    serial = ledger.new_storage(1000)
+    ledger.enter_phase("backward")
+    ledger.finish()
+    ledger.free_storage(serial)  # the model torn down after the step: not the step's
+    assert ledger.log is not None and ledger.log[-1] == [END]
+
+
+def test_the_store_answers_another_batch_and_rank_count_without_a_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(tmp_path))
+    config = architecture_config(DENSE)
+    step, fsdp, source = shape("full"), FsdpShape(4, True), repr(sorted(DENSE.items()))
+    step_trace(lambda: config, step, fsdp, source)
+    assert len(list(tmp_path.glob("*.json"))) == 2  # the trace and its family
+    trace_store._families.clear()  # read it from the file, as a new process does
+
+    def no_config() -> Any:
+        raise AssertionError("traced: the family should have answered")
+
+    other_step, other_fsdp = dataclasses.replace(step, batch=6), FsdpShape(8, True)
+    kept = step_trace(no_config, other_step, other_fsdp, source)
+    assert untimed(kept) == untimed(direct(config, other_step, other_fsdp))

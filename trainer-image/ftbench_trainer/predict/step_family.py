@@ -1,0 +1,198 @@
+"""A step's trace at another per-device batch or FSDP2 rank count, from a few traces: no new trace for either.
+
+A trace is the storages a step makes, resizes and frees, in order (`measure.ledger`'s log), and what holds
+each one. The batch and the ranks change the sizes, not the ops, their order or what frees what. The batch
+is a factor of a tensor's shape at most once, so each size lies on a line in the batch; FSDP2 divides the
+parameters' rows by the ranks, so where they divide evenly each size is a constant plus a part over the
+ranks. Steps recorded at consecutive batches (three for an MoE model, whose balanced routing deals token
+slots in integer shares) and at a second rank count give each size's terms; replaying the events through the
+same `Ledger` with the sizes elsewhere gives what a trace there gives, byte for byte
+(tests/trainer/test_step_family.py against direct traces). Torch-free: a replay imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ftbench_trainer.measure.ledger import Event, Ledger, replay, sized_events, split_at, structure
+from ftbench_trainer.measure.split import Split
+from ftbench_trainer.predict.step import PHASES, StepShape, Trace
+
+# A batch of one row is a different step: torch ignores the strides of a size-1 dimension, so some copies
+# (`contiguous`, `reshape`) are not made. A family holds from two rows on.
+FEWEST_ROWS = 2
+
+
+@dataclass(frozen=True)
+class Holders:
+    """The serial numbers of the storages that hold parameters, gradients and optimizer state."""
+
+    parameters: frozenset[int]
+    gradients: frozenset[int]
+    optimizer: frozenset[int]
+
+
+def splits(ledger: Ledger, holders: Holders) -> tuple[dict[str, Split], dict[str, Split]]:
+    """Each phase's peak and forward's and backward's ends, by holder."""
+
+    def split(peak: Any) -> Split:
+        return split_at(
+            peak, parameters=set(holders.parameters), gradients=set(holders.gradients), optimizer=set(holders.optimizer)
+        )
+
+    phases = {name: split(ledger.peaks[name]) for name in PHASES if name in ledger.peaks}
+    ends: dict[str, Split] = {p: split(ledger.ends[p]) for p in ("forward", "backward") if p in ledger.ends}
+    if "optimizer" in phases:  # what the step allocates beyond its state (foreach's temporaries) is the optimizer's
+        o = phases["optimizer"]
+        phases["optimizer"] = Split(o.parameters, o.gradients, o.optimizer + o.other, 0)
+    return phases, ends
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A traced step with its events: what `family` needs."""
+
+    trace: Trace
+    batch: int
+    ranks: int | None  # FSDP2's ranks, None without FSDP2
+    log: list[Event]
+    holders: Holders
+    rows: tuple[int, ...] = ()  # each parameter's dim 0, the one FSDP2 shards (with FSDP2)
+
+
+def replayable(shape: StepShape) -> bool:
+    """Whether the step's events are those of any other batch: not for one row (see FEWEST_ROWS), nor under trl's
+    fused LM head, which scores the tokens in tiles of a fixed size (the batch changes how many tiles there are)."""
+    return shape.batch >= FEWEST_ROWS and not shape.fused_lm_head
+
+
+def batches_to_record(shape: StepShape, *, moe: bool) -> list[int]:
+    """The batches to trace for a family: the asked one, then the next one or two; the asked one alone where the
+    step does not replay by batch."""
+    return [shape.batch + i for i in range(3 if moe else 2)] if replayable(shape) else [shape.batch]
+
+
+def other_ranks(ranks: int) -> int:
+    """The second rank count to trace an FSDP2 family at: half (dividing every row count `ranks` divides), or
+    twice for two ranks."""
+    return ranks // 2 if ranks >= 4 and ranks % 2 == 0 else ranks * 2
+
+
+def _untimed(trace: Trace) -> Trace:
+    return dataclasses.replace(trace, seconds=0.0)
+
+
+def _same_but_sizes(a: Trace, b: Trace) -> bool:
+    ignore = {"phases": {}, "ends": {}, "seconds": 0.0}
+    return dataclasses.replace(a, **ignore) == dataclasses.replace(b, **ignore)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class StepFamily:
+    """One step at other per-device batches and FSDP2 rank counts: its events, and each sized event's bytes at
+    `batch` and `ranks`, per row more (`slopes`) and over the ranks (`per_rank`: bytes x ranks, the part FSDP2
+    shards). No slopes: this batch only (trl's fused LM head); no `per_rank`: these ranks only."""
+
+    trace: Trace  # at `batch`: the fields the batch does not change (model sizes, routing) are read from it
+    log: list[Event]
+    holders: Holders
+    batch: int
+    ranks: int | None
+    sizes: list[int]
+    slopes: list[int] | None
+    per_rank: list[int] | None = None
+    rows: tuple[int, ...] = ()
+
+    def answers(self, batch: int, ranks: int | None) -> bool:
+        """Whether `at` gives this step: another batch needs slopes (and two rows at least); other ranks need
+        `per_rank` and every parameter's rows split evenly over them (else FSDP2 pads the shards)."""
+        if batch != self.batch and (self.slopes is None or batch < FEWEST_ROWS):
+            return False
+        if ranks != self.ranks:
+            return self.per_rank is not None and ranks is not None and ranks > 1 and even(self.rows, ranks)
+        return True
+
+    def at(self, batch: int, ranks: int | None = None) -> Trace:
+        """The step at `batch` rows per device over `ranks` (default: the family's)."""
+        started = time.perf_counter()
+        ranks = self.ranks if ranks is None else ranks
+        if not self.answers(batch, ranks):
+            raise ValueError(f"this family does not hold a step of {batch} rows per device over {ranks} ranks")
+        phases, ends = splits(replay(self.log, self.sizes_at(batch, ranks)), self.holders)
+        return dataclasses.replace(self.trace, phases=phases, ends=ends, seconds=time.perf_counter() - started)
+
+    def sizes_at(self, batch: int, ranks: int | None) -> list[int]:
+        sizes = list(self.sizes)
+        if batch != self.batch and self.slopes is not None:
+            sizes = [s + k * (batch - self.batch) for s, k in zip(sizes, self.slopes, strict=True)]
+        if ranks != self.ranks and self.per_rank is not None and ranks and self.ranks:
+            sizes = [s + p // ranks - p // self.ranks for s, p in zip(sizes, self.per_rank, strict=True)]
+        return sizes
+
+    def to_wire(self) -> dict[str, Any]:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {
+            **fields,
+            "trace": dataclasses.asdict(self.trace),
+            "holders": {k: sorted(v) for k, v in dataclasses.asdict(self.holders).items()},
+            "rows": list(self.rows),
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any], trace: Trace) -> StepFamily:
+        holders = Holders(**{k: frozenset(v) for k, v in data["holders"].items()})
+        fields = {k: data[k] for k in ("log", "batch", "ranks", "sizes", "slopes", "per_rank")}
+        return cls(trace=trace, holders=holders, rows=tuple(data["rows"]), **fields)
+
+
+def even(rows: Sequence[int], ranks: int) -> bool:
+    return all(r % ranks == 0 for r in rows)
+
+
+def _per_rank(a: Recording, b: Recording) -> list[int] | None:
+    """Each size's part that FSDP2 divides by the ranks (bytes x ranks), from the same step at two rank counts
+    that split every parameter evenly; None where a size is not of that form."""
+    ra, rb = a.ranks, b.ranks
+    if ra is None or rb is None or ra == rb or not (even(a.rows, ra) and even(a.rows, rb)):
+        return None
+    out = []
+    for x, y in zip(sized_events(a.log), sized_events(b.log), strict=True):
+        # x - y = part / ra - part / rb
+        part, rest = divmod((x - y) * ra * rb, rb - ra)
+        if rest or part % ra or part % rb:
+            return None
+        out.append(part)
+    return out
+
+
+def family(recordings: Sequence[Recording], ranks: Recording | None = None) -> StepFamily | None:
+    """The family of the recordings (at consecutive batches, the first one first) and, where given, the first one's
+    step at another rank count; None where they disagree: their events differ, a size is off its line, or the
+    family does not give back each recording."""
+    first = recordings[0]
+    if [r.batch - first.batch for r in recordings] != list(range(len(recordings))):
+        raise ValueError("recordings at consecutive batches, the first one first")
+    others = [*recordings[1:], *([ranks] if ranks is not None else [])]
+    frame = structure(first.log)
+    if any(r.holders != first.holders or not _same_but_sizes(r.trace, first.trace) for r in others):
+        return None
+    if any(structure(r.log) != frame or r.rows != first.rows for r in others):
+        return None
+    sizes = sized_events(first.log)
+    slopes = None
+    if len(recordings) > 1:
+        slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
+    per_rank = _per_rank(first, ranks) if ranks is not None else None
+    out = StepFamily(
+        first.trace, first.log, first.holders, first.batch, first.ranks, sizes, slopes, per_rank, first.rows
+    )
+    checks = [*recordings, *([ranks] if per_rank is not None and ranks is not None else [])]
+    for r in checks:
+        on_line = out.sizes_at(r.batch, r.ranks)
+        if on_line != sized_events(r.log) or _untimed(out.at(r.batch, r.ranks)) != _untimed(r.trace):
+            return None
+    return out
