@@ -53,7 +53,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; for `argv` that runs one of ftbench's own commands (no --help), that command's alone:
+    importing every command and reading the release table for the epilog took half of a repeated
+    `ftbench predict`'s 0.8 s (docs/benchmarks.md, "Predict latency")."""
+    only = _command_module(argv)
+    if only is not None:
+        parser = Parser(prog="ftbench")
+        sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+        importlib.import_module(only).register(sub)
+        return parser
     from ftbench.cli.picks import epilog
 
     parser = Parser(
@@ -76,11 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_module(argv: Sequence[str] | None) -> str | None:
+    """The module of the command `argv` runs, where it is one of COMMAND_MODULES and asks for no help."""
+    if not argv or argv[0].startswith("-") or any(a in ("-h", "--help") for a in argv):
+        return None
+    name = f"ftbench.cli.cmd_{argv[0]}"
+    return name if name in COMMAND_MODULES else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # `ftbench catalog models | head` should end quietly, as Unix tools do.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except UsageError as err:
