@@ -7,12 +7,16 @@ Every call is `ftbench predict FILE -o json` in a fresh process pinned to one co
 start to exit. Cases, per catalog model and engine (trl; fms-hf-tuning 3.1.0):
 - cold: an empty trace store (FTBENCH_TRACE_CACHE a new folder for each run): imports, the traces, the report;
 - again: the same spec with the store the cold call left;
-- batch x2 / GPUs x2: a spec that differs only there, with that store (a new step shape: traced);
-- --min-gpus, cold and again; a 100-point FineTuneSweep (batch x GPUs x sequence), cold and again.
+- batch x2 / GPUs x2: a spec that differs only there, with that store (answered from the step family the cold
+  call kept, predict.step_family, where it holds that step; else traced);
+- --min-gpus after those (the issue's warm --min-gpus), and cold and again with a store of its own;
+- a 100-point FineTuneSweep (batch x GPUs x sequence), cold and again.
 An engine environment writes its bytecode on its first use; one call per engine before the table makes it, so
-"cold" is a fresh process and an empty store, not a first import ever. Answers are checked, times never: a
-call that fails, or an answer from a kept trace that differs from the cold one (every field but the timings),
-exits 1. The table goes to stdout (and with --write-docs into docs/benchmarks.md, "Predict latency").
+"cold" is a fresh process and an empty store, not a first import ever. Python writes bytecode by default, and
+so does every call here (this machine's PYTHONDONTWRITEBYTECODE is dropped). Answers are checked, times never: a
+call that fails, an answer from a kept trace that differs from the cold one, or a batch x2 / GPUs x2 answer that
+differs from the same spec predicted with no store (the first run; every field but the timings) exits 1. The
+table goes to stdout (and with --write-docs into docs/benchmarks.md, "Predict latency").
 """
 
 from __future__ import annotations
@@ -86,11 +90,12 @@ def without_timings(data: Any) -> Any:
     return data
 
 
-def call(doc: dict[str, Any], store: Path, work: Path, *extra: str) -> tuple[float, Any]:
-    """(seconds, the JSON answer) of one `ftbench predict` process on one core."""
+def call(doc: dict[str, Any], store: Path | None, work: Path, *extra: str) -> tuple[float, Any]:
+    """(seconds, the JSON answer) of one `ftbench predict` process on one core; no `store`: none kept or read."""
     path = work / f"{doc['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, FTBENCH_TRACE_CACHE: str(store), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, FTBENCH_TRACE_CACHE: str(store or "off"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     started = time.perf_counter()
     proc = subprocess.run(
@@ -109,13 +114,15 @@ def same(cold: Any, kept: Any, what: str) -> None:
 
 def cold_and_again(
     doc: dict[str, Any], store: Path, work: Path, times: dict[str, list[float]], cold: str, again: str, *extra: str
-) -> None:
-    """Time `doc` with an empty store, then again with what it left; the second answer must equal the first."""
+) -> Any:
+    """Time `doc` with an empty store, then again with what it left; the second answer must equal the first (the
+    answer)."""
     seconds, first = call(doc, store, work, *extra)
     times[cold].append(seconds)
     seconds, kept = call(doc, store, work, *extra)
     times[again].append(seconds)
     same(first, kept, f"{doc['metadata']['name']} {again}")
+    return first
 
 
 def spread(times: list[float]) -> str:
@@ -127,17 +134,24 @@ def measure(model: str, engine: str, runs: int, root: Path, min_gpus: bool) -> d
     name = f"{model.replace('.', '-')}-{ENGINES[engine]['engine']}"
     times: dict[str, list[float]] = {"cold": [], "again": [], "batch x2": [], "GPUs x2": []}
     if min_gpus:
-        times |= {"--min-gpus cold": [], "--min-gpus again": []}
+        times |= {"--min-gpus after predict": [], "--min-gpus cold": [], "--min-gpus again": []}
     for run in range(runs):
         store, work = root / f"{name}-{run}-store", root / f"{name}-{run}"
         work.mkdir()
         cold_and_again(experiment(name, spec), store, work, times, "cold", "again")
-        times["batch x2"].append(call(experiment(name, {**spec, "batchSize": 16}), store, work)[0])
-        times["GPUs x2"].append(call(experiment(name, {**spec, "numberGpus": 8}), store, work)[0])
+        for case, change in (("batch x2", {"batchSize": 16}), ("GPUs x2", {"numberGpus": 8})):
+            doc = experiment(name, {**spec, **change})
+            seconds, answer = call(doc, store, work)
+            times[case].append(seconds)
+            if run == 0:
+                same(call(doc, None, work)[1], answer, f"{name} {case}")
         if min_gpus:
-            min_store = root / f"{name}-{run}-min-store"
             doc = experiment(name, spec)
-            cold_and_again(doc, min_store, work, times, "--min-gpus cold", "--min-gpus again", "--min-gpus")
+            times["--min-gpus after predict"].append(call(doc, store, work, "--min-gpus")[0])
+            min_store = root / f"{name}-{run}-min-store"
+            cold = cold_and_again(doc, min_store, work, times, "--min-gpus cold", "--min-gpus again", "--min-gpus")
+            if run == 0:
+                same(call(doc, None, work, "--min-gpus")[1], cold, f"{name} --min-gpus")
     return times
 
 
