@@ -3,9 +3,9 @@
 The device-level memory terms (`bench/fleet.py fit`), the throughput model (`bench/fleet_throughput.py fit`),
 the out-of-sample error bands and the calibration domain (`tabulate --write-docs` of both, between the
 generated markers below), all on ado's fleet sample A (../shared/data/ado-fleet/fleet-sample-A.csv, docs/
-benchmarks.md "ado's fleet"). The one fitted figure kept elsewhere is the `context` term's default, the
-profile's gpuMemory runtimeOverhead (ftbench.api.profile: an API default, 1720Mi from `bench/fleet.py fit`).
-tests/trainer/test_fleet.py and tests/unit/test_throughput.py hold these to their fits.
+benchmarks.md "ado's fleet"). The `context` term's default is also the profile's gpuMemory runtimeOverhead
+default, which the API states (it cannot import this package): tests/unit/test_device_reserve.py holds the two
+equal. tests/trainer/test_fleet.py and tests/unit/test_throughput.py hold the rest to their fits.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ ROUTED_RESERVE_FRACTION: Final = 0.18  # added to RESERVE_FRACTION where expert 
 DISPATCHED_RESERVE_FRACTION: Final = 0.2  # added again where fastMoe dispatches tokens across expert-parallel ranks
 COMMUNICATION_BYTES: Final = int(1.9 * GIB)
 INTER_NODE_BYTES: Final = int(4.2 * GIB)
+# The `context` term: the CUDA context, its libraries' workspaces and the allocator's first segments beyond the
+# tensors (bench/fleet.py fit: 1.68 GiB on the fleet's A100 runs), as a profile's gpuMemory runtimeOverhead.
+RUNTIME_OVERHEAD: Final = "1720Mi"
 
 
 @dataclass(frozen=True)

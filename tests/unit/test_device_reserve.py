@@ -4,9 +4,14 @@ larger again where fastMoe dispatches tokens across expert-parallel ranks."""
 
 from __future__ import annotations
 
-from ftbench.api.profile import DEFAULT_GPU_MEMORY
+from ftbench.api.profile import DEFAULT_GPU_MEMORY, GpuMemory
 from ftbench.contracts.prediction import MemoryPrediction, MemorySplit
-from ftbench.predict.constants import DISPATCHED_RESERVE_FRACTION, RESERVE_FRACTION, ROUTED_RESERVE_FRACTION
+from ftbench.predict.constants import (
+    DISPATCHED_RESERVE_FRACTION,
+    RESERVE_FRACTION,
+    ROUTED_RESERVE_FRACTION,
+    RUNTIME_OVERHEAD,
+)
 from ftbench.predict.device_memory import device_features, device_memory, reserve_fraction
 
 GIB = 2**30
@@ -59,3 +64,8 @@ def test_fsdp1_and_fsdp2_unsharded_gradients_count_the_same_way() -> None:
     assert one.terms == two.terms and one.total_bytes == two.total_bytes and one.fits == two.fits
     assert two.term("tensors") == 26 * GIB and two.term("unshardedGradients") == 30 * GIB
     assert two.required_bytes == two.total_bytes - two.term("allocatorReserve") - 30 * GIB
+
+
+def test_the_profiles_context_default_is_the_fitted_one() -> None:
+    """The API states the runtimeOverhead default (it cannot import ftbench.predict); constants.py states the fit."""
+    assert GpuMemory(capacity="80Gi").runtime_overhead == RUNTIME_OVERHEAD
