@@ -69,6 +69,9 @@ def test_what_a_family_cannot_say_it_does_not() -> None:
     assert not found.answers(2, None)  # no FSDP2 is another step
     with pytest.raises(ValueError, match="does not hold"):
         found.at(1, 4)
+    # Steps that do not replay by batch keep no family: one row, and trl's fused LM head (it tiles the tokens).
+    assert scaled_family(config, dataclasses.replace(step, batch=1), FsdpShape(4, True)) is None
+    assert scaled_family(config, dataclasses.replace(step, fused_lm_head=("log_probs",)), None) is None
     one = recorded_step(config, dataclasses.replace(step, batch=1))
     two = recorded_step(config, dataclasses.replace(step, batch=2))
     assert family([one, two]) is None  # their events differ: no family

@@ -169,8 +169,9 @@ class ScaledFamily:
 def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> ScaledFamily | None:
     """`trace_scaled`'s family, from each depth traced at the batches `batches_to_record` names and, under FSDP2, at
     `other_ranks` too (the asked step's traces are `trace_scaled`'s: nothing is traced twice); None where a depth's
-    recordings disagree, or with nothing to vary (trl's fused LM head without FSDP2)."""
-    if fsdp is None and not replayable(shape):
+    recordings disagree or the step does not replay by batch (`replayable`: a family of rank counts alone would
+    seldom be asked again, as a spec's GPUs change its per-device batch)."""
+    if not replayable(shape):
         return None
     base, increments = _depths(config)
     families = []

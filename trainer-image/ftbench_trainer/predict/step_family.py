@@ -71,9 +71,8 @@ def replayable(shape: StepShape) -> bool:
 
 
 def batches_to_record(shape: StepShape, *, moe: bool) -> list[int]:
-    """The batches to trace for a family: the asked one, then the next one or two; the asked one alone where the
-    step does not replay by batch."""
-    return [shape.batch + i for i in range(3 if moe else 2)] if replayable(shape) else [shape.batch]
+    """The batches to trace for a family: the asked one, then the next one or two."""
+    return [shape.batch + i for i in range(3 if moe else 2)]
 
 
 def other_ranks(ranks: int) -> int:
@@ -95,7 +94,7 @@ def _same_but_sizes(a: Trace, b: Trace) -> bool:
 class StepFamily:
     """One step at other per-device batches and FSDP2 rank counts: its events, and each sized event's bytes at
     `batch` and `ranks`, per row more (`slopes`) and over the ranks (`per_rank`: bytes x ranks, the part FSDP2
-    shards). No slopes: this batch only (trl's fused LM head); no `per_rank`: these ranks only."""
+    shards; None: these ranks only)."""
 
     trace: Trace  # at `batch`: the fields the batch does not change (model sizes, routing) are read from it
     log: list[Event]
@@ -103,14 +102,14 @@ class StepFamily:
     batch: int
     ranks: int | None
     sizes: list[int]
-    slopes: list[int] | None
+    slopes: list[int]
     per_rank: list[int] | None = None
     rows: tuple[int, ...] = ()
 
     def answers(self, batch: int, ranks: int | None) -> bool:
-        """Whether `at` gives this step: another batch needs slopes (and two rows at least); other ranks need
+        """Whether `at` gives this step: two rows at least (see FEWEST_ROWS); other ranks need
         `per_rank` and every parameter's rows split evenly over them (else FSDP2 pads the shards)."""
-        if batch != self.batch and (self.slopes is None or batch < FEWEST_ROWS):
+        if batch < FEWEST_ROWS:
             return False
         if ranks != self.ranks:
             return self.per_rank is not None and ranks is not None and ranks > 1 and even(self.rows, ranks)
@@ -127,7 +126,7 @@ class StepFamily:
 
     def sizes_at(self, batch: int, ranks: int | None) -> list[int]:
         sizes = list(self.sizes)
-        if batch != self.batch and self.slopes is not None:
+        if batch != self.batch:
             sizes = [s + k * (batch - self.batch) for s, k in zip(sizes, self.slopes, strict=True)]
         if ranks != self.ranks and self.per_rank is not None and ranks and self.ranks:
             sizes = [s + p // ranks - p // self.ranks for s, p in zip(sizes, self.per_rank, strict=True)]
@@ -183,9 +182,7 @@ def family(recordings: Sequence[Recording], ranks: Recording | None = None) -> S
     if any(structure(r.log) != frame or r.rows != first.rows for r in others):
         return None
     sizes = sized_events(first.log)
-    slopes = None
-    if len(recordings) > 1:
-        slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
+    slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
     per_rank = _per_rank(first, ranks) if ranks is not None else None
     out = StepFamily(
         first.trace, first.log, first.holders, first.batch, first.ranks, sizes, slopes, per_rank, first.rows

@@ -29,7 +29,7 @@ from ftbench_trainer.measure.split import Split
 from ftbench_trainer.predict.depth import ScaledFamily
 from ftbench_trainer.predict.stack import installed
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
-from ftbench_trainer.predict.step_family import StepFamily, replayable
+from ftbench_trainer.predict.step_family import StepFamily
 
 FORMAT = 2
 FAMILIES_KEPT = 16  # batch families kept in memory too (a sweep asks the same family for many points)
@@ -92,8 +92,7 @@ def _trace(data: dict[str, Any]) -> Trace:
 def family_key(architecture: str, shape: StepShape, fsdp: FsdpShape | None) -> str:
     """The name of the family of `shape`'s step: the trace's key, whatever its batch and FSDP2's ranks."""
     ranks = dataclasses.replace(fsdp, ranks=0) if fsdp is not None else None
-    batch = 0 if replayable(shape) else shape.batch  # a family of this batch only
-    return key(architecture, dataclasses.replace(shape, batch=batch), ranks, kind="step family")
+    return key(architecture, dataclasses.replace(shape, batch=0), ranks, kind="step family")
 
 
 def _read(name: str, decode: Callable[[Any], T]) -> T | None:
