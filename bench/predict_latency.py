@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,9 +200,9 @@ def main() -> int:
     args = parser.parse_args()
     models = args.models.split(",") if args.models else list(MODELS)
     engines = args.engines.split(",") if args.engines else list(ENGINES)
-    root = Path(tempfile.mkdtemp(prefix="ftbench-predict-latency-"))
-    rows: list[tuple[str, str, dict[str, list[float]]]] = []
-    try:
+
+    def body(root: Path) -> str:
+        rows: list[tuple[str, str, dict[str, list[float]]]] = []
         for engine in engines:  # the first use of each engine's environment writes its bytecode: not timed
             call(experiment("warm-up", {**BASE, **ENGINES[engine], "model": models[0]}), root / "warm-up", root)
         for engine in engines:
@@ -211,6 +212,17 @@ def main() -> int:
                     times |= measure_sweep(model, engine, args.sweep_runs, root)
                 rows.append((model, engine, times))
                 print(f"{model} {engine}: " + ", ".join(f"{k} {spread(v)}" for k, v in times.items()), flush=True)
+        return table(rows, args.runs, args.sweep_runs)
+
+    return run_and_publish("ftbench-predict-latency-", SECTION, args.write_docs, body)
+
+
+def run_and_publish(prefix: str, section: str, write_docs: bool, body: Callable[[Path], str]) -> int:
+    """`body` run in a scratch folder and its table published (docs/benchmarks.md with `write_docs`); exit 1 on a
+    wrong answer."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        text = body(root)
     except Wrong as err:
         print(f"wrong answer: {err}", file=sys.stderr)
         return 1
@@ -219,7 +231,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "bench"))
     from fleet_throughput import publish
 
-    publish(SECTION, table(rows, args.runs, args.sweep_runs), args.write_docs)
+    publish(section, text, write_docs)
     return 0
 
 

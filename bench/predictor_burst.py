@@ -22,7 +22,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,9 @@ from ftbench.local.predict import prediction_plan, run_batch
 from ftbench.local.runner import TrainerPython, trainer_profile, trainer_python
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from predict_latency import Wrong, run_and_publish  # noqa: E402  (a bench script beside this one)
+
 SECTION = "predictor-burst"
 ENGINES = {"trl": {"engine": "trl"}, "fms-hf-tuning 3.1.0": {"engine": "fms-hf-tuning", "fmsHfTuningVersion": "3.1.0"}}
 BASE: dict[str, Any] = {
@@ -51,10 +53,6 @@ GPUS = (1, 2, 4, 8, 16)
 FIRST_BATCHES = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 OTHER_BATCHES = (6, 10, 20, 28, 40, 56, 80, 112, 160, 192)
 TIMINGS = {"seconds"}
-
-
-class Wrong(Exception):
-    """A failed request or an answer that differs from the uncached one: the bench fails (never on a time)."""
 
 
 def plans(model: str, engine: str, batches: tuple[int, ...], python: TrainerPython) -> list[LaunchPlan]:
@@ -173,19 +171,12 @@ def main() -> int:
     parser.add_argument("--core", type=int, default=0, help="the CPU core the service is pinned to (default 0)")
     parser.add_argument("--write-docs", action="store_true", help="also into docs/benchmarks.md")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="ftbench-predictor-burst-"))
-    try:
-        rows = measure(args.model, args.engine, root, args.core)
-    except Wrong as err:
-        print(f"wrong answer: {err}", file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    sys.path.insert(0, str(REPO / "bench"))
-    from fleet_throughput import publish
-
-    publish(SECTION, table(args.model, args.engine, rows), args.write_docs)
-    return 0
+    return run_and_publish(
+        "ftbench-predictor-burst-",
+        SECTION,
+        args.write_docs,
+        lambda root: table(args.model, args.engine, measure(args.model, args.engine, root, args.core)),
+    )
 
 
 if __name__ == "__main__":
