@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -129,3 +130,22 @@ def test_dev_up_names_a_stop_command_that_parses(tmp_path: Path) -> None:
     for root in (DEFAULT_STATE_DIR, tmp_path / "dev"):
         args = build_parser().parse_args(shlex.split(stop_command(root))[1:])
         assert (args.action, args.state_dir or DEFAULT_STATE_DIR) == ("down", root)  # unset: the rig's default
+
+
+def test_a_command_parses_with_its_own_parser_and_help_with_all(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ftbench predict FILE` builds the predict command's parser alone (a repeated predict spent a third of its time
+    importing every command); --help, a plugin's command or a typo get the whole parser and its choices."""
+    from ftbench.cli.main import build_parser
+
+    only = build_parser(["predict", "x.yaml"])
+    assert only.parse_args(["predict", "x.yaml"]).command == "predict"
+    assert _subcommands(only) == {"predict"}
+    assert {"predict", "validate", "run", "sweep", "dev"} <= _subcommands(build_parser(["predict", "--help"]))
+    with pytest.raises(SystemExit):
+        main(["no-such-command"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> set[str]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(action.choices)
