@@ -3,6 +3,7 @@
     bash bench/peer_autoconf_env.sh                   # the peer's own venv (once; ado-autoconf 2.1.2, AutoGluon 1.6.3)
     .venv/bin/python bench/peer_autoconf.py run       # train the peer per split, compare, write the store (~15 min)
     .venv/bin/python bench/peer_autoconf.py tabulate  # the tables again, from the store the step above wrote
+    .venv/bin/python bench/peer_autoconf.py rescore   # ftbench's side again (its constants changed), the peer's kept
 
 ado-autoconf predicts two things from six features (model name, method, GPUs, GPU model, sequence length, global
 batch): whether a run fits (an AutoGluon classifier of ado's `is_valid`) and its tokens/s (an AutoGluon regressor of
@@ -297,13 +298,29 @@ def verdict(summary: dict[str, Any]) -> str:
     return "Who wins: " + "; ".join(parts) + "."
 
 
-def run(limits: tuple[float, float]) -> str:
+def stored_peer(store: Path) -> dict[str, Any]:
+    """The peer's answers as run_peer returned them, read back from a store `run` wrote (they depend on the rows
+    and splits alone, never on ftbench's constants, so `rescore` need not train the peer again)."""
+    data = json.loads(store.read_text())
+    meta = data["meta"]
+    peer: dict[str, Any] = {"classifier": {}, "regressor": {}, "fits": data["fits"], "autogluon": meta["autogluon"],
+                            "seconds": meta["peer_seconds"], "run_seconds": meta["seconds"]}  # fmt: skip
+    for label in SPLITS:
+        peer["classifier"][label] = {str(r["line"]): int(r[f"peer_fits:{label}"]) for r in data["memory_rows"]}
+        peer["regressor"][label] = {str(r["line"]): r[f"peer_tokens_per_second:{label}"]
+                                    for r in data["throughput_rows"]}  # fmt: skip
+    return peer
+
+
+def run(limits: tuple[float, float], rescore: bool = False) -> str:
+    """`rescore`: ftbench's held-out answers computed again, the peer's taken from the stored run."""
     started = time.time()
     memory, throughput = build_rows()
     check_min_gpus(memory)
     print(f"{len(memory)} clear rows, {len(throughput)} tokens/s rows; ftbench's held-out answers in "
-          f"{time.time() - started:.0f} s; training the peer ...", file=sys.stderr, flush=True)  # fmt: skip
-    peer = run_peer(memory, throughput, limits)
+          f"{time.time() - started:.0f} s; {'reading' if rescore else 'training'} the peer ...", file=sys.stderr,
+          flush=True)  # fmt: skip
+    peer = stored_peer(RESULT) if rescore else run_peer(memory, throughput, limits)
     merge(memory, throughput, peer)
     summary = summarize(memory, throughput)
     meta = {
@@ -315,7 +332,7 @@ def run(limits: tuple[float, float]) -> str:
         "ooms": sum(r["outcome"] == "oom" for r in memory),
         "tps_rows": len(throughput),
         "peer_seconds": peer.get("seconds"),
-        "seconds": round(time.time() - started, 1),
+        "seconds": peer.get("run_seconds", round(time.time() - started, 1)),  # rescore: the peer's run's
     }
     fewest = {
         label: {
@@ -344,12 +361,17 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--time-limit-classifier", type=float, default=25.0, help="seconds per classifier fit")
     r.add_argument("--time-limit-regressor", type=float, default=30.0, help="seconds per regressor fit")
+    sub.add_parser("rescore", help="ftbench's side again, the peer's answers kept from the store")
     t = sub.add_parser("tabulate")
     t.add_argument("--store", type=Path, default=RESULT)
     t.add_argument("--write-docs", action="store_true", help="also into docs/benchmarks.md")
     args = parser.parse_args()
     if args.cmd == "run":
         print(run((args.time_limit_classifier, args.time_limit_regressor)))
+        return 0
+    if args.cmd == "rescore":
+        stored = json.loads(RESULT.read_text())["meta"]
+        print(run((stored["time_limit_classifier"], stored["time_limit_regressor"]), rescore=True))
         return 0
     from fleet_throughput import publish
 

@@ -72,12 +72,13 @@ def _constants(theta: Any) -> ThroughputConstants:
         expert_full_factor=rest[6],
         rdma_bytes=rest[7],
         tcp_bytes=rest[8],
+        expert_parallel_seconds=rest[9],
     )
 
 
 def _start() -> list[float]:
     coefficients = [-0.5 if n in ("dense", "moe", "hybrid") else 0.0 for n in FITTED.efficiency]
-    return coefficients + [math.log(v) for v in (5e-3, 5e-3, 5e-3, 5e-3, 1e-4, 1e-8, 1.0, 40e9, 8e9)]
+    return coefficients + [math.log(v) for v in (5e-3, 5e-3, 5e-3, 5e-3, 1e-4, 1e-8, 1.0, 40e9, 8e9, 5e-3)]
 
 
 def _log_errors(pts: Sequence[Point], constants: ThroughputConstants) -> Any:
@@ -126,6 +127,7 @@ def fitted(pts: Sequence[Point], own: Sequence[OwnRun]) -> ThroughputConstants:
         expert_full_factor=_sig(c.expert_full_factor),
         rdma_bytes=_sig(c.rdma_bytes),
         tcp_bytes=_sig(c.tcp_bytes),
+        expert_parallel_seconds=_sig(c.expert_parallel_seconds),
     )
     return dataclasses.replace(rounded, gpu_efficiency=fit_gpu_efficiency(own, rounded))
 

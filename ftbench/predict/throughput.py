@@ -4,7 +4,8 @@ A step's time is its compute, the framework time each layer costs whatever its F
 communication that these do not hide:
 
     compute  = hardware FLOPs per device per optimizer step / (GPU peak x efficiency)
-    overhead = micro-steps x layers x (seconds per layer + seconds of the expert loop)
+    overhead = micro-steps x (layers x (seconds per layer + seconds of the expert loop)
+                              + expert-parallel MoE layers x fastMoe's dispatch stall)
     busy     = compute + overhead
     exposed  = max(0, inter-node communication - busy)
     tokens/s = tokens per optimizer step / (busy + exposed)
@@ -83,6 +84,7 @@ class StepModel:
     layers: int
     layer_cost: LayerCost
     experts_looped: int  # routed experts transformers loops over (0: dense, or fast MoE kernels)
+    expert_parallel_layers: int  # MoE layers whose tokens fastMoe dispatches across ranks (0 without)
     tokens_per_micro_step: int  # per device
     full: bool
     inter_node_bytes: float  # per device per optimizer step (0 on one node)
@@ -96,7 +98,8 @@ class StepModel:
                                          constants.expert_token_seconds)  # fmt: skip
         if self.full:
             experts *= constants.expert_full_factor
-        overhead = self.micro_steps * self.layers * (constants.layer_seconds[self.layer_cost] + experts)
+        overhead = self.micro_steps * (self.layers * (constants.layer_seconds[self.layer_cost] + experts) +
+                                       self.expert_parallel_layers * constants.expert_parallel_seconds)  # fmt: skip
         communication = self.inter_node_bytes / (constants.rdma_bytes if self.rdma else constants.tcp_bytes)
         return StepSeconds(compute, overhead, max(0.0, communication - compute - overhead))
 
@@ -163,6 +166,8 @@ def step_model(spec: FineTuneExperimentSpec, catalog: Catalog) -> StepModel | No
         layers=counts.layers,
         layer_cost=cost,
         experts_looped=experts,
+        # ScatterMoE's all-to-all needs every MoE layer's token counts on the host (fastMoe 1: no dispatch)
+        expert_parallel_layers=counts.layers if spec.fast_moe > 1 and counts.active < counts.total else 0,
         tokens_per_micro_step=tokens,
         full=full,
         inter_node_bytes=micro_steps * _inter_node_bytes(spec, counts, dtype, full),

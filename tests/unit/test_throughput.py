@@ -61,7 +61,8 @@ def test_the_constants_are_the_fit_and_the_docs_table_is_fresh() -> None:
         assert constants.FITTED.efficiency[name] == pytest.approx(value, abs=0.002), name
     pairs = [(fitted.layer_seconds[k], constants.FITTED.layer_seconds[k]) for k in constants.FITTED.layer_seconds]
     pairs += [(getattr(fitted, k), getattr(constants.FITTED, k)) for k in
-              ("expert_seconds", "expert_token_seconds", "expert_full_factor", "rdma_bytes", "tcp_bytes")]  # fmt: skip
+              ("expert_seconds", "expert_token_seconds", "expert_full_factor", "rdma_bytes", "tcp_bytes",
+               "expert_parallel_seconds")]  # fmt: skip
     for new, stored in pairs:
         assert stored == pytest.approx(new, rel=0.06)
     assert fitted.gpu_efficiency.keys() == constants.FITTED.gpu_efficiency.keys() == {"H100", "H200"}
@@ -98,6 +99,20 @@ def test_across_nodes_tcp_is_slower_than_rdma() -> None:
     assert tcp.exposed_communication_seconds > rdma.exposed_communication_seconds >= 0
     assert tcp.step_seconds_estimate > rdma.step_seconds_estimate
     assert tcp.dominant == "communication"
+
+
+def test_fast_moe_across_ranks_stalls_every_moe_layer_and_on_one_rank_does_not() -> None:
+    """fastMoe above 1 dispatches tokens across ranks, and each MoE layer waits for the host (the fitted
+    expert_parallel_seconds); 1 runs the kernels without dispatch; a dense model has no MoE layer to stall."""
+    moe = {"model": "granite-3.1-3b-a800m-instruct", "numberGpus": 4, "batchSize": 4, "modelMaxLength": 512}
+    one, four = (tp.step_model(spec(**moe, fastMoe=n), CATALOG) for n in (1, 4))
+    assert one is not None and four is not None
+    layers = parameter_counts(CATALOG.models[moe["model"]].architecture or {}).layers
+    assert (one.expert_parallel_layers, four.expert_parallel_layers) == (0, layers)
+    stall = four.micro_steps * layers * constants.FITTED.expert_parallel_seconds
+    assert four.seconds().overhead - one.seconds().overhead == pytest.approx(stall)
+    dense = tp.step_model(spec(), CATALOG)
+    assert dense is not None and dense.expert_parallel_layers == 0
 
 
 def test_cpu_ranks_and_unknown_gpus_have_no_prediction_and_say_why() -> None:
