@@ -19,3 +19,14 @@ def test_the_docs_table_is_the_stored_comparison() -> None:
         "run: bench/peer_autoconf.py tabulate --write-docs"
     )
     assert "ado-autoconf" in committed and "leave one model out" in committed
+
+
+def test_rescore_reads_back_the_peers_stored_answers_unchanged() -> None:
+    """`rescore` keeps the peer's answers: merged into fresh rows they equal the stored ones field for field."""
+    import json
+
+    stored = json.loads(peer_autoconf.RESULT.read_text())
+    memory = [{k: v for k, v in r.items() if not k.startswith("peer")} for r in stored["memory_rows"]]
+    throughput = [{k: v for k, v in r.items() if not k.startswith("peer")} for r in stored["throughput_rows"]]
+    peer_autoconf.merge(memory, throughput, peer_autoconf.stored_peer(peer_autoconf.RESULT))
+    assert memory == stored["memory_rows"] and throughput == stored["throughput_rows"]
