@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ftbench.contracts.env import FTBENCH_PREDICTOR
 from ftbench_devcluster import BinariesNotFoundError, ControlPlane, find_binaries
+
+# One predictor process per `ftbench predict`, as before the resident predictor: tests run under many
+# environments (each its own resident predictor, idle for minutes); tests/trainer/test_resident_predictor.py
+# turns it on and stops what it starts.
+os.environ.setdefault(FTBENCH_PREDICTOR, "off")
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

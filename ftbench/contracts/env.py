@@ -37,6 +37,9 @@ FTBENCH_ACCELERATE_CONFIG = "FTBENCH_ACCELERATE_CONFIG"
 FTBENCH_SAMPLE_INTERVAL = "FTBENCH_SAMPLE_INTERVAL"
 # Read by the memory predictor: the folder its traces are kept in (default: the cache root's traces/), or "off".
 FTBENCH_TRACE_CACHE = "FTBENCH_TRACE_CACHE"
+# Read by `ftbench predict` (ftbench.local.resident): how many idle seconds its resident predictor waits for the
+# next question before it exits (default 600), or "off" for one predictor process per call.
+FTBENCH_PREDICTOR = "FTBENCH_PREDICTOR"
 # Set by Dockerfile.trainer (informational).
 FTBENCH_ENGINE = "FTBENCH_ENGINE"
 # A user's machine: `ftbench run`, `ftbench engines`, `ftbench dev`.

@@ -17,6 +17,7 @@ from ftbench.catalog import Catalog
 from ftbench.contracts.enums import Runtime
 from ftbench.contracts.plan import ExperimentRef, LaunchPlan
 from ftbench.contracts.prediction import MemoryPrediction, parse_batch_line, parse_prediction_line
+from ftbench.local import resident
 from ftbench.local.runner import LocalRunError, TrainerPython
 from ftbench.render.plan import build_plan
 
@@ -27,43 +28,44 @@ def prediction_plan(spec: FineTuneExperimentSpec, name: str, catalog: Catalog, p
     return build_plan(spec, catalog, profile, ref=ExperimentRef(name=name, namespace="local"), runtime=Runtime.JOB)
 
 
+def answered(python: TrainerPython, mode: str, plans: list[str], timeout: float) -> tuple[str, str, int]:
+    """(stdout, stderr, status) of `python -m ftbench_trainer.predict --plan/--batch` for `plans`: from the resident
+    predictor where it answers (ftbench.local.resident), else from a predictor process of its own."""
+    env = python.environment()
+    kept = resident.ask(python.path, env, mode, plans, timeout)
+    if kept is not None:
+        return kept
+    with tempfile.TemporaryDirectory(prefix="ftbench-predict-") as tmp:
+        path = Path(tmp) / "plans.jsonl"
+        path.write_text("".join(plan + "\n" for plan in plans))
+        proc = subprocess.run(
+            [python.path, "-m", PREDICTOR_MODULE, f"--{mode}", str(path)],
+            capture_output=True, text=True, env=env, timeout=timeout, check=False,
+        )  # fmt: skip
+    return proc.stdout, proc.stderr, proc.returncode
+
+
 def run_batch(
     plans: list[LaunchPlan], python: TrainerPython, *, timeout: float = 3600.0
 ) -> list[MemoryPrediction | str]:
     """Predict many plans in one predictor process (shared traces are made once): for each plan, in order,
     its prediction or the one-line reason it has none."""
-    with tempfile.TemporaryDirectory(prefix="ftbench-predict-") as tmp:
-        batch = Path(tmp) / "plans.jsonl"
-        batch.write_text("".join(plan.to_json().replace("\n", " ") + "\n" for plan in plans))
-        proc = subprocess.run(
-            [python.path, "-m", PREDICTOR_MODULE, "--batch", str(batch)],
-            capture_output=True, text=True, env=python.environment(), timeout=timeout, check=False,
-        )  # fmt: skip
-    answers = [a for a in map(parse_batch_line, proc.stdout.splitlines()) if a is not None]
+    lines = [plan.to_json().replace("\n", " ") for plan in plans]
+    stdout, stderr, _ = answered(python, "batch", lines, timeout)
+    answers = [a for a in map(parse_batch_line, stdout.splitlines()) if a is not None]
     if len(answers) != len(plans):
-        lines = (proc.stderr or "").strip().splitlines()
+        lines = (stderr or "").strip().splitlines()
         raise LocalRunError(f"the memory predictor answered {len(answers)} of {len(plans)} plans: {lines[-1:] or ''}")
     return answers
 
 
 def run_predictor(plan: LaunchPlan, python: TrainerPython, *, timeout: float = 600.0) -> MemoryPrediction:
     """The predictor's one FTBENCH_PREDICTION line, read from its stdout."""
-    env = python.environment()
-    with tempfile.TemporaryDirectory(prefix="ftbench-predict-") as tmp:
-        plan_path = Path(tmp) / "plan.json"
-        plan_path.write_text(plan.to_json())
-        proc = subprocess.run(
-            [python.path, "-m", PREDICTOR_MODULE, "--plan", str(plan_path)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            check=False,
-        )
-    for line in proc.stdout.splitlines():
+    stdout, stderr, status = answered(python, "plan", [plan.to_json()], timeout)
+    for line in stdout.splitlines():
         prediction = parse_prediction_line(line)
         if prediction is not None:
             return prediction
-    lines = (proc.stderr or proc.stdout).strip().splitlines()
-    last = lines[-1].removeprefix("ftbench: ") if lines else f"it exited {proc.returncode} and said nothing"
+    lines = (stderr or stdout).strip().splitlines()
+    last = lines[-1].removeprefix("ftbench: ") if lines else f"it exited {status} and said nothing"
     raise LocalRunError(f"no memory prediction for this spec: {last}")

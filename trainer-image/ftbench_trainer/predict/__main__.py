@@ -39,6 +39,18 @@ def predict_one(load: Callable[[], LaunchPlan]) -> tuple[bool, str]:
         return False, reason(exc)
 
 
+def batch_line(line: str) -> str:
+    """One plan of a batch answered: its prediction's line, or the line saying why it has none."""
+    ok, text = predict_one(partial(LaunchPlan.from_json, line))
+    return text if ok else f"{PREDICTION_ERROR_PREFIX} {json.dumps({'error': text})}"
+
+
+def plan_answer(load: Callable[[], LaunchPlan]) -> tuple[str, str, int]:
+    """One plan answered as this command answers it: (stdout, stderr, exit status)."""
+    ok, text = predict_one(load)
+    return (text + "\n", "", 0) if ok else ("", f"ftbench: {text}\n", 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ftbench_trainer.predict", description=__doc__.split("\n")[0])
     which = parser.add_mutually_exclusive_group(required=True)
@@ -49,12 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch:
         with open(args.batch) as lines:
             for line in lines:  # one plan's failure is its line, the batch goes on
-                ok, text = predict_one(partial(LaunchPlan.from_json, line))
-                print(text if ok else f"{PREDICTION_ERROR_PREFIX} {json.dumps({'error': text})}", flush=True)
+                print(batch_line(line), flush=True)
         return 0
-    ok, text = predict_one(lambda: LaunchPlan.read(args.plan))
-    print(text if ok else f"ftbench: {text}", file=sys.stdout if ok else sys.stderr, flush=True)
-    return 0 if ok else 2
+    out, err, status = plan_answer(lambda: LaunchPlan.read(args.plan))
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+"""The resident predictor (ftbench_trainer.predict.resident, asked by ftbench.local.resident): `ftbench predict`
+answers through it exactly as a predictor process of its own answers, and it keeps to its socket's rules (a stale
+socket replaced, one predictor per socket, an unreadable question refused with the reason, exit when idle or
+told to)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ftbench.cli import main
+from ftbench.contracts.env import FTBENCH_CACHE, FTBENCH_HOME, FTBENCH_PREDICTOR, FTBENCH_TRACE_CACHE
+from ftbench.local import resident
+
+pytest.importorskip("torch")
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+from predict_latency import without_timings  # noqa: E402
+
+QUICKSTART = REPO / "examples" / "quickstart.yaml"
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A cache root of its own (short: a socket's path is at most 107 bytes), residents on, stopped after."""
+    cache = Path(tempfile.mkdtemp(prefix="ftb-", dir="/tmp"))
+    monkeypatch.setenv(FTBENCH_CACHE, str(cache))
+    monkeypatch.setenv(FTBENCH_HOME, str(tmp_path / "home"))
+    monkeypatch.setenv(FTBENCH_PREDICTOR, "120")
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
+    yield cache
+    resident.stop_all({FTBENCH_CACHE: str(cache)})
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+def predicted(capsys: pytest.CaptureFixture[str], path: Path) -> Any:
+    assert main(["predict", str(path), "-o", "json"]) == 0
+    return without_timings(json.loads(capsys.readouterr().out))
+
+
+def one_shot(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], path: Path) -> Any:
+    monkeypatch.setenv(FTBENCH_PREDICTOR, "off")
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, "off")
+    return predicted(capsys, path)
+
+
+def test_predict_answers_through_the_resident_as_a_predictor_process_does(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = predicted(capsys, QUICKSTART)
+    (sock,) = (root / "predictors").glob("*.sock")
+    again = predicted(capsys, QUICKSTART)
+    assert sock.with_suffix(".log").read_text().count("predictor: answered plan of 1") == 2
+    assert first == again == one_shot(monkeypatch, capsys, QUICKSTART)
+
+
+def test_a_sweep_is_answered_through_the_resident_as_a_predictor_process_does(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = yaml.safe_load(QUICKSTART.read_text())["spec"]
+    doc = {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneSweep", "metadata": {"name": "batches"},
+           "spec": {"template": template, "matrix": {"batchSize": [2, 4]}}}  # fmt: skip
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    through = predicted(capsys, path)
+    (sock,) = (root / "predictors").glob("*.sock")
+    assert "predictor: answered batch of 2" in sock.with_suffix(".log").read_text()
+    assert len(through["points"]) == 2 and through == one_shot(monkeypatch, capsys, path)
+
+
+def start(path: Path, idle: float = 120.0) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", resident.MODULE, "--socket", str(path), "--idle-seconds", str(idle)])
+
+
+def ask_raw(path: Path, question: bytes, deadline: float = 60.0) -> dict[str, Any]:
+    until = time.monotonic() + deadline
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
+                conn.connect(str(path))
+            except OSError:
+                if time.monotonic() > until:
+                    raise
+                time.sleep(0.05)
+                continue
+            conn.sendall(question)
+            return dict(json.loads(resident._read_all(conn)))
+
+
+def test_a_stale_socket_is_replaced_and_an_unreadable_question_refused_with_the_reason(root: Path) -> None:
+    path = root / "predictors" / "stale.sock"
+    path.parent.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:  # a predictor that died without cleaning up
+        dead.bind(str(path))
+    proc = start(path)
+    garbage = ask_raw(path, b"not json\n")
+    assert garbage["status"] == 2 and "could not read it" in garbage["stderr"]
+    refused = ask_raw(path, json.dumps({"mode": "batch", "plans": ["{}"]}).encode() + b"\n")
+    assert refused["status"] == 0 and refused["stdout"].startswith("FTBENCH_PREDICTION_ERROR ")
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert resident.stop_all({FTBENCH_CACHE: str(root)}) == 1
+    assert proc.wait(timeout=30) == 0 and not path.exists() and not path.with_suffix(".pid").exists()
+
+
+def test_one_predictor_per_socket_and_an_idle_one_exits(root: Path) -> None:
+    path = root / "predictors" / "idle.sock"
+    first = start(path, idle=3.0)
+    assert ask_raw(path, b"{}\n")["status"] == 2  # bound and answering
+    second = start(path)
+    assert second.wait(timeout=60) == 0  # the socket is served: it leaves at once
+    assert first.wait(timeout=60) == 0 and not path.exists()  # idle for 3 s: gone, its socket with it
