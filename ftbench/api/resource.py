@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from ftbench.api.api_model import ApiModel
+from ftbench.api.kinds import (  # noqa: F401  (re-exported: the names Kubernetes knows the resources by)
+    ANNOTATION_PREFIX,
+    API_VERSION,
+    CATEGORIES,
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    SWEEP_KIND,
+    SWEEP_PLURAL,
+    SWEEP_SHORT_NAMES,
+    SWEEP_SINGULAR,
+    VERSION,
+)
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.status import FineTuneExperimentStatus
-
-GROUP = "ftbench.io"
-VERSION = "v1alpha1"
-API_VERSION: Final = "ftbench.io/v1alpha1"  # a literal, so the model field can be typed by it
-assert f"{GROUP}/{VERSION}" == API_VERSION
-KIND: Final = "FineTuneExperiment"
-PLURAL = "finetuneexperiments"
-SINGULAR = "finetuneexperiment"
-SHORT_NAMES = ("fte",)
-CATEGORIES = ("ftbench",)
-ANNOTATION_PREFIX = "ftbench.io"
-
-# FineTuneSweep (ftbench.api.sweep): many experiments over a space of configurations.
-SWEEP_KIND: Final = "FineTuneSweep"
-SWEEP_PLURAL = "finetunesweeps"
-SWEEP_SINGULAR = "finetunesweep"
-SWEEP_SHORT_NAMES = ("fts",)
 
 
 class FineTuneExperiment(ApiModel):

@@ -6,18 +6,16 @@ import argparse
 import json
 import sys
 
+from ftbench.api.kinds import KIND, SWEEP_KIND
 from ftbench.api.prediction_report import PredictionReport
 from ftbench.api.profile import ClusterProfile, catalog_for
-from ftbench.api.resource import KIND, SWEEP_KIND
 from ftbench.api.rules.data import too_few_rows
 from ftbench.api.shapes import ShapeAnswer, answer, candidate_shapes
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_run import spec_from_body
-from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg
+from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg, spec_from_body
 from ftbench.cli.documents import read_one_document
 from ftbench.cli.main import UsageError
-from ftbench.cli.predict_sweep import run_sweep
 from ftbench.cli.table import format_table
 from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction
 from ftbench.local.home import ftbench_home, local_profile
@@ -59,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     profile = local_profile(profile_from_arg(args.profile), ftbench_home())
     body = read_one_document(args.file, f"{KIND} or {SWEEP_KIND}")
     if isinstance(body, dict) and body.get("kind") == SWEEP_KIND:
+        from ftbench.cli.predict_sweep import run_sweep  # a sweep's modules: one spec's answer never imports them
+
         return run_sweep(args, body, catalog_from_args(args, catalog_for(profile)), profile)
     if args.fill_gpus:
         raise UsageError("--fill-gpus fills a FineTuneSweep's points; for one experiment, --min-gpus answers")

@@ -15,9 +15,8 @@ from ftbench.api.profile import catalog_for
 from ftbench.api.repeats import combined_result, repeats_status
 from ftbench.api.resource import KIND
 from ftbench.api.stability import aggregate_trials, trial_outcome
-from ftbench.api.validation import validate_document
 from ftbench.catalog import Catalog
-from ftbench.cli.cmd_validate import catalog_from_args, profile_from_arg
+from ftbench.cli.cmd_validate import profile_from_arg, spec_from_body
 from ftbench.cli.documents import read_one_document
 from ftbench.cli.local_options import add_local_run_options
 from ftbench.cli.main import UsageError
@@ -178,15 +177,6 @@ def _with_interval(metrics: Metrics, key: str, value: object) -> str:
 
 def load_spec(args: argparse.Namespace, base: Catalog):
     return spec_from_body(args, read_one_document(args.file, KIND), base)
-
-
-def spec_from_body(args: argparse.Namespace, body: Any, base: Catalog):
-    catalog = catalog_from_args(args, base)
-    report = validate_document(body, catalog)
-    if not report.ok or report.spec is None:
-        lines = "\n".join(f"  - {issue}" for issue in report.issues)
-        raise UsageError(f"{args.file} is invalid:\n{lines}")
-    return report.spec, body["metadata"]["name"], catalog
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ftbench.api.effective import describe_batch
 from ftbench.api.fabric import roce_warning
+from ftbench.api.kinds import SWEEP_KIND
 from ftbench.api.profile import ClusterProfile, catalog_for
-from ftbench.api.resource import SWEEP_KIND
 from ftbench.api.rules.data import describe_rows
+from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.api.validation import Issue, load_profile, validate_document
 from ftbench.catalog import Catalog, load_catalog, load_model_map
 from ftbench.cli.documents import read_documents
 from ftbench.cli.main import UsageError
-from ftbench.sweep.cost import sweep_cost
-from ftbench.sweep.points import expand, parse_sweep_document
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
 def _validate_sweep(source: str, body: dict, catalog: Catalog, *, quiet: bool) -> int:
     """1 when the sweep cannot run at all; its invalid points are listed but are measurements
     (isValid false with the reason), as the operator records them."""
+    from ftbench.sweep.cost import sweep_cost  # a sweep's alone: `ftbench predict` of one spec never needs them
+    from ftbench.sweep.points import expand, parse_sweep_document
+
     parsed = parse_sweep_document(body)
     issues: tuple[Issue, ...] = parsed.issues
     expansion = expand(parsed.spec, catalog) if parsed.spec is not None and not issues else None
@@ -109,3 +112,13 @@ def _validate_sweep(source: str, body: dict, catalog: Catalog, *, quiet: bool) -
     for point in bad:
         print(f"  - point {point.index} ({point.describe()}): " + "; ".join(str(i) for i in point.issues))
     return 0
+
+
+def spec_from_body(args: argparse.Namespace, body: Any, base: Catalog) -> tuple[FineTuneExperimentSpec, str, Catalog]:
+    """A FineTuneExperiment document validated (`ftbench run`, `ftbench predict`): its spec, name and catalog."""
+    catalog = catalog_from_args(args, base)
+    report = validate_document(body, catalog)
+    if not report.ok or report.spec is None:
+        lines = "\n".join(f"  - {issue}" for issue in report.issues)
+        raise UsageError(f"{args.file} is invalid:\n{lines}")
+    return report.spec, body["metadata"]["name"], catalog

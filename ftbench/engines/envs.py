@@ -42,7 +42,10 @@ def cache_root() -> Path:
 
 @cache
 def _python_tag(python: str) -> str:
-    """'3.11' for an interpreter (asked once per interpreter: env_dir runs for every release)."""
+    """'3.11' for an interpreter (asked once per interpreter: env_dir runs for every release; this one's own is
+    known without a process)."""
+    if python == sys.executable:
+        return f"{sys.version_info[0]}.{sys.version_info[1]}"
     out = subprocess.run(
         [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
         capture_output=True,
