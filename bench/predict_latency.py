@@ -11,6 +11,10 @@ start to exit. Cases, per catalog model and engine (trl; fms-hf-tuning 3.1.0):
   call kept, predict.step_family, where it holds that step; else traced);
 - --min-gpus after those (the issue's warm --min-gpus), and cold and again with a store of its own;
 - a 100-point FineTuneSweep (batch x GPUs x sequence), cold and again.
+Calls with a store are answered as a user's are, by the resident predictor (ftbench.local.resident): a cold call
+starts one (each store is its own environment, so its own predictor), the calls after it ask it. Calls with no
+store run a predictor process of their own (`FTBENCH_PREDICTOR=off`), so every kept answer is checked against
+a one-shot, uncached one. The residents are stopped after each model (all under the cache root: the user's too).
 An engine environment writes its bytecode on its first use; one call per engine before the table makes it, so
 "cold" is a fresh process and an empty store, not a first import ever. Python writes bytecode by default, and
 so does every call here (this machine's PYTHONDONTWRITEBYTECODE is dropped). Answers are checked, times never: a
@@ -36,7 +40,8 @@ from typing import Any
 
 import yaml
 
-from ftbench.contracts.env import FTBENCH_TRACE_CACHE
+from ftbench.contracts.env import FTBENCH_PREDICTOR, FTBENCH_TRACE_CACHE
+from ftbench.local.resident import stop_all
 
 REPO = Path(__file__).resolve().parents[1]
 FTBENCH = str(Path(sys.executable).parent / "ftbench")
@@ -68,6 +73,7 @@ SWEEP_MATRIX = {
     "modelMaxLength": [512, 1024, 2048, 4096, 8192],
 }
 TIMINGS = {"seconds", "predictedInSeconds"}
+RESIDENT_IDLE = "120"  # seconds: a case's calls follow each other; stop_all ends them after each model
 
 
 class Wrong(Exception):
@@ -95,7 +101,8 @@ def call(doc: dict[str, Any], store: Path | None, work: Path, *extra: str) -> tu
     """(seconds, the JSON answer) of one `ftbench predict` process on one core; no `store`: none kept or read."""
     path = work / f"{doc['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, FTBENCH_TRACE_CACHE: str(store or "off"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, FTBENCH_TRACE_CACHE: str(store or "off"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           FTBENCH_PREDICTOR: RESIDENT_IDLE if store else "off"}  # fmt: skip
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     started = time.perf_counter()
@@ -205,11 +212,13 @@ def main() -> int:
         rows: list[tuple[str, str, dict[str, list[float]]]] = []
         for engine in engines:  # the first use of each engine's environment writes its bytecode: not timed
             call(experiment("warm-up", {**BASE, **ENGINES[engine], "model": models[0]}), root / "warm-up", root)
+        stop_all()
         for engine in engines:
             for i, model in enumerate(models):
                 times = measure(model, engine, args.runs, root, min_gpus=i == 0 and not args.no_min_gpus)
                 if i == 0 and not args.no_sweep:
                     times |= measure_sweep(model, engine, args.sweep_runs, root)
+                stop_all()
                 rows.append((model, engine, times))
                 print(f"{model} {engine}: " + ", ".join(f"{k} {spread(v)}" for k, v in times.items()), flush=True)
         return table(rows, args.runs, args.sweep_runs)
@@ -227,6 +236,7 @@ def run_and_publish(prefix: str, section: str, write_docs: bool, body: Callable[
         print(f"wrong answer: {err}", file=sys.stderr)
         return 1
     finally:
+        stop_all()
         shutil.rmtree(root, ignore_errors=True)
     sys.path.insert(0, str(REPO / "bench"))
     from fleet_throughput import publish
