@@ -14,7 +14,10 @@ start to exit. Cases, per catalog model and engine (trl; fms-hf-tuning 3.1.0):
 Calls with a store are answered as a user's are, by the resident predictor (ftbench.local.resident): a cold call
 starts one (each store is its own environment, so its own predictor), the calls after it ask it. Calls with no
 store run a predictor process of their own (`FTBENCH_PREDICTOR=off`), so every kept answer is checked against
-a one-shot, uncached one. The residents are stopped after each model (all under the cache root: the user's too).
+a one-shot, uncached one. A cold answer leaves its step's family to be recorded after it (two to four traces, done
+while no question waits); the bench lets the resident finish them (`settle_all`, untimed) before the next call, as
+a user reading the answer would. The residents are stopped after each model (all under the cache root: the
+user's too).
 An engine environment writes its bytecode on its first use; one call per engine before the table makes it, so
 "cold" is a fresh process and an empty store, not a first import ever. Python writes bytecode by default, and
 so does every call here (this machine's PYTHONDONTWRITEBYTECODE is dropped). Answers are checked, times never: a
@@ -41,7 +44,7 @@ from typing import Any
 import yaml
 
 from ftbench.contracts.env import FTBENCH_PREDICTOR, FTBENCH_TRACE_CACHE
-from ftbench.local.resident import stop_all
+from ftbench.local.resident import settle_all, stop_all
 
 REPO = Path(__file__).resolve().parents[1]
 FTBENCH = str(Path(sys.executable).parent / "ftbench")
@@ -127,6 +130,7 @@ def cold_and_again(
     answer)."""
     seconds, first = call(doc, store, work, *extra)
     times[cold].append(seconds)
+    settle_all()
     seconds, kept = call(doc, store, work, *extra)
     times[again].append(seconds)
     same(first, kept, f"{doc['metadata']['name']} {again}")

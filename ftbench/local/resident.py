@@ -141,6 +141,22 @@ def _read_all(conn: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+def settle_all(env: Mapping[str, str] = os.environ, timeout: float = 600.0) -> int:
+    """Let every resident predictor under this cache root record the step families its answers left waiting (the
+    benches, before timing a call that follows a cold one: a user reading an answer gives it that time): how many
+    answered."""
+    settled = 0
+    for path in folder(env).glob("*.sock"):
+        with contextlib.suppress(OSError, ValueError):
+            conn = _connect(path)
+            if conn is not None:
+                with conn:
+                    conn.settimeout(timeout)
+                    conn.sendall(json.dumps({"mode": "settle", "plans": []}).encode() + b"\n")
+                    settled += json.loads(_read_all(conn))["status"] == 0
+    return settled
+
+
 def stop_all(env: Mapping[str, str] = os.environ, wait: float = 10.0) -> int:
     """Stop every resident predictor under this cache root (the benches between cases, the tests), waiting up to
     `wait` seconds for each to remove its socket: how many were asked to stop."""

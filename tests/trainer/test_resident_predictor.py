@@ -5,8 +5,11 @@ told to)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -121,3 +124,45 @@ def test_one_predictor_per_socket_and_an_idle_one_exits(root: Path) -> None:
     second = start(path)
     assert second.wait(timeout=60) == 0  # the socket is served: it leaves at once
     assert first.wait(timeout=60) == 0 and not path.exists()  # idle for 3 s: gone, its socket with it
+
+
+@pytest.mark.fms
+def test_a_new_steps_family_is_recorded_after_the_answer_and_answers_the_next_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The resident answers a new step from its trace alone and records the step's family after replying; the next
+    batch is then the family replayed, equal to a predictor process's uncached answer (fms-hf-tuning: under trl no
+    family is kept)."""
+    from tests.trainer.helpers import fms_env_python
+
+    fms_env_python("3.1.0")  # the engines live under the usual cache root: so do these residents' sockets
+    predictors = resident.folder(os.environ)
+    before = set(predictors.glob("*.pid"))
+    monkeypatch.setenv(FTBENCH_HOME, str(tmp_path / "home"))
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(tmp_path / "traces"))
+    monkeypatch.setenv(FTBENCH_PREDICTOR, "120")
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
+    spec = {"experiment": "finetune_full_benchmark-v1.0.0", "engine": "fms-hf-tuning", "fmsHfTuningVersion": "3.1.0",
+            "model": "llama3.2-1b", "modelMaxLength": 512, "numberGpus": 1, "gpuModel": "NVIDIA-A100-SXM4-80GB",
+            "batchSize": 2, "maxSteps": 10}  # fmt: skip
+    paths = []
+    for batch in (2, 3):
+        path = tmp_path / f"b{batch}.yaml"
+        doc = {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneExperiment", "metadata": {"name": f"b{batch}"},
+               "spec": {**spec, "batchSize": batch}}  # fmt: skip
+        path.write_text(yaml.safe_dump(doc))
+        paths.append(path)
+    try:
+        predicted(capsys, paths[0])
+        (pid,) = set(predictors.glob("*.pid")) - before
+        assert len(list((tmp_path / "traces").rglob("*.json"))) == 1  # answered from its trace alone
+        assert resident.settle_all() >= 1  # what a user's reading gives it: the family recorded
+        assert len(list((tmp_path / "traces").rglob("*.json"))) == 2  # the trace and its family
+        third = predicted(capsys, paths[1])
+        assert pid.with_suffix(".log").read_text().count("predictor: answered plan of 1") == 2
+        assert third == one_shot(monkeypatch, capsys, paths[1])
+    finally:
+        for pid_file in set(predictors.glob("*.pid")) - before:
+            with contextlib.suppress(ValueError, OSError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
+import logging
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ RESHARD_AFTER_FORWARD = ("FULL_SHARD", "HYBRID_SHARD")
 # GPTQ 4-bit weights: half a byte per weight, plus per group of 128 a float16 scale and a 4-bit zero.
 GPTQ_BYTES_PER_WEIGHT = 0.5 + (2 + 0.5) / 128
 CATALOG_ORIGIN = "the catalog's (no config.json here)"
+log = logging.getLogger(__name__)
 
 
 class PredictionError(RuntimeError):
@@ -113,24 +118,71 @@ def config_source(plan: LaunchPlan) -> tuple[str, str | None]:
     return f"{model.ref}/config.json", None  # a model built on demand, or the hub's cache: traced every time
 
 
+# New steps' families waiting to be recorded (`families_after`), by their store names, oldest first.
+_pending: OrderedDict[str, Callable[[], None]] = OrderedDict()
+_deferring = False
+
+
+@contextlib.contextmanager
+def families_after() -> Iterator[None]:
+    """Within it, a new step's family (two to four more traces, predict.step_family) is not recorded before the
+    answer but left waiting (`record_waiting`): the resident predictor answers a single plan so, and records the
+    families while no question waits. A question whose step's family waits records it first (`step_trace`); a
+    batch records each at once, as its later plans may ask it."""
+    global _deferring
+    _deferring = True
+    try:
+        yield
+    finally:
+        _deferring = False
+
+
+def waiting() -> bool:
+    return bool(_pending)
+
+
+def record_waiting() -> bool:
+    """Record and keep the oldest waiting family; False where none waits."""
+    if not _pending:
+        return False
+    _pending.popitem(last=False)[1]()
+    return True
+
+
 def step_trace(config: Callable[[], Any], shape: StepShape, fsdp: FsdpShape | None, source: str | None) -> Trace:
     """The step's trace at reduced depth, scaled (predict.depth): from the trace store where `source` names the
     architecture and it holds this trace or its step family (predict.step_family), else traced from `config()`
-    (and kept, with its family)."""
+    (and kept, with its family: now, or later within `families_after`)."""
     if source is None:
         return _traced(config(), shape, fsdp)[0]
     name, family_name = trace_store.key(source, shape, fsdp), trace_store.family_key(source, shape, fsdp)
     if (kept := trace_store.load(name)) is not None:
         return kept
+    if (waiting := _pending.pop(family_name, None)) is not None:
+        waiting()  # this step's family, left waiting by an earlier answer: this question needs it now
     known = trace_store.load_family(family_name)
     if known is not None and known.answers(shape.batch, fsdp.ranks if fsdp else None):
         trace = known.at(shape.batch, fsdp.ranks if fsdp else None)
     else:
-        trace, found = _traced(config(), shape, fsdp, family=known is None and trace_store.folder() is not None)
+        architecture, wanted = config(), known is None and trace_store.folder() is not None
+        trace, found = _traced(architecture, shape, fsdp, family=wanted and not _deferring)
         if found is not None:
             trace_store.save_family(family_name, found)
+        if wanted and _deferring:
+            _pending[family_name] = functools.partial(_keep_family, architecture, shape, fsdp, family_name)
     trace_store.save(name, trace)
     return trace
+
+
+def _keep_family(architecture: Any, shape: StepShape, fsdp: FsdpShape | None, name: str) -> None:
+    """A step's family recorded and kept after its answer (its traces are depth's cached recordings: none twice)."""
+    try:
+        found = scaled_family(architecture, shape, fsdp)
+    except Exception:  # the answer is out; a family that cannot be recorded is a step traced again next time
+        log.exception("recording the step family of %s failed", getattr(architecture, "model_type", "?"))
+        return
+    if found is not None:
+        trace_store.save_family(name, found)
 
 
 def _traced(
