@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from ftbench.api.resource import (
+from ftbench.api.kinds import (
     CATEGORIES,
     GROUP,
     KIND,
