@@ -5,25 +5,33 @@
 
 Every call is `ftbench predict FILE -o json` in a fresh process pinned to one core (taskset), timed from
 start to exit. Cases, per catalog model and engine (trl; fms-hf-tuning 3.1.0):
-- cold: an empty trace store (FTBENCH_TRACE_CACHE a new folder for each run): imports, the traces, the report;
-- again: the same spec with the store the cold call left;
+- first call: nothing running and an empty trace store (FTBENCH_TRACE_CACHE a new folder for each run): the
+  predictor's start, its imports, the traces, the report;
+- cold, predictor running: a model never asked before, to the resident predictor an earlier call started and left
+  running (the issue's "local predictor process the CLI starts and reuses"): one store per engine and run, the
+  predictor started by a question about WARM_UP (untimed), then each model's spec in turn, each answer checked
+  against the first call's;
+- again: the same spec with the store the first call left;
 - batch x2 / GPUs x2: a spec that differs only there, with that store (answered from the step family the cold
   call kept, predict.step_family, where it holds that step; else traced);
 - --min-gpus after those (the issue's warm --min-gpus), and cold and again with a store of its own;
 - a 100-point FineTuneSweep (batch x GPUs x sequence), cold and again.
-Calls with a store are answered as a user's are, by the resident predictor (ftbench.local.resident): a cold call
+Calls with a store are answered as a user's are, by the resident predictor (ftbench.local.resident): a first call
 starts one (each store is its own environment, so its own predictor), the calls after it ask it. Calls with no
 store run a predictor process of their own (`FTBENCH_PREDICTOR=off`), so every kept answer is checked against
 a one-shot, uncached one. A cold answer leaves its step's family to be recorded after it (two to four traces, done
 while no question waits); the bench lets the resident finish them (`settle_all`, untimed) before the next call, as
-a user reading the answer would. The residents are stopped after each model (all under the cache root: the
-user's too).
+a user reading the answer would. The residents are stopped after each model and after each engine's running
+case (all under the cache root: the user's too). The running predictor has imported what WARM_UP's architecture
+(llama) needs; the models after the first also find what earlier ones imported, as a user's running predictor
+would.
 An engine environment writes its bytecode on its first use; one call per engine before the table makes it, so
-"cold" is a fresh process and an empty store, not a first import ever. Python writes bytecode by default, and
+"first call" is a fresh process and an empty store, not a first import ever. Python writes bytecode by default, and
 so does every call here (this machine's PYTHONDONTWRITEBYTECODE is dropped). Answers are checked, times never: a
-call that fails, an answer from a kept trace that differs from the cold one, or a batch x2 / GPUs x2 answer that
-differs from the same spec predicted with no store (the first run; every field but the timings) exits 1. The
-table goes to stdout (and with --write-docs into docs/benchmarks.md, "Predict latency").
+call that fails, an answer from a kept trace or a running predictor that differs from the first call's, or a
+batch x2 / GPUs x2 answer that differs from the same spec predicted with no store (the first run; every field but
+the timings) exits 1. The table goes to stdout (and with --write-docs into docs/benchmarks.md, "Predict
+latency").
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ SWEEP_MATRIX = {
     "modelMaxLength": [512, 1024, 2048, 4096, 8192],
 }
 TIMINGS = {"seconds", "predictedInSeconds"}
+WARM_UP = "smollm2-135m"  # a catalog model outside MODELS: the question that starts the running predictor
 RESIDENT_IDLE = "120"  # seconds: a case's calls follow each other; stop_all ends them after each model
 
 
@@ -141,16 +150,47 @@ def spread(times: list[float]) -> str:
     return f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
 
 
-def measure(model: str, engine: str, runs: int, root: Path, min_gpus: bool) -> dict[str, list[float]]:
+def name_of(model: str, engine: str) -> str:
+    return f"{model.replace('.', '-')}-{ENGINES[engine]['engine']}"
+
+
+def measure_running(models: list[str], engine: str, runs: int, root: Path) -> dict[str, tuple[list[float], Any]]:
+    """Each model's spec asked, in turn, of one predictor left running (started by a question about WARM_UP): its
+    times over `runs` and its first answer."""
+    out: dict[str, tuple[list[float], Any]] = {model: ([], None) for model in models}
+    for run in range(runs):
+        store, work = root / f"running-{ENGINES[engine]['engine']}-{run}-store", root / f"running-{engine}-{run}"
+        work.mkdir()
+        call(experiment("warm-up", {**BASE, **ENGINES[engine], "model": WARM_UP}), store, work)
+        settle_all()
+        for model in models:
+            seconds, answer = call(experiment(name_of(model, engine), {**BASE, **ENGINES[engine], "model": model}),
+                                   store, work)  # fmt: skip
+            settle_all()
+            times, first = out[model]
+            times.append(seconds)
+            out[model] = (times, answer if first is None else first)
+        stop_all()
+    return out
+
+
+def measure(
+    model: str, engine: str, runs: int, root: Path, min_gpus: bool, running: tuple[list[float], Any]
+) -> dict[str, list[float]]:
+    """Every case of `model` under `engine`; `running`: its times and answer with a predictor running (the answer
+    must be the first call's)."""
     spec = {**BASE, **ENGINES[engine], "model": model}
-    name = f"{model.replace('.', '-')}-{ENGINES[engine]['engine']}"
-    times: dict[str, list[float]] = {"cold": [], "again": [], "batch x2": [], "GPUs x2": []}
+    name = name_of(model, engine)
+    times: dict[str, list[float]] = {"first call": [], "cold, predictor running": running[0], "again": [],
+                                     "batch x2": [], "GPUs x2": []}  # fmt: skip
     if min_gpus:
         times |= {"--min-gpus after predict": [], "--min-gpus cold": [], "--min-gpus again": []}
     for run in range(runs):
         store, work = root / f"{name}-{run}-store", root / f"{name}-{run}"
         work.mkdir()
-        cold_and_again(experiment(name, spec), store, work, times, "cold", "again")
+        first = cold_and_again(experiment(name, spec), store, work, times, "first call", "again")
+        if run == 0:
+            same(first, running[1], f"{name} asked of a running predictor")
         for case, change in (("batch x2", {"batchSize": 16}), ("GPUs x2", {"numberGpus": 8})):
             doc = experiment(name, {**spec, **change})
             seconds, answer = call(doc, store, work)
@@ -186,17 +226,25 @@ def table(rows: list[tuple[str, str, dict[str, list[float]]]], runs: int, sweep_
         lines.append(
             f"| {model} | {engine} | " + " | ".join(spread(times[c]) if c in times else "" for c in cases) + " |"
         )
-    colds = [statistics.median(times["cold"]) for _, _, times in rows if times.get("cold")]
     summary = ""
-    if colds:
-        colds.sort()
-        p90 = colds[min(len(colds) - 1, round(0.9 * (len(colds) - 1)))]
+    if rows:
         summary = (
             f"\n\nSeconds per whole `ftbench predict` process on one core (min / median / max of {runs} runs; the "
-            f"100-point sweep, on the first model, {sweep_runs}). "
-            f"Cold over {len(colds)} model x engine cases: p50 {statistics.median(colds):.1f} s, p90 {p90:.1f} s."
+            f"100-point sweep, on the first model, {sweep_runs}). Over {len(rows)} model x engine cases: "
+            + "; ".join(f"{case} p50 {p50:.1f} s, p90 {p90:.1f} s" for case, (p50, p90) in percentiles(rows).items())
+            + "."
         )
     return "\n".join(lines) + summary
+
+
+def percentiles(rows: list[tuple[str, str, dict[str, list[float]]]]) -> dict[str, tuple[float, float]]:
+    """The p50 and p90 (nearest rank) over the cases of each cold column."""
+    out = {}
+    for case in ("first call", "cold, predictor running"):
+        medians = sorted(statistics.median(times[case]) for _, _, times in rows if times.get(case))
+        if medians:
+            out[case] = (statistics.median(medians), medians[min(len(medians) - 1, round(0.9 * (len(medians) - 1)))])
+    return out
 
 
 def main() -> int:
@@ -218,8 +266,10 @@ def main() -> int:
             call(experiment("warm-up", {**BASE, **ENGINES[engine], "model": models[0]}), root / "warm-up", root)
         stop_all()
         for engine in engines:
+            running = measure_running(models, engine, args.runs, root)
             for i, model in enumerate(models):
-                times = measure(model, engine, args.runs, root, min_gpus=i == 0 and not args.no_min_gpus)
+                min_gpus = i == 0 and not args.no_min_gpus
+                times = measure(model, engine, args.runs, root, min_gpus, running[model])
                 if i == 0 and not args.no_sweep:
                     times |= measure_sweep(model, engine, args.sweep_runs, root)
                 stop_all()
