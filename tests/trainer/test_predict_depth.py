@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ftbench.contracts.prediction import MAMBA_KERNELS_ENV
-from ftbench_trainer.predict.depth import layer_kinds, trace_scaled, with_layers
+from ftbench_trainer.predict.depth import layer_kinds, trace_scaled, traced_depths, with_layers
 from ftbench_trainer.predict.model import architecture_config
 from ftbench_trainer.predict.trace import FsdpShape, StepShape, trace_step
 from ftbench_trainer.predict.traceable import balanced_sizes
@@ -64,7 +64,20 @@ def test_a_hybrid_model_scales_by_each_kind_of_layer(kernels: str, monkeypatch: 
     attention = kinds[4]
     assert len(set(kinds)) == 2 and kinds.count(attention) == 2
     assert layer_kinds(with_layers(config, [kinds[0], attention])) == [kinds[0], attention]
-    assert_scaled_matches(HYBRID, "lora")  # kernels off: traced whole, as predict.depth says why
+    assert_scaled_matches(HYBRID, "lora")
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_mambas_torch_path_scales_from_the_lowest_layer_backward_reaches(method: str, monkeypatch: pytest.MonkeyPatch):
+    """Under attention-only LoRA backward stops at the first attention layer, so the base starts there; under full
+    fine-tuning at the first layer (a Mamba one), where its tail (Trace.tails) is the peak at full depth."""
+    monkeypatch.setenv(MAMBA_KERNELS_ENV, "false")
+    config = architecture_config(HYBRID)
+    kinds = layer_kinds(config)
+    base, increments = traced_depths(config, shape(method))
+    assert increments, "scaled, not traced whole"
+    assert layer_kinds(base)[0] == (kinds[4] if method == "lora" else kinds[0])
+    assert_scaled_matches(HYBRID, method)
 
 
 def test_the_kernels_hold_less_than_the_torch_path_of_mamba(monkeypatch: pytest.MonkeyPatch):

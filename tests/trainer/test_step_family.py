@@ -17,7 +17,7 @@ pytest.importorskip("peft")
 from test_predict_depth import DENSE, HYBRID, MOE, shape
 
 from ftbench.contracts.env import FTBENCH_TRACE_CACHE
-from ftbench_trainer.measure.ledger import END, Ledger
+from ftbench_trainer.measure.ledger import END, Ledger, replay, sized_events
 from ftbench_trainer.predict import depth, trace_store
 from ftbench_trainer.predict.depth import scaled_family, trace_scaled
 from ftbench_trainer.predict.model import architecture_config, step_trace
@@ -84,6 +84,25 @@ def test_the_ledger_logs_the_step_only() -> None:
     ledger.finish()
     ledger.free_storage(serial)  # the model torn down after the step: not the step's
     assert ledger.log is not None and ledger.log[-1] == [END]
+
+
+def test_a_phase_tail_is_its_peak_from_the_last_mark_on_and_replays() -> None:
+    ledger = Ledger(record=True)
+    ledger.enter_phase("backward")
+    early = ledger.new_storage(4096)  # the loss: the phase's peak
+    ledger.free_storage(early)
+    ledger.enter_tail()  # a higher layer's backward: superseded by the next mark
+    ledger.new_storage(1024)
+    ledger.enter_tail()  # the lowest layer's
+    late = ledger.new_storage(2048)
+    ledger.free_storage(late)
+    ledger.finish()
+    assert ledger.peaks["backward"].bytes == 4096 and ledger.tails["backward"].bytes == 1024 + 2048
+    assert ledger.log is not None
+    again = replay(ledger.log, sized_events(ledger.log))
+    assert (
+        again.tails["backward"].bytes == 1024 + 2048 and again.tails["backward"].live == ledger.tails["backward"].live
+    )
 
 
 def test_the_store_answers_another_batch_and_rank_count_without_a_trace(

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from ftbench_trainer.measure.split import Split
 
 ALLOCATOR_BLOCK_BYTES = 512
-# Event codes in a recorded log: [NEW, raw bytes], [RESIZE, serial, raw bytes], [FREE, serial], [PHASE, name], [END].
-NEW, RESIZE, FREE, PHASE, END = range(5)
+# Event codes in a recorded log: [NEW, raw bytes], [RESIZE, serial, raw bytes], [FREE, serial], [PHASE, name], [END],
+# [TAIL].
+NEW, RESIZE, FREE, PHASE, END, TAIL = range(6)
 Event = list[int | str]
 
 
@@ -32,7 +33,8 @@ class PhasePeak:
 
 
 class Ledger:
-    """Live bytes per storage serial; the peak of each phase with who held it, and what was live as it ended."""
+    """Live bytes per storage serial; the peak of each phase with who held it, what was live as it ended, and the
+    peak of its tail (from its last `enter_tail` to its end)."""
 
     def __init__(self, *, record: bool = False) -> None:
         self._live: dict[int, int] = {}  # serial -> bytes
@@ -41,7 +43,10 @@ class Ledger:
         self.phase = "forward"
         self.peaks: dict[str, PhasePeak] = {}
         self.ends: dict[str, PhasePeak] = {}  # what was live as each phase ended (its last run)
+        self.tails: dict[str, PhasePeak] = {}  # each phase's peak from its last `enter_tail` on (its highest run)
+        self._tail: PhasePeak | None = None  # this run's, from its latest `enter_tail`
         self._rising = False
+        self._tail_rising = False
         self.log: list[Event] | None = [] if record else None
         self._logging = record  # until `finish`: storages freed after the step (the model torn down) are not its events
 
@@ -74,6 +79,9 @@ class Ledger:
         if self.current > peak.bytes:
             peak.bytes = self.current
             self._rising = True
+        if self._tail is not None and self.current > self._tail.bytes:
+            self._tail.bytes = self.current
+            self._tail_rising = True
 
     def free_storage(self, serial: int) -> None:
         if self._logging:
@@ -89,6 +97,9 @@ class Ledger:
         if self._rising:
             self.peaks[self.phase].live = dict(self._live)
             self._rising = False
+        if self._tail_rising and self._tail is not None:
+            self._tail.live = dict(self._live)
+            self._tail_rising = False
 
     def enter_phase(self, phase: str) -> None:
         if self._logging:
@@ -96,6 +107,16 @@ class Ledger:
         self._snapshot_if_rising()
         self._record_end()
         self.phase = phase
+
+    def enter_tail(self) -> None:
+        """The phase's tail starts again here: its peak is kept apart from here to the phase's end (backward's last
+        tail: the backward of the lowest decoder layer it reaches, and below, when nearly every gradient is made;
+        at full depth that can be the phase's peak while an earlier moment is at the reduced depth traced,
+        predict.depth)."""
+        if self._logging:
+            self._log([TAIL])
+        self._snapshot_if_rising()
+        self._tail = PhasePeak(self.current, dict(self._live))
 
     def finish(self) -> None:
         if self._logging:
@@ -109,6 +130,9 @@ class Ledger:
         # transient (the loss) is its peak at the reduced depth traced; predict.depth scales both.
         if self.phase in self.peaks:
             self.ends[self.phase] = PhasePeak(self.current, dict(self._live))
+        tail, self._tail = self._tail, None
+        if tail is not None and tail.bytes > self.tails.get(self.phase, PhasePeak(-1)).bytes:
+            self.tails[self.phase] = tail
 
 
 def replay(log: list[Event], raw_sizes: list[int]) -> Ledger:
@@ -125,6 +149,8 @@ def replay(log: list[Event], raw_sizes: list[int]) -> Ledger:
             ledger.free_storage(int(event[1]))
         elif code == PHASE:
             ledger.enter_phase(str(event[1]))
+        elif code == TAIL:
+            ledger.enter_tail()
         else:
             ledger.finish()
     return ledger

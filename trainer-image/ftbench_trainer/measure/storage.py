@@ -40,7 +40,7 @@ class StorageTracker(Ledger, TorchDispatchMode):
 
     # -- counting -------------------------------------------------------------------------------
     def add(self, tensor: torch.Tensor) -> None:
-        self._add_storage(_local(tensor).untyped_storage())
+        self._add_storage(local_tensor(tensor).untyped_storage())
 
     def _add_storage(self, storage: torch.UntypedStorage) -> None:
         key = id(storage)
@@ -107,7 +107,7 @@ class StorageTracker(Ledger, TorchDispatchMode):
         out: set[int] = set()
         for t in tensors:
             if t is not None:
-                serial = self._serial_of.get(id(_local(t).untyped_storage()))
+                serial = self._serial_of.get(id(local_tensor(t).untyped_storage()))
                 if serial is not None:
                     out.add(serial)
         return out
@@ -124,6 +124,6 @@ class StorageTracker(Ledger, TorchDispatchMode):
         return out
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor that holds the storage: a DTensor's local shard, any other tensor itself."""
     return getattr(tensor, "_local_tensor", tensor)

@@ -83,9 +83,11 @@ def cached_trace(config: Any, shape: StepShape, fsdp: FsdpShape | None) -> Trace
 
 
 def _scale(base: Trace, increments: list[tuple[Trace, int]]) -> Trace:
-    """base + sum(count x (trace - base)) over each kind's one-more-layer trace, for each phase's peak
-    and for its end; a phase's scaled peak is the higher of the two (a peak is a moment, and the
-    moment that is highest at full depth need not be the one that was highest at the depth traced)."""
+    """base + sum(count x (trace - base)) over each kind's one-more-layer trace, for each phase's peak, its end
+    and its tail's peak (backward's from its first layer on); a phase's scaled peak is the highest of them (a peak
+    is a moment, and the moment that is highest at full depth need not be the one that was highest at the depth
+    traced: a 40-layer hybrid's backward peaks in its first layer, with nearly every gradient made, while three
+    layers peak at the loss)."""
 
     def lin(get: Any) -> int:
         return int(get(base) + sum(n * (get(t) - get(base)) for t, n in increments))
@@ -99,10 +101,14 @@ def _scale(base: Trace, increments: list[tuple[Trace, int]]) -> Trace:
         )
 
     phases = {}
+    traces = (base, *(t for t, _ in increments))
     for name in base.phases:
-        peak = scaled(lambda t, p=name: t.phases[p])
-        end = scaled(lambda t, p=name: t.ends[p]) if name in base.ends else peak
-        phases[name] = max(peak, end, key=lambda s: s.total)
+        candidates = [scaled(lambda t, p=name: t.phases[p])]
+        if name in base.ends:
+            candidates.append(scaled(lambda t, p=name: t.ends[p]))
+        if all(name in t.tails for t in traces):
+            candidates.append(scaled(lambda t, p=name: t.tails[p]))
+        phases[name] = max(candidates, key=lambda s: s.total)
     return Trace(
         phases=phases,
         parameters=lin(lambda t: t.parameters),
@@ -121,18 +127,37 @@ def _scale(base: Trace, increments: list[tuple[Trace, int]]) -> Trace:
     )
 
 
-def _depths(config: Any) -> tuple[Any, list[tuple[Any, int]]]:
+def lowest_kind(config: Any, shape: StepShape) -> str:
+    """The kind of the lowest layer backward reaches: the first layer, or under LoRA the first that LoRA trains
+    (with none below it training, backward stops there)."""
+    kinds = layer_kinds(config)
+    order = list(dict.fromkeys(kinds))
+    if len(order) == 1 or shape.method not in ("lora", "gptq-lora") or not shape.lora_targets:
+        return kinds[0]
+    from ftbench_trainer.predict.trace import trained_by_lora  # torch: only where a trace is made
+
+    trained = trained_by_lora(with_layers(config, order), shape)
+    return next((kind for kind, trains in zip(order, trained, strict=True) if trains), kinds[0])
+
+
+def traced_depths(config: Any, shape: StepShape) -> tuple[Any, list[tuple[Any, int]]]:
     """What to trace: the base and each kind's one-more-layer config with its count of layers beyond the base;
     no increments where the model is traced whole."""
     kinds = layer_kinds(config)
     order = list(dict.fromkeys(kinds))  # each kind once, in the model's order
+    if len(order) > 1 and not mamba_kernels():
+        # Mamba on transformers' torch path: its backward's transients are the step's largest, so the lowest layer
+        # backward reaches goes first: at full depth backward ends there with nearly every gradient made (the
+        # tail that Trace.tails scales), and every layer above it is traversed. A base whose first layers
+        # backward skips (Mamba layers under attention-only LoRA) missed a 10-layer hybrid's backward peak by 83 %.
+        lowest = lowest_kind(config, shape)
+        order = [lowest, *(k for k in order if k != lowest)]
     # Three layers of each kind: with one, that layer is also the last, and backward's transients overlap
     # differently than between any two layers of the real model (a one-layer base over-predicted a
     # 32-layer LoRA step under FSDP2 by 80 %, two by 6 %; from three on each layer adds the same).
     base_kinds = [k for k in order for _ in range(BASE_LAYERS)]
-    # As shallow as the traces would be: trace it whole. So too a hybrid whose Mamba layers take
-    # transformers' torch path: its transients did not scale by kind (a 10-layer hybrid, -35 %).
-    if len(kinds) <= len(base_kinds) + 1 or (len(order) > 1 and not mamba_kernels()):
+    # As shallow as the traces would be: trace it whole.
+    if len(kinds) <= len(base_kinds) + 1:
         return config, []
     increments = []
     for kind in order:
@@ -144,7 +169,7 @@ def _depths(config: Any) -> tuple[Any, list[tuple[Any, int]]]:
 
 def trace_scaled(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> Trace:
     """The step of `config`'s full depth, traced at one layer per kind plus one, and scaled."""
-    base, increments = _depths(config)
+    base, increments = traced_depths(config, shape)
     if not increments:
         return cached_trace(base, shape, fsdp)
     return _scale(cached_trace(base, shape, fsdp), [(cached_trace(c, shape, fsdp), n) for c, n in increments])
@@ -173,7 +198,7 @@ def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) 
     seldom be asked again, as a spec's GPUs change its per-device batch)."""
     if not replayable(shape):
         return None
-    base, increments = _depths(config)
+    base, increments = traced_depths(config, shape)
     families = []
     for depth in (base, *(c for c, _ in increments)):
         moe = cached_trace(depth, shape, fsdp).expert_bytes > 0

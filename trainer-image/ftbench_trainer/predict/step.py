@@ -64,6 +64,7 @@ class Trace:
     seconds: float
     routing: str | None = None  # how an MoE model's routing was traced (traceable.make_traceable's note)
     ends: dict[str, Split] = dataclasses.field(default_factory=dict)  # forward's and backward's last state
+    tails: dict[str, Split] = dataclasses.field(default_factory=dict)  # backward's peak from its first layer on
 
     @property
     def peak_phase(self) -> str:

@@ -36,8 +36,9 @@ class Holders:
     optimizer: frozenset[int]
 
 
-def splits(ledger: Ledger, holders: Holders) -> tuple[dict[str, Split], dict[str, Split]]:
-    """Each phase's peak and forward's and backward's ends, by holder."""
+def splits(ledger: Ledger, holders: Holders) -> tuple[dict[str, Split], dict[str, Split], dict[str, Split]]:
+    """Each phase's peak, forward's and backward's ends and each phase's tail peak, by holder: `Trace`'s phases,
+    ends and tails."""
 
     def split(peak: Any) -> Split:
         return split_at(
@@ -46,10 +47,11 @@ def splits(ledger: Ledger, holders: Holders) -> tuple[dict[str, Split], dict[str
 
     phases = {name: split(ledger.peaks[name]) for name in PHASES if name in ledger.peaks}
     ends: dict[str, Split] = {p: split(ledger.ends[p]) for p in ("forward", "backward") if p in ledger.ends}
+    tails = {name: split(ledger.tails[name]) for name in PHASES if name in ledger.tails}
     if "optimizer" in phases:  # what the step allocates beyond its state (foreach's temporaries) is the optimizer's
         o = phases["optimizer"]
         phases["optimizer"] = Split(o.parameters, o.gradients, o.optimizer + o.other, 0)
-    return phases, ends
+    return phases, ends, tails
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def _untimed(trace: Trace) -> Trace:
 
 
 def _same_but_sizes(a: Trace, b: Trace) -> bool:
-    ignore = {"phases": {}, "ends": {}, "seconds": 0.0}
+    ignore = {"phases": {}, "ends": {}, "tails": {}, "seconds": 0.0}
     return dataclasses.replace(a, **ignore) == dataclasses.replace(b, **ignore)  # type: ignore[arg-type]
 
 
@@ -121,8 +123,9 @@ class StepFamily:
         ranks = self.ranks if ranks is None else ranks
         if not self.answers(batch, ranks):
             raise ValueError(f"this family does not hold a step of {batch} rows per device over {ranks} ranks")
-        phases, ends = splits(replay(self.log, self.sizes_at(batch, ranks)), self.holders)
-        return dataclasses.replace(self.trace, phases=phases, ends=ends, seconds=time.perf_counter() - started)
+        phases, ends, tails = splits(replay(self.log, self.sizes_at(batch, ranks)), self.holders)
+        seconds = time.perf_counter() - started
+        return dataclasses.replace(self.trace, phases=phases, ends=ends, tails=tails, seconds=seconds)
 
     def sizes_at(self, batch: int, ranks: int | None) -> list[int]:
         sizes = list(self.sizes)

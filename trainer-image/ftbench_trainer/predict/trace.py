@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ftbench_trainer.measure.storage import StorageTracker
+from ftbench_trainer.measure.storage import StorageTracker, local_tensor
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import Holders, Recording, splits
 from ftbench_trainer.predict.traceable import make_traceable
@@ -97,6 +97,17 @@ def _peft(model: Any, shape: StepShape) -> Any:
     return get_peft_model(model, config)
 
 
+def trained_by_lora(config: Any, shape: StepShape) -> list[bool]:
+    """For each decoder layer of `config`: whether LoRA (the shape's target modules, matched as peft matches a
+    list: the module's name or its last part) trains something in it. Built on the meta device: no memory."""
+    targets = set(shape.lora_targets or ())
+    model = build_model(config, shape)
+    return [
+        any(name in targets or name.rsplit(".", 1)[-1] in targets for name, _ in layer.named_modules())
+        for layer in layers_of(model)
+    ]
+
+
 def layers_of(model: Any) -> list[Any]:
     names = set(getattr(model, "_no_split_modules", None) or [])
     base = getattr(model, "base_model", model)
@@ -104,14 +115,9 @@ def layers_of(model: Any) -> list[Any]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def _optimizer(params: list[torch.nn.Parameter], shape: StepShape) -> torch.optim.Optimizer:
+def _optimizer(params: list[torch.Tensor], shape: StepShape) -> torch.optim.Optimizer:
     # Each engine runs transformers' adamw_torch: torch's AdamW with its device default.
     return torch.optim.AdamW(params, lr=1e-5, foreach=shape.device == "cuda")
-
-
-def _local(tensor: Any) -> Any:
-    """A DTensor's shard on this rank (the tensor itself otherwise)."""
-    return getattr(tensor, "_local_tensor", tensor)
 
 
 class ShardOptimizer:
@@ -125,13 +131,13 @@ class ShardOptimizer:
 
     def __init__(self, params: list[torch.nn.Parameter], shape: StepShape) -> None:
         self.params = params
-        self.shards = [_local(p) for p in params]
+        self.shards = [local_tensor(p) for p in params]
         self.optimizer = _optimizer(self.shards, shape)
         self.state = self.optimizer.state
 
     def step(self) -> None:
         for param, shard in zip(self.params, self.shards, strict=True):
-            shard.grad = None if param.grad is None else _local(param.grad)
+            shard.grad = None if param.grad is None else local_tensor(param.grad)
         self.optimizer.step()
 
     def zero_grad(self) -> None:
@@ -147,6 +153,20 @@ def _autocast(shape: StepShape) -> Iterator[None]:
         return
     with torch.autocast("cpu", dtype=getattr(torch, shape.autocast)):
         yield
+
+
+def _tail_from_backward_of(tracker: StorageTracker) -> Any:
+    """A forward hook for each decoder layer: backward's tail starts again as the gradient of its output arrives
+    (`Ledger.enter_tail`), so its last start is the lowest layer backward reaches (the first, or under LoRA the
+    first that trains). A hook on a tensor allocates nothing; the recomputed output under checkpointing is
+    outside the loss's graph, so only the traced output's gradient starts it."""
+
+    def hook(module: Any, args: Any, output: Any) -> None:
+        first = output[0] if isinstance(output, (tuple, list)) else output
+        if isinstance(first, torch.Tensor) and first.requires_grad:
+            first.register_hook(lambda grad: tracker.enter_tail())
+
+    return hook
 
 
 def _loss(model: Any, ids: torch.Tensor, shape: StepShape) -> torch.Tensor:
@@ -185,6 +205,9 @@ def _run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_ba
         if shape.checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
+        layers = layers_of(model)
+        for layer in layers:
+            layer.register_forward_hook(_tail_from_backward_of(tracker))
         optimizer = ShardOptimizer(params, shape)
         tracker.enter_phase("optimizer")
         for p in params:
@@ -218,8 +241,7 @@ def _run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_ba
         param_serials |= tracker.serials(_gathered_parameters(model))
 
     holders = Holders(frozenset(param_serials), frozenset(grad_serials), frozenset(optimizer_serials))
-    phases, ends = splits(tracker, holders)
-    layers = layers_of(model)
+    phases, ends, tails = splits(tracker, holders)
     in_layers = {id(p) for layer in layers for p in layer.parameters()}
     root = [p for p in all_params if id(p) not in in_layers]
     experts = {id(p): p for p in experts_of(model)}.values()
@@ -227,6 +249,7 @@ def _run_steps(model: Any, shape: StepShape, tracker: StorageTracker, *, make_ba
     trace = Trace(
         phases=phases,
         ends=ends,
+        tails=tails,
         parameters=sum(p.numel() for p in all_params),
         trainable=sum(p.numel() for p in params),
         parameter_bytes=_bytes(all_params),

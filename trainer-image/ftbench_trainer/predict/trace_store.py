@@ -31,7 +31,7 @@ from ftbench_trainer.predict.stack import installed
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import StepFamily
 
-FORMAT = 2
+FORMAT = 3
 FAMILIES_KEPT = 16  # batch families kept in memory too (a sweep asks the same family for many points)
 STACK = ("torch", "transformers", "peft", "trl", "accelerate", "mamba_ssm", "causal_conv1d")
 # ftbench's code a trace runs through: any change to these files is a new key.
@@ -85,7 +85,7 @@ def _wire(trace: Trace) -> dict[str, Any]:
 
 
 def _trace(data: dict[str, Any]) -> Trace:
-    splits = {name: {phase: Split(**s) for phase, s in data[name].items()} for name in ("phases", "ends")}
+    splits = {name: {phase: Split(**s) for phase, s in data[name].items()} for name in ("phases", "ends", "tails")}
     return Trace(**{**data, **splits})
 
 
