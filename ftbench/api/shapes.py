@@ -6,13 +6,18 @@ batchSize is ado's global batch (one forward/backward pass over all devices), so
 per device and more sharding: the candidates are the spec at 1, 2, 4, ... GPUs (batchSize must stay a
 multiple of the GPU count, ado's is_valid.1), on as many nodes as the profile's GPUs per node need (8 where
 the profile does not say), and the spec at batchSize x 1, 2, 4, ... on its own GPUs. Every candidate goes
-through the same validation as a spec a user writes (a shape the rules refuse is not offered), and the
-memory predictor answers them all in one process (`ftbench.local.predict.run_batch`).
+through the same validation as a spec a user writes (a shape the rules refuse is not offered). `search` walks
+each question in order and stops it at its answer: the GPU counts up to the first that fits (the fewest, whatever
+the counts after it), the doublings up to the first that does not (memory grows with the batch, so none after it
+would). A resident predictor is asked round by round (each round's shapes in one question), so the doublings
+beyond the first that does not fit are never traced: under trl, whose fused LM head scores a doubling's tokens in
+twice the tiles, those were most of the time. Without one, one predictor process answers every candidate and
+the same walk reads the answer, so both give the same shapes and the same count tried.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ftbench.api.profile import ClusterProfile
@@ -96,6 +101,37 @@ class ShapeAnswer:
                 else "none tried fits",
             ),
         ]
+
+
+def search(
+    spec: FineTuneExperimentSpec,
+    catalog: Catalog,
+    profile: ClusterProfile,
+    predict: Callable[[list[Shape]], list[bool | None]],
+    *,
+    in_rounds: bool,
+) -> ShapeAnswer:
+    """The fewest GPUs and the largest doubling that fit, each question walked in order and stopped at its answer;
+    `predict` gives each shape's verdict (None: none), asked once for every candidate, or with `in_rounds` once
+    per round for the next shape of each open question."""
+    queues = {"gpus": gpu_shapes(spec, catalog, profile), "batch": batch_shapes(spec, catalog, profile)}
+    known: dict[int, bool | None] = {}
+    if not in_rounds:
+        every = [shape for queue in queues.values() for shape in queue]
+        known = dict(zip(map(id, every), predict(every), strict=True))
+    tried: list[Shape] = []
+    fits: list[bool | None] = []
+    while asked := [queue.pop(0) for queue in queues.values() if queue]:
+        missing = [shape for shape in asked if id(shape) not in known]
+        if missing:
+            known.update(zip(map(id, missing), predict(missing), strict=True))
+        for shape in asked:
+            fit = known[id(shape)]
+            tried.append(shape)
+            fits.append(fit)
+            if (shape.question == "gpus") == bool(fit):  # the fewest that fits, or the first doubling that does not
+                queues[shape.question].clear()
+    return answer(tried, fits)
 
 
 def answer(shapes: Sequence[Shape], fits: Sequence[bool | None]) -> ShapeAnswer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 
@@ -10,7 +11,7 @@ from ftbench.api.kinds import KIND, SWEEP_KIND
 from ftbench.api.prediction_report import PredictionReport
 from ftbench.api.profile import ClusterProfile, catalog_for
 from ftbench.api.rules.data import too_few_rows
-from ftbench.api.shapes import ShapeAnswer, answer, candidate_shapes
+from ftbench.api.shapes import Shape, ShapeAnswer, search
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import Catalog
 from ftbench.cli.cmd_validate import add_model_map, catalog_from_args, profile_from_arg, spec_from_body
@@ -20,6 +21,7 @@ from ftbench.cli.table import format_table
 from ftbench.contracts.prediction import ROWS_NOTE_PREFIX, MemoryPrediction
 from ftbench.local.home import ftbench_home, local_profile
 from ftbench.local.predict import prediction_plan, run_batch, run_predictor
+from ftbench.local.resident import idle_seconds
 from ftbench.local.runner import LocalRunError, TrainerPython, trainer_profile, trainer_python
 from ftbench.predict.fleet_accuracy import question
 from ftbench.predict.prediction import memory_fit, prediction_report, rows_of
@@ -101,16 +103,21 @@ def data_row(prediction: MemoryPrediction, spec: FineTuneExperimentSpec, catalog
 def smallest_shapes(
     spec: FineTuneExperimentSpec, name: str, catalog: Catalog, profile: ClusterProfile, python: TrainerPython
 ) -> ShapeAnswer:
-    """The shapes of `ftbench.api.shapes`, predicted in one process; a shape without a verdict does not fit."""
-    shapes = candidate_shapes(spec, catalog, profile)
+    """`ftbench.api.shapes.search`: round by round where a resident predictor answers, else every candidate in one
+    predictor process; a shape without a verdict does not fit."""
     runner = trainer_profile(profile, python)
-    plans = [prediction_plan(s.spec, f"{name}-shape-{i}", catalog, runner) for i, s in enumerate(shapes)]
-    fits: list[bool | None] = []
-    for shape, predicted in zip(shapes, run_batch(plans, python), strict=True):
-        asked = question(shape.spec, catalog, profile.calibration)
-        fit = None if isinstance(predicted, str) else memory_fit(predicted, shape.spec.gpu_model, profile, asked)
-        fits.append(fit.fits if fit is not None else None)
-    return answer(shapes, fits)
+    named = itertools.count()
+
+    def predict(shapes: list[Shape]) -> list[bool | None]:
+        plans = [prediction_plan(s.spec, f"{name}-shape-{next(named)}", catalog, runner) for s in shapes]
+        fits: list[bool | None] = []
+        for shape, predicted in zip(shapes, run_batch(plans, python), strict=True):
+            asked = question(shape.spec, catalog, profile.calibration)
+            fit = None if isinstance(predicted, str) else memory_fit(predicted, shape.spec.gpu_model, profile, asked)
+            fits.append(fit.fits if fit is not None else None)
+        return fits
+
+    return search(spec, catalog, profile, predict, in_rounds=idle_seconds(python.environment()) is not None)
 
 
 def device_rows(report: PredictionReport) -> list[tuple[str, str]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ftbench.api.profile import ClusterProfile
-from ftbench.api.shapes import answer, candidate_shapes
+from ftbench.api.shapes import answer, candidate_shapes, search
 from ftbench.api.spec import FineTuneExperimentSpec
 from ftbench.catalog import load_catalog
 
@@ -39,3 +39,30 @@ def test_the_answer_is_the_fewest_gpus_and_the_largest_batch_that_fit() -> None:
     assert got.largest is not None and got.largest.spec.batch_size == 64
     nothing = answer(shapes, [None] * len(shapes))
     assert nothing.fewest is None and "none" in nothing.sentences()[0][1]
+
+
+def test_the_search_stops_each_question_at_its_answer_in_rounds_or_at_once() -> None:
+    """Round by round (a resident predictor) the GPU counts stop at the first that fits and the doublings at the
+    first that does not, so the rest is never asked; at once (one process) every candidate is asked and the same
+    walk reads the answers: the same shapes and count tried."""
+    catalog, profile = load_catalog(), ClusterProfile()
+
+    def verdicts(asked: list[list[tuple[str, int]]]):
+        def predict(shapes: list) -> list[bool | None]:
+            asked.append([(s.question, s.spec.number_gpus if s.question == "gpus" else s.spec.batch_size)
+                          for s in shapes])  # fmt: skip
+            return [s.spec.number_gpus >= 4 if s.question == "gpus" else s.spec.batch_size <= 64 for s in shapes]
+
+        return predict
+
+    rounds: list[list[tuple[str, int]]] = []
+    once: list[list[tuple[str, int]]] = []
+    by_rounds = search(SPEC, catalog, profile, verdicts(rounds), in_rounds=True)
+    at_once = search(SPEC, catalog, profile, verdicts(once), in_rounds=False)
+    assert by_rounds == at_once
+    assert by_rounds.fewest is not None and by_rounds.fewest.spec.number_gpus == 4
+    assert by_rounds.largest is not None and by_rounds.largest.spec.batch_size == 64
+    assert by_rounds.tried == 3 + 4  # GPUs 1, 2, 4; batch 16, 32, 64, 128 (the first that does not fit)
+    assert rounds == [[("gpus", 1), ("batch", 16)], [("gpus", 2), ("batch", 32)], [("gpus", 4), ("batch", 64)],
+                      [("batch", 128)]]  # fmt: skip
+    assert len(once) == 1 and len(once[0]) == len(candidate_shapes(SPEC, catalog, profile))
