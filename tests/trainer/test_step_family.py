@@ -41,6 +41,7 @@ CASES = {
     "dense pt shard-grad-op": (DENSE, "pt", FsdpShape(2, False), [(4, 2), (3, 4), (6, 4)]),  # 20 tokens: 8 pad
     "moe full fsdp2": (MOE, "full", FsdpShape(2, True), [(3, 2), (7, 2), (4, 4)]),
     "hybrid lora": (HYBRID, "lora", None, [(3, None), (6, None)]),
+    "hybrid full fsdp2": (HYBRID, "full", FsdpShape(2, True), [(3, 2), (5, 2)]),  # Mamba's torch path: tails
 }
 
 
