@@ -159,14 +159,31 @@ def settle_all(env: Mapping[str, str] = os.environ, timeout: float = 600.0) -> i
 
 def stop_all(env: Mapping[str, str] = os.environ, wait: float = 10.0) -> int:
     """Stop every resident predictor under this cache root (the benches between cases, the tests), waiting up to
-    `wait` seconds for each to remove its socket: how many were asked to stop."""
-    pid_files = list(folder(env).glob("*.pid"))
-    stopped = 0
-    for pid_file in pid_files:
+    `wait` seconds for each to end: how many were asked to stop. It removes its pid file as it starts to leave and
+    can run on for a second or more after (a trace to finish, the interpreter's teardown), on the core the next
+    timed call wants, so the wait is for the process."""
+    pids = []
+    for pid_file in folder(env).glob("*.pid"):
         with contextlib.suppress(ValueError, OSError):
-            os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
-            stopped += 1
+            pid = int(pid_file.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+            pids.append(pid)
     deadline = time.monotonic() + wait
-    while any(p.exists() for p in pid_files) and time.monotonic() < deadline:
+    while any(map(_running, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return stopped
+    return len(pids)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:  # no /proc (macOS): ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return bool(fields) and fields[0] != "Z"
