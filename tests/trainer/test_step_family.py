@@ -1,6 +1,7 @@
 """A step family (predict.step_family) against direct traces: the step replayed at another per-device batch or
 FSDP2 rank count is the trace made there, field for field (all but `seconds`), for a dense model (full, LoRA,
-prompt tuning; one rank and FSDP2), an MoE model and a Mamba/attention hybrid; and where a family cannot say
+prompt tuning; one rank and FSDP2), an MoE model and a Mamba/attention hybrid, with trl's fused LM head on either
+side of the batch that fills its tile; and where a family cannot say
 (one row, a rank count that pads FSDP2's shards, recordings that disagree) it says it cannot."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ftbench_trainer.measure.ledger import END, Ledger, replay, sized_events
 from ftbench_trainer.predict import depth, trace_store
 from ftbench_trainer.predict.depth import scaled_family, trace_scaled
 from ftbench_trainer.predict.model import architecture_config, step_trace
+from ftbench_trainer.predict.stack import SFT_FUSED_OUTPUTS
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import family
 from ftbench_trainer.predict.trace import recorded_step
@@ -60,6 +62,33 @@ def test_a_family_replays_the_trace_made_there(case: str) -> None:
         assert untimed(found.at(batch, ranks)) == untimed(direct(config, there, at_ranks)), (batch, ranks)
 
 
+# trl's fused LM head on its GPU branch (predict.fused_head): at 128 tokens a row its 4096-token tile fills from 33
+# rows on, so a family holds below that batch or from it on. Asked, replayed and not answered batches.
+FUSED = {
+    "dense full, below the fill": (DENSE, "full", None, 128, 3, [(2, None), (32, None)], [33]),
+    "dense lora fsdp2, from the fill on": (DENSE, "lora", FsdpShape(2, True), 128, 40, [(33, 2), (50, 4)], [32]),
+    "moe full, at the fill's edge": (MOE, "full", None, 128, 31, [(2, None), (10, None)], [33]),  # records 30-32
+    "dense pt, virtual tokens unlabelled": (DENSE, "pt", None, 128, 3, [(2, None), (31, None)], [32]),
+    "dense full, one batch below the fill": (DENSE, "full", None, 2048, 2, [(3, None), (5, None)], [2]),
+}
+
+
+@pytest.mark.parametrize("case", FUSED)
+def test_a_family_with_trls_fused_head_replays_within_its_span(case: str) -> None:
+    architecture, method, fsdp, seq, batch, targets, unanswered = FUSED[case]
+    config = architecture_config(architecture)
+    step = dataclasses.replace(shape(method, seq=seq), batch=batch, fused_lm_head=SFT_FUSED_OUTPUTS)
+    depth._cache.clear()
+    found = scaled_family(config, step, fsdp)
+    assert found is not None
+    for batch, ranks in targets:
+        assert found.answers(batch, ranks), (batch, ranks)
+        there = dataclasses.replace(step, batch=batch)
+        at_ranks = dataclasses.replace(fsdp, ranks=ranks) if fsdp is not None and ranks is not None else None
+        assert untimed(found.at(batch, ranks)) == untimed(direct(config, there, at_ranks)), (batch, ranks)
+    assert not any(found.answers(b, fsdp.ranks if fsdp else None) for b in unanswered)
+
+
 def test_what_a_family_cannot_say_it_does_not() -> None:
     config = architecture_config(DENSE)
     step = shape("lora")
@@ -70,12 +99,16 @@ def test_what_a_family_cannot_say_it_does_not() -> None:
     assert not found.answers(2, None)  # no FSDP2 is another step
     with pytest.raises(ValueError, match="does not hold"):
         found.at(1, 4)
-    # Steps that do not replay by batch keep no family: one row, and trl's fused LM head (it tiles the tokens).
+    # Steps that do not replay by batch keep no family: one row, and trl's fused LM head on the CPU (its fold makes
+    # temporaries for each tile of tokens).
     assert scaled_family(config, dataclasses.replace(step, batch=1), FsdpShape(4, True)) is None
-    assert scaled_family(config, dataclasses.replace(step, fused_lm_head=("log_probs",)), None) is None
+    on_cpu = dataclasses.replace(step, fused_lm_head=("log_probs",), device="cpu")
+    assert scaled_family(config, on_cpu, None) is None
     one = recorded_step(config, dataclasses.replace(step, batch=1))
     two = recorded_step(config, dataclasses.replace(step, batch=2))
-    assert family([one, two]) is None  # their events differ: no family
+    with pytest.raises(ValueError, match="outside the span"):
+        family([one, two])
+    assert family([one, two], span=(1, None)) is None  # their events differ: no family even where let try
 
 
 def test_the_ledger_logs_the_step_only() -> None:

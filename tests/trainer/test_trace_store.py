@@ -42,13 +42,36 @@ def test_a_kept_trace_is_the_same_prediction(tmp_path: Path, monkeypatch: pytest
     store = tmp_path / "traces"
     monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(store))
     first = predict(plan, count_rows=False)  # traced (or from this process's own cache), and kept
-    assert len(list(store.glob("*.json"))) == 1  # the trace; under trl (its fused LM head) no step family
+    assert len(list(store.glob("*.json"))) == 2  # the trace and its step family (trl's fused head: its GPU branch)
     loads = []
     real_load = trace_store.load
     monkeypatch.setattr(trace_store, "load", lambda name: loads.append(real_load(name)) or loads[-1])
     kept = predict(plan, count_rows=False)
     assert loads and loads[-1] is not None  # read from the store, not traced
     assert _wire(uncached) == _wire(first) == _wire(kept)
+
+
+@pytest.mark.parametrize(("model", "seq"), [("llama3.2-1b", 512), ("granite-3.0-1b-a400m-base", 2048)])
+def test_a_step_family_answers_another_batch_as_its_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, seq: int
+) -> None:
+    """Under trl's fused LM head too (this environment's engine): 2 rows of 512 tokens a device are below the batch
+    that fills its tile, and its family there answers 4 rows; 2 rows of 2048 are too few below it, and the family
+    kept from the fill on (3 rows) answers 4."""
+    from ftbench_trainer.predict import depth, trace
+
+    asked = _catalog_plan(tmp_path, model, modelMaxLength=seq, batchSize=16)
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, "off")
+    uncached = predict(asked, count_rows=False)
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(tmp_path / "traces"))
+    predict(_catalog_plan(tmp_path, model, modelMaxLength=seq, batchSize=8), count_rows=False)  # kept, with its family
+    depth._cache.clear()
+
+    def no_trace(*args: Any) -> Any:
+        raise AssertionError("traced, not answered by the family")
+
+    monkeypatch.setattr(trace, "recorded_step", no_trace)
+    assert _wire(predict(asked, count_rows=False)) == _wire(uncached)
 
 
 def test_what_decides_a_trace_names_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

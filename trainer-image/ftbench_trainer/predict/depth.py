@@ -30,6 +30,7 @@ from ftbench_trainer.predict.step_family import (
     StepFamily,
     batches_to_record,
     family,
+    family_span,
     other_ranks,
     replayable,
 )
@@ -193,7 +194,8 @@ class ScaledFamily:
 
 def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> ScaledFamily | None:
     """`trace_scaled`'s family, from each depth traced at the batches `batches_to_record` names and, under FSDP2, at
-    `other_ranks` too (the asked step's traces are `trace_scaled`'s: nothing is traced twice); None where a depth's
+    `other_ranks` too (the asked step's traces, where among them, are `trace_scaled`'s: none is traced twice); None
+    where a depth's
     recordings disagree or the step does not replay by batch (`replayable`: a family of rank counts alone would
     seldom be asked again, as a spec's GPUs change its per-device batch)."""
     if not replayable(shape):
@@ -208,7 +210,7 @@ def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) 
         if fsdp is not None:
             ranks = dataclasses.replace(fsdp, ranks=other_ranks(fsdp.ranks))
         other = cached_recording(depth, dataclasses.replace(shape, batch=batches[0]), ranks) if ranks else None
-        found = family(recordings, other)
+        found = family(recordings, other, family_span(shape))
         if found is None:
             return None
         families.append(found)

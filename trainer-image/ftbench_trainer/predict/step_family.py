@@ -8,6 +8,10 @@ ranks. Steps recorded at consecutive batches (three for an MoE model, whose bala
 slots in integer shares) and at a second rank count give each size's terms; replaying the events through the
 same `Ledger` with the sizes elsewhere gives what a trace there gives, byte for byte
 (tests/trainer/test_step_family.py against direct traces). Torch-free: a replay imports no torch.
+
+trl's fused LM head, traced on its GPU branch (predict.fused_head), makes the same storages at every batch
+but one: its tile buffer has a row per labelled token up to a fixed count, so the sizes lie on one line in
+the batch below the batch whose tokens fill it and on another from there on (`batch_span`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ from ftbench_trainer.predict.step import PHASES, StepShape, Trace
 # A batch of one row is a different step: torch ignores the strides of a size-1 dimension, so some copies
 # (`contiguous`, `reshape`) are not made. A family holds from two rows on.
 FEWEST_ROWS = 2
+# Tokens per tile of trl's fused LM head (trl 1.16's `TOKEN_CHUNK_SIZE`; predict.fused_head refuses a trl with
+# another): its buffer holds min(labelled tokens, this) rows.
+FUSED_HEAD_TILE_TOKENS = 4096
+# Consecutive batches a family is recorded at: three for an MoE model, whose balanced routing deals token slots in
+# integer shares (two for a dense one).
+MOST_RECORDINGS = 3
 
 
 @dataclass(frozen=True)
@@ -67,14 +77,52 @@ class Recording:
 
 
 def replayable(shape: StepShape) -> bool:
-    """Whether the step's events are those of any other batch: not for one row (see FEWEST_ROWS), nor under trl's
-    fused LM head, which scores the tokens in tiles of a fixed size (the batch changes how many tiles there are)."""
-    return shape.batch >= FEWEST_ROWS and not shape.fused_lm_head
+    """Whether the step's events are those of other batches: not for one row (see FEWEST_ROWS), nor under trl's
+    fused LM head on the CPU, whose fold makes temporaries for each tile of tokens (the batch changes how many
+    tiles there are); on a GPU its Triton kernels make none (predict.fused_head)."""
+    return shape.batch >= FEWEST_ROWS and (not shape.fused_lm_head or shape.device == "cuda")
+
+
+def labelled_tokens(shape: StepShape) -> tuple[int, int]:
+    """The positions trl's fused LM head scores (after the shift, a label for every token but the last) and how
+    many carry a label: all of them in a traced batch but prompt tuning's virtual tokens (`trace.PromptTuned`
+    labels them -100)."""
+    if shape.method == "pt":
+        return shape.batch * (shape.seq + shape.pt_virtual_tokens - 1), shape.batch * shape.seq
+    positions = shape.batch * (shape.seq - 1)
+    return positions, positions
+
+
+def batch_span(shape: StepShape) -> tuple[int, int | None]:
+    """The batches whose steps replay as `shape`'s (the highest None: no end): from FEWEST_ROWS on, but under the
+    fused LM head on a GPU only on `shape.batch`'s side of the first batch whose labelled tokens fill its tile."""
+    if not (shape.fused_lm_head and shape.device == "cuda"):
+        return FEWEST_ROWS, None
+    per_row = labelled_tokens(dataclasses.replace(shape, batch=1))[1]
+    fills = -(-FUSED_HEAD_TILE_TOKENS // per_row)
+    if shape.batch >= fills:
+        return max(fills, FEWEST_ROWS), None
+    return FEWEST_ROWS, fills - 1
+
+
+def family_span(shape: StepShape) -> tuple[int, int | None]:
+    """The span of the family kept for `shape`'s step: its `batch_span`, or where that holds fewer batches than a
+    family records (three, for an MoE model), the span past it (trace_store keys a family by its span's first)."""
+    low, high = batch_span(shape)
+    if high is not None and high - low + 1 < MOST_RECORDINGS:
+        return high + 1, None
+    return low, high
 
 
 def batches_to_record(shape: StepShape, *, moe: bool) -> list[int]:
-    """The batches to trace for a family: the asked one, then the next one or two."""
-    return [shape.batch + i for i in range(3 if moe else 2)]
+    """The batches to trace for a family: the asked one and the next one or two, within its `family_span` (the
+    first ones of it where the asked batch is outside)."""
+    count = MOST_RECORDINGS if moe else 2
+    low, high = family_span(shape)
+    start = max(shape.batch, low)
+    if high is not None:
+        start = min(start, high - count + 1)
+    return list(range(start, start + count))
 
 
 def other_ranks(ranks: int) -> int:
@@ -107,11 +155,13 @@ class StepFamily:
     slopes: list[int]
     per_rank: list[int] | None = None
     rows: tuple[int, ...] = ()
+    span: tuple[int, int | None] = (FEWEST_ROWS, None)  # the batches it holds (`batch_span`)
 
     def answers(self, batch: int, ranks: int | None) -> bool:
-        """Whether `at` gives this step: two rows at least (see FEWEST_ROWS); other ranks need
-        `per_rank` and every parameter's rows split evenly over them (else FSDP2 pads the shards)."""
-        if batch < FEWEST_ROWS:
+        """Whether `at` gives this step: a batch within its span (two rows at least, see FEWEST_ROWS); other ranks
+        need `per_rank` and every parameter's rows split evenly over them (else FSDP2 pads the shards)."""
+        low, high = self.span
+        if batch < max(low, FEWEST_ROWS) or (high is not None and batch > high):
             return False
         if ranks != self.ranks:
             return self.per_rank is not None and ranks is not None and ranks > 1 and even(self.rows, ranks)
@@ -142,13 +192,15 @@ class StepFamily:
             "trace": dataclasses.asdict(self.trace),
             "holders": {k: sorted(v) for k, v in dataclasses.asdict(self.holders).items()},
             "rows": list(self.rows),
+            "span": list(self.span),
         }
 
     @classmethod
     def from_wire(cls, data: dict[str, Any], trace: Trace) -> StepFamily:
         holders = Holders(**{k: frozenset(v) for k, v in data["holders"].items()})
         fields = {k: data[k] for k in ("log", "batch", "ranks", "sizes", "slopes", "per_rank")}
-        return cls(trace=trace, holders=holders, rows=tuple(data["rows"]), **fields)
+        low, high = data["span"]
+        return cls(trace=trace, holders=holders, rows=tuple(data["rows"]), span=(low, high), **fields)
 
 
 def even(rows: Sequence[int], ranks: int) -> bool:
@@ -171,13 +223,17 @@ def _per_rank(a: Recording, b: Recording) -> list[int] | None:
     return out
 
 
-def family(recordings: Sequence[Recording], ranks: Recording | None = None) -> StepFamily | None:
-    """The family of the recordings (at consecutive batches, the first one first) and, where given, the first one's
-    step at another rank count; None where they disagree: their events differ, a size is off its line, or the
-    family does not give back each recording."""
+def family(
+    recordings: Sequence[Recording], ranks: Recording | None = None, span: tuple[int, int | None] = (FEWEST_ROWS, None)
+) -> StepFamily | None:
+    """The family of the recordings (at consecutive batches within `span`, the first one first) and, where given,
+    the first one's step at another rank count; None where they disagree: their events differ, a size is off its
+    line, or the family does not give back each recording."""
     first = recordings[0]
     if [r.batch - first.batch for r in recordings] != list(range(len(recordings))):
         raise ValueError("recordings at consecutive batches, the first one first")
+    if first.batch < span[0] or (span[1] is not None and recordings[-1].batch > span[1]):
+        raise ValueError(f"recordings at batches {first.batch}-{recordings[-1].batch}, outside the span {span}")
     others = [*recordings[1:], *([ranks] if ranks is not None else [])]
     frame = structure(first.log)
     if any(r.holders != first.holders or not _same_but_sizes(r.trace, first.trace) for r in others):
@@ -188,7 +244,7 @@ def family(recordings: Sequence[Recording], ranks: Recording | None = None) -> S
     slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
     per_rank = _per_rank(first, ranks) if ranks is not None else None
     out = StepFamily(
-        first.trace, first.log, first.holders, first.batch, first.ranks, sizes, slopes, per_rank, first.rows
+        first.trace, first.log, first.holders, first.batch, first.ranks, sizes, slopes, per_rank, first.rows, span
     )
     checks = [*recordings, *([ranks] if per_rank is not None and ranks is not None else [])]
     for r in checks:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ftbench_trainer.measure.storage import StorageTracker, local_tensor
+from ftbench_trainer.predict.fused_head import gpu_path
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import Holders, Recording, splits
 from ftbench_trainer.predict.traceable import make_traceable
@@ -370,7 +371,7 @@ def recorded_step(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) 
         model = add_adapter(model, shape)
     vocab = int(config.vocab_size)
     tracker = StorageTracker(record=True)
-    with _fake_ranks(fsdp) as mesh, FakeTensorMode(allow_non_fake_inputs=True):
+    with _fake_ranks(fsdp) as mesh, FakeTensorMode(allow_non_fake_inputs=True), gpu_path(shape):
         model = retie(model.to_empty(device="cpu"))
         if late:
             model = add_adapter(model, shape)
