@@ -89,6 +89,20 @@ def test_a_family_with_trls_fused_head_replays_within_its_span(case: str) -> Non
     assert not any(found.answers(b, fsdp.ranks if fsdp else None) for b in unanswered)
 
 
+def test_one_row_has_a_family_of_rank_counts() -> None:
+    """One row per device is a step of its own (FEWEST_ROWS), where doubled GPUs take two rows: under FSDP2 its
+    family replays it at other rank counts."""
+    config = architecture_config(DENSE)
+    step = dataclasses.replace(shape("full"), batch=1)
+    depth._cache.clear()
+    found = scaled_family(config, step, FsdpShape(4, True))
+    assert found is not None
+    for ranks in (4, 2, 8):
+        assert found.answers(1, ranks)
+        assert untimed(found.at(1, ranks)) == untimed(direct(config, step, FsdpShape(ranks, True))), ranks
+    assert not found.answers(2, 4)
+
+
 def test_what_a_family_cannot_say_it_does_not() -> None:
     config = architecture_config(DENSE)
     step = shape("lora")
@@ -97,11 +111,13 @@ def test_what_a_family_cannot_say_it_does_not() -> None:
     assert not found.answers(1, 4)  # one row is another step: torch skips copies of size-1 dimensions
     assert not found.answers(2, 3)  # three ranks pad the shards (rows of 256, 512, 4096 do not split in three)
     assert not found.answers(2, None)  # no FSDP2 is another step
+    one_row = scaled_family(config, dataclasses.replace(step, batch=1), FsdpShape(4, True))
+    assert one_row is not None and one_row.answers(1, 2) and not one_row.answers(2, 4)  # rank counts only
     with pytest.raises(ValueError, match="does not hold"):
         found.at(1, 4)
-    # Steps that do not replay by batch keep no family: one row, and trl's fused LM head on the CPU (its fold makes
-    # temporaries for each tile of tokens).
-    assert scaled_family(config, dataclasses.replace(step, batch=1), FsdpShape(4, True)) is None
+    # Steps that do not replay keep no family: one row without FSDP2, and trl's fused LM head on the CPU (its fold
+    # makes temporaries for each tile of tokens).
+    assert scaled_family(config, dataclasses.replace(step, batch=1), None) is None
     on_cpu = dataclasses.replace(step, fused_lm_head=("log_probs",), device="cpu")
     assert scaled_family(config, on_cpu, None) is None
     one = recorded_step(config, dataclasses.replace(step, batch=1))

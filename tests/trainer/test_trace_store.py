@@ -8,6 +8,7 @@ compared but `seconds` (how long this call took).
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ A100 = "NVIDIA-A100-SXM4-80GB"
 
 def _catalog_plan(tmp: Path, model: str, **spec: Any) -> LaunchPlan:
     """A 4-GPU plan of a catalog model whose weights are not here: its architecture comes from the catalog."""
-    plan = make_plan(tmp, tmp / "absent", tmp, model=model, numberGpus=4, gpuModel=A100, torchDtype="bfloat16", **spec)
+    fields = {"numberGpus": 4, "gpuModel": A100, "torchDtype": "bfloat16", **spec}
+    plan = make_plan(tmp, tmp / "absent", tmp, model=model, **fields)
     return plan.model_copy(update={"model": plan.model.model_copy(update={"ref": str(tmp / "absent")})})
 
 
@@ -72,6 +74,30 @@ def test_a_step_family_answers_another_batch_as_its_trace(
 
     monkeypatch.setattr(trace, "recorded_step", no_trace)
     assert _wire(predict(asked, count_rows=False)) == _wire(uncached)
+
+
+def test_after_two_rows_a_resident_keeps_one_rows_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answered as the resident predictor answers (`families_after`), a step of two rows per device under FSDP2
+    leaves its family and the one-row step's waiting; once recorded, doubling the GPUs (one row) needs no trace."""
+    from ftbench_trainer.predict import depth, model, trace
+
+    doubled = _catalog_plan(tmp_path, "llama3.2-1b", modelMaxLength=512, batchSize=8, numberGpus=8)
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, "off")
+    uncached = predict(doubled, count_rows=False)
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(tmp_path / "traces"))
+    monkeypatch.setattr(trace_store, "_families", OrderedDict())  # none an earlier test's store kept in memory
+    with model.families_after():
+        predict(_catalog_plan(tmp_path, "llama3.2-1b", modelMaxLength=512, batchSize=8), count_rows=False)
+        assert len(model._pending) == 2  # the step's family, then one row's
+        while model.record_waiting():
+            pass
+    depth._cache.clear()
+
+    def no_trace(*args: Any) -> Any:
+        raise AssertionError("traced, not answered by the family")
+
+    monkeypatch.setattr(trace, "recorded_step", no_trace)
+    assert _wire(predict(doubled, count_rows=False)) == _wire(uncached)
 
 
 def test_what_decides_a_trace_names_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -195,10 +195,9 @@ class ScaledFamily:
 def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> ScaledFamily | None:
     """`trace_scaled`'s family, from each depth traced at the batches `batches_to_record` names and, under FSDP2, at
     `other_ranks` too (the asked step's traces, where among them, are `trace_scaled`'s: none is traced twice); None
-    where a depth's
-    recordings disagree or the step does not replay by batch (`replayable`: a family of rank counts alone would
-    seldom be asked again, as a spec's GPUs change its per-device batch)."""
-    if not replayable(shape):
+    where a depth's recordings disagree or the step does not replay (`replayable`). One row per device is a step of
+    its own, and its family one of rank counts only (FSDP2): where GPUs double, the per-device batch halves to it."""
+    if not replayable(shape, sharded=fsdp is not None):
         return None
     base, increments = traced_depths(config, shape)
     families = []

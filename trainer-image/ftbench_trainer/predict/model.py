@@ -23,6 +23,7 @@ from ftbench_trainer.predict.plan_step import FLASH, sharding, step_shape
 from ftbench_trainer.predict.shard import Sharding, Sizes, shard, unsharded_gradients
 from ftbench_trainer.predict.stack import stack
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
+from ftbench_trainer.predict.step_family import FEWEST_ROWS
 
 # FSDP strategies traced with FSDP2 on a fake process group, and those that reshard after forward.
 FSDP_TRACED = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
@@ -170,8 +171,21 @@ def step_trace(config: Callable[[], Any], shape: StepShape, fsdp: FsdpShape | No
             trace_store.save_family(family_name, found)
         if wanted and _deferring:
             _pending[family_name] = functools.partial(_keep_family, architecture, shape, fsdp, family_name)
+            _one_row_after(architecture, shape, fsdp, source)
     trace_store.save(name, trace)
     return trace
+
+
+def _one_row_after(architecture: Any, shape: StepShape, fsdp: FsdpShape | None, source: str) -> None:
+    """Under FSDP2 at two rows per device, the one-row step's family of rank counts too, left waiting after the
+    step's own: where the spec's GPUs double, two rows per device become one, a step of its own
+    (step_family.FEWEST_ROWS) that the two-row family does not answer."""
+    if fsdp is None or shape.batch != FEWEST_ROWS:
+        return
+    one_row = dataclasses.replace(shape, batch=1)
+    name = trace_store.family_key(source, one_row, fsdp)
+    if name not in _pending and trace_store.load_family(name) is None:
+        _pending[name] = functools.partial(_keep_family, architecture, one_row, fsdp, name)
 
 
 def _keep_family(architecture: Any, shape: StepShape, fsdp: FsdpShape | None, name: str) -> None:

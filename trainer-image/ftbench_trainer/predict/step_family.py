@@ -76,11 +76,12 @@ class Recording:
     rows: tuple[int, ...] = ()  # each parameter's dim 0, the one FSDP2 shards (with FSDP2)
 
 
-def replayable(shape: StepShape) -> bool:
-    """Whether the step's events are those of other batches: not for one row (see FEWEST_ROWS), nor under trl's
-    fused LM head on the CPU, whose fold makes temporaries for each tile of tokens (the batch changes how many
-    tiles there are); on a GPU its Triton kernels make none (predict.fused_head)."""
-    return shape.batch >= FEWEST_ROWS and (not shape.fused_lm_head or shape.device == "cuda")
+def replayable(shape: StepShape, *, sharded: bool = False) -> bool:
+    """Whether the step's events are those of other batches, or for one row (its own step, see FEWEST_ROWS) those
+    of other FSDP2 rank counts (`sharded`); not under trl's fused LM head on the CPU, whose fold makes temporaries
+    for each tile of tokens (the batch changes how many tiles there are); on a GPU its Triton kernels make none
+    (predict.fused_head)."""
+    return (shape.batch >= FEWEST_ROWS or sharded) and (not shape.fused_lm_head or shape.device == "cuda")
 
 
 def labelled_tokens(shape: StepShape) -> tuple[int, int]:
@@ -95,7 +96,10 @@ def labelled_tokens(shape: StepShape) -> tuple[int, int]:
 
 def batch_span(shape: StepShape) -> tuple[int, int | None]:
     """The batches whose steps replay as `shape`'s (the highest None: no end): from FEWEST_ROWS on, but under the
-    fused LM head on a GPU only on `shape.batch`'s side of the first batch whose labelled tokens fill its tile."""
+    fused LM head on a GPU only on `shape.batch`'s side of the first batch whose labelled tokens fill its tile; one
+    row only itself."""
+    if shape.batch < FEWEST_ROWS:
+        return shape.batch, shape.batch
     if not (shape.fused_lm_head and shape.device == "cuda"):
         return FEWEST_ROWS, None
     per_row = labelled_tokens(dataclasses.replace(shape, batch=1))[1]
@@ -109,7 +113,7 @@ def family_span(shape: StepShape) -> tuple[int, int | None]:
     """The span of the family kept for `shape`'s step: its `batch_span`, or where that holds fewer batches than a
     family records (three, for an MoE model), the span past it (trace_store keys a family by its span's first)."""
     low, high = batch_span(shape)
-    if high is not None and high - low + 1 < MOST_RECORDINGS:
+    if low >= FEWEST_ROWS and high is not None and high - low + 1 < MOST_RECORDINGS:
         return high + 1, None
     return low, high
 
@@ -119,6 +123,8 @@ def batches_to_record(shape: StepShape, *, moe: bool) -> list[int]:
     first ones of it where the asked batch is outside)."""
     count = MOST_RECORDINGS if moe else 2
     low, high = family_span(shape)
+    if low == high:  # one row: at its rank counts only
+        return [low]
     start = max(shape.batch, low)
     if high is not None:
         start = min(start, high - count + 1)
@@ -158,10 +164,11 @@ class StepFamily:
     span: tuple[int, int | None] = (FEWEST_ROWS, None)  # the batches it holds (`batch_span`)
 
     def answers(self, batch: int, ranks: int | None) -> bool:
-        """Whether `at` gives this step: a batch within its span (two rows at least, see FEWEST_ROWS); other ranks
-        need `per_rank` and every parameter's rows split evenly over them (else FSDP2 pads the shards)."""
+        """Whether `at` gives this step: a batch within its span (one row is a span of its own, see FEWEST_ROWS);
+        other ranks need `per_rank` and every parameter's rows split evenly over them (else FSDP2 pads the
+        shards)."""
         low, high = self.span
-        if batch < max(low, FEWEST_ROWS) or (high is not None and batch > high):
+        if batch < low or (high is not None and batch > high):
             return False
         if ranks != self.ranks:
             return self.per_rank is not None and ranks is not None and ranks > 1 and even(self.rows, ranks)
@@ -241,7 +248,9 @@ def family(
     if any(structure(r.log) != frame or r.rows != first.rows for r in others):
         return None
     sizes = sized_events(first.log)
-    slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
+    slopes = [0] * len(sizes)  # one recording (one row): a family of rank counts only
+    if len(recordings) > 1:
+        slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
     per_rank = _per_rank(first, ranks) if ranks is not None else None
     out = StepFamily(
         first.trace, first.log, first.holders, first.batch, first.ranks, sizes, slopes, per_rank, first.rows, span
