@@ -62,6 +62,10 @@ def test_the_traced_gpu_branch_makes_what_trls_triton_kernels_make(run: str) -> 
     made = [e for e in logs["real"] if e[0] == NEW]
     assert len(made) > 10, "the head's storages were seen"
     assert logs["traced"] == logs["real"]
+    # The marked tile buffers (step_family sizes them by rows): forward's and backward's, of float32 rows.
+    method, batch, seq, tokens, words = RUNS[run]
+    rows = min(tokens, batch * seq if method == "pt" else batch * (seq - 1))
+    assert logs["tiles"] == [[NEW, rows * words * 4]] * 2
 
 
 def test_a_step_predicted_for_the_cpu_keeps_the_cpu_branch() -> None:

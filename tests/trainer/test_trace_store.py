@@ -57,9 +57,8 @@ def test_a_kept_trace_is_the_same_prediction(tmp_path: Path, monkeypatch: pytest
 def test_a_step_family_answers_another_batch_as_its_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, seq: int
 ) -> None:
-    """Under trl's fused LM head too (this environment's engine): 2 rows of 512 tokens a device are below the batch
-    that fills its tile, and its family there answers 4 rows; 2 rows of 2048 are too few below it, and the family
-    kept from the fill on (3 rows) answers 4."""
+    """Under trl's fused LM head too (this environment's engine): 2 rows of 512 tokens a device leave its tile buffer
+    part full, 4 rows fill it; 2 rows of 2048 leave it 2 tokens short, 4 fill it. Each family answers 4 rows."""
     from ftbench_trainer.predict import depth, trace
 
     asked = _catalog_plan(tmp_path, model, modelMaxLength=seq, batchSize=16)

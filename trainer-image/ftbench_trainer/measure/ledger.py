@@ -14,8 +14,9 @@ from ftbench_trainer.measure.split import Split
 
 ALLOCATOR_BLOCK_BYTES = 512
 # Event codes in a recorded log: [NEW, raw bytes], [RESIZE, serial, raw bytes], [FREE, serial], [PHASE, name], [END],
-# [TAIL].
-NEW, RESIZE, FREE, PHASE, END, TAIL = range(6)
+# [TAIL], [TILE] (the storage the NEW before it made is trl's fused LM head's tile buffer: predict.step_family sizes
+# it by its own rule).
+NEW, RESIZE, FREE, PHASE, END, TAIL, TILE = range(7)
 Event = list[int | str]
 
 
@@ -49,6 +50,7 @@ class Ledger:
         self._tail_rising = False
         self.log: list[Event] | None = [] if record else None
         self._logging = record  # until `finish`: storages freed after the step (the model torn down) are not its events
+        self._tile_next = False
 
     def _log(self, event: Event) -> None:
         if self.log is not None:
@@ -58,11 +60,18 @@ class Ledger:
         """A storage of `raw` bytes was made: its serial."""
         if self._logging:
             self._log([NEW, raw])
+            if self._tile_next:
+                self._log([TILE])
+        self._tile_next = False
         serial = self._next
         self._next += 1
         self._live[serial] = 0
         self._set(serial, allocator_bytes(raw))
         return serial
+
+    def tile_next(self) -> None:
+        """The next storage made is trl's fused LM head's tile buffer (predict.fused_head sees it made)."""
+        self._tile_next = True
 
     def resize_storage(self, serial: int, raw: int) -> None:
         """A counted storage now holds `raw` bytes (FSDP2 resizes its gathered parameters)."""
@@ -151,7 +160,7 @@ def replay(log: list[Event], raw_sizes: list[int]) -> Ledger:
             ledger.enter_phase(str(event[1]))
         elif code == TAIL:
             ledger.enter_tail()
-        else:
+        elif code == END:
             ledger.finish()
     return ledger
 

@@ -28,9 +28,10 @@ from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import (
     Recording,
     StepFamily,
+    batch_span,
     batches_to_record,
     family,
-    family_span,
+    labelled_tokens,
     other_ranks,
     replayable,
 )
@@ -209,7 +210,8 @@ def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) 
         if fsdp is not None:
             ranks = dataclasses.replace(fsdp, ranks=other_ranks(fsdp.ranks))
         other = cached_recording(depth, dataclasses.replace(shape, batch=batches[0]), ranks) if ranks else None
-        found = family(recordings, other, family_span(shape))
+        per_row = labelled_tokens(dataclasses.replace(shape, batch=1))[1] if shape.fused_lm_head else 0
+        found = family(recordings, other, batch_span(shape), per_row)
         if found is None:
             return None
         families.append(found)

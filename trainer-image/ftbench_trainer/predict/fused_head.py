@@ -24,11 +24,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ftbench_trainer.measure.ledger import Ledger
 from ftbench_trainer.predict.step import StepShape
 from ftbench_trainer.predict.step_family import FUSED_HEAD_TILE_TOKENS, labelled_tokens
 
 # trl.kernels.chunked_logprob's names the GPU branch reads; tests/trainer/test_fused_head.py checks trl has them.
 KERNEL_NAMES = ("_use_triton", "_forward_kernel", "_backward_kernel", "_addmm_fp32", "_MM_OUT_DTYPE")
+VOCABULARY_TILE = "_CHUNKED_LOGPROB_CHUNK_SIZE"  # trl.trainer.utils': words per tile
 TILE_TOKENS = "TOKEN_CHUNK_SIZE"  # its tokens per tile
 
 
@@ -40,13 +42,16 @@ class _Launch:
         return lambda *args, **kwargs: None
 
 
-class _LabelledRows(TorchDispatchMode):
-    """`x[mask]` for the head's label mask, whose true count a fake tensor cannot know: the labelled rows."""
+class _GpuBranchOps(TorchDispatchMode):
+    """Two ops of the head's GPU branch a fake tensor cannot run as the GPU does: `x[mask]` for the label mask,
+    whose true count a fake tensor cannot know (the labelled rows), and the tile buffer's making, which the ledger
+    is told of (`Ledger.tile_next`: predict.step_family sizes it by its own rule)."""
 
-    def __init__(self, positions: int, labelled: int) -> None:
+    def __init__(self, shape: StepShape, ledger: Ledger, vocabulary_tile: int) -> None:
         super().__init__()
-        self.positions = positions
-        self.labelled = labelled
+        self.positions, self.labelled = labelled_tokens(shape)
+        self.tile = [min(self.labelled, FUSED_HEAD_TILE_TOKENS), vocabulary_tile]
+        self.ledger = ledger
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -56,12 +61,16 @@ class _LabelledRows(TorchDispatchMode):
             if len(indices) == 1 and masks and masks[0].numel() == self.positions:
                 rest = source.shape[masks[0].dim() :]
                 return torch.empty((self.labelled, *rest), dtype=source.dtype, device=source.device)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func is torch.ops.aten.empty.memory_format and list(args[0]) == self.tile:
+            self.ledger.tile_next()
+        return out
 
 
 @contextlib.contextmanager
-def gpu_path(shape: StepShape) -> Iterator[None]:
-    """Within: trl's fused LM head takes its GPU branch (only for a step with the head, predicted for CUDA)."""
+def gpu_path(shape: StepShape, ledger: Ledger) -> Iterator[None]:
+    """Within: trl's fused LM head takes its GPU branch (only for a step with the head, predicted for CUDA), and
+    `ledger` is told which storages are its tile buffers."""
     if not shape.fused_lm_head or shape.device != "cuda":
         yield
         return
@@ -69,6 +78,7 @@ def gpu_path(shape: StepShape) -> Iterator[None]:
     from trl.trainer import utils
 
     missing = [name for name in (*KERNEL_NAMES, TILE_TOKENS) if not hasattr(chunked_logprob, name)]
+    missing += [name for name in (VOCABULARY_TILE,) if not hasattr(utils, name)]
     if missing:
         raise ValueError(f"trl's fused LM head has no {', '.join(missing)}: ftbench cannot trace its GPU branch")
     if getattr(chunked_logprob, TILE_TOKENS) != FUSED_HEAD_TILE_TOKENS:
@@ -95,7 +105,7 @@ def gpu_path(shape: StepShape) -> Iterator[None]:
     for (module, name), value in patches.items():
         setattr(module, name, value)
     try:
-        with _LabelledRows(*labelled_tokens(shape)):
+        with _GpuBranchOps(shape, ledger, int(getattr(utils, VOCABULARY_TILE))):
             yield
     finally:
         for (module, name), value in saved.items():

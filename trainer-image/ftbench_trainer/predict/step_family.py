@@ -9,9 +9,9 @@ slots in integer shares) and at a second rank count give each size's terms; repl
 same `Ledger` with the sizes elsewhere gives what a trace there gives, byte for byte
 (tests/trainer/test_step_family.py against direct traces). Torch-free: a replay imports no torch.
 
-trl's fused LM head, traced on its GPU branch (predict.fused_head), makes the same storages at every batch
-but one: its tile buffer has a row per labelled token up to a fixed count, so the sizes lie on one line in
-the batch below the batch whose tokens fill it and on another from there on (`batch_span`).
+trl's fused LM head, traced on its GPU branch (predict.fused_head), makes the same storages at every batch;
+all but its tile buffers lie on lines, and those have a row per labelled token up to a fixed count, which the
+trace marks (the ledger's TILE event) and the family sizes by that rule.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ftbench_trainer.measure.ledger import Event, Ledger, replay, sized_events, split_at, structure
+from ftbench_trainer.measure.ledger import NEW, RESIZE, TILE, Event, Ledger, replay, sized_events, split_at, structure
 from ftbench_trainer.measure.split import Split
 from ftbench_trainer.predict.step import PHASES, StepShape, Trace
 
@@ -95,40 +95,24 @@ def labelled_tokens(shape: StepShape) -> tuple[int, int]:
 
 
 def batch_span(shape: StepShape) -> tuple[int, int | None]:
-    """The batches whose steps replay as `shape`'s (the highest None: no end): from FEWEST_ROWS on, but under the
-    fused LM head on a GPU only on `shape.batch`'s side of the first batch whose labelled tokens fill its tile; one
-    row only itself."""
+    """The batches whose steps replay as `shape`'s (the highest None: no end): from FEWEST_ROWS on; one row only
+    itself (at other rank counts)."""
     if shape.batch < FEWEST_ROWS:
         return shape.batch, shape.batch
-    if not (shape.fused_lm_head and shape.device == "cuda"):
-        return FEWEST_ROWS, None
-    per_row = labelled_tokens(dataclasses.replace(shape, batch=1))[1]
-    fills = -(-FUSED_HEAD_TILE_TOKENS // per_row)
-    if shape.batch >= fills:
-        return max(fills, FEWEST_ROWS), None
-    return FEWEST_ROWS, fills - 1
+    return FEWEST_ROWS, None
 
 
-def family_span(shape: StepShape) -> tuple[int, int | None]:
-    """The span of the family kept for `shape`'s step: its `batch_span`, or where that holds fewer batches than a
-    family records (three, for an MoE model), the span past it (trace_store keys a family by its span's first)."""
-    low, high = batch_span(shape)
-    if low >= FEWEST_ROWS and high is not None and high - low + 1 < MOST_RECORDINGS:
-        return high + 1, None
-    return low, high
+def tile_rows(batch: int, labelled_per_row: int) -> int:
+    """Rows of trl's fused LM head's tile buffer at `batch` rows of `labelled_per_row` labelled tokens each."""
+    return min(batch * labelled_per_row, FUSED_HEAD_TILE_TOKENS)
 
 
 def batches_to_record(shape: StepShape, *, moe: bool) -> list[int]:
-    """The batches to trace for a family: the asked one and the next one or two, within its `family_span` (the
-    first ones of it where the asked batch is outside)."""
-    count = MOST_RECORDINGS if moe else 2
-    low, high = family_span(shape)
+    """The batches to trace for a family: the asked one and the next one or two (one row: itself)."""
+    low, high = batch_span(shape)
     if low == high:  # one row: at its rank counts only
         return [low]
-    start = max(shape.batch, low)
-    if high is not None:
-        start = min(start, high - count + 1)
-    return list(range(start, start + count))
+    return [shape.batch + i for i in range(MOST_RECORDINGS if moe else 2)]
 
 
 def other_ranks(ranks: int) -> int:
@@ -162,6 +146,8 @@ class StepFamily:
     per_rank: list[int] | None = None
     rows: tuple[int, ...] = ()
     span: tuple[int, int | None] = (FEWEST_ROWS, None)  # the batches it holds (`batch_span`)
+    labelled_per_row: int = 0  # under trl's fused LM head: labelled tokens per row (`tile_rows`)
+    tile_row_bytes: list[int] | None = None  # per sized event: a tile buffer's bytes per row, 0 for the others
 
     def answers(self, batch: int, ranks: int | None) -> bool:
         """Whether `at` gives this step: a batch within its span (one row is a span of its own, see FEWEST_ROWS);
@@ -190,6 +176,9 @@ class StepFamily:
             sizes = [s + k * (batch - self.batch) for s, k in zip(sizes, self.slopes, strict=True)]
         if ranks != self.ranks and self.per_rank is not None and ranks and self.ranks:
             sizes = [s + p // ranks - p // self.ranks for s, p in zip(sizes, self.per_rank, strict=True)]
+        if self.tile_row_bytes is not None:
+            rows = tile_rows(batch, self.labelled_per_row)
+            sizes = [rows * b if b else s for s, b in zip(sizes, self.tile_row_bytes, strict=True)]
         return sizes
 
     def to_wire(self) -> dict[str, Any]:
@@ -205,9 +194,16 @@ class StepFamily:
     @classmethod
     def from_wire(cls, data: dict[str, Any], trace: Trace) -> StepFamily:
         holders = Holders(**{k: frozenset(v) for k, v in data["holders"].items()})
-        fields = {k: data[k] for k in ("log", "batch", "ranks", "sizes", "slopes", "per_rank")}
+        fields = {k: data[k] for k in ("log", "batch", "ranks", "sizes", "slopes", "per_rank", "labelled_per_row")}
         low, high = data["span"]
-        return cls(trace=trace, holders=holders, rows=tuple(data["rows"]), span=(low, high), **fields)
+        return cls(
+            trace=trace,
+            holders=holders,
+            rows=tuple(data["rows"]),
+            span=(low, high),
+            tile_row_bytes=data["tile_row_bytes"],
+            **fields,
+        )
 
 
 def even(rows: Sequence[int], ranks: int) -> bool:
@@ -230,12 +226,36 @@ def _per_rank(a: Recording, b: Recording) -> list[int] | None:
     return out
 
 
+def _tile_row_bytes(first: Recording, labelled_per_row: int) -> list[int] | None:
+    """Per sized event, a tile buffer's bytes per row (the NEW before a TILE mark), 0 for the others; None for a log
+    with no tile buffer. A tile whose bytes do not divide by its rows is not one `tile_rows` sizes: ValueError."""
+    marked: list[bool] = []
+    for event in first.log:
+        if event[0] in (NEW, RESIZE):
+            marked.append(False)
+        elif event[0] == TILE:
+            marked[-1] = True
+    if not any(marked):
+        return None
+    rows = tile_rows(first.batch, labelled_per_row)
+    out = []
+    for size, tile in zip(sized_events(first.log), marked, strict=True):
+        if tile and (rows <= 0 or size % rows):
+            raise ValueError(f"a tile buffer of {size} bytes is not {rows} rows")
+        out.append(size // rows if tile else 0)
+    return out
+
+
 def family(
-    recordings: Sequence[Recording], ranks: Recording | None = None, span: tuple[int, int | None] = (FEWEST_ROWS, None)
+    recordings: Sequence[Recording],
+    ranks: Recording | None = None,
+    span: tuple[int, int | None] = (FEWEST_ROWS, None),
+    labelled_per_row: int = 0,
 ) -> StepFamily | None:
     """The family of the recordings (at consecutive batches within `span`, the first one first) and, where given,
     the first one's step at another rank count; None where they disagree: their events differ, a size is off its
-    line, or the family does not give back each recording."""
+    line, or the family does not give back each recording. `labelled_per_row`: under trl's fused LM head, how many
+    labelled tokens a row holds (its tile buffers' rows, `tile_rows`)."""
     first = recordings[0]
     if [r.batch - first.batch for r in recordings] != list(range(len(recordings))):
         raise ValueError("recordings at consecutive batches, the first one first")
@@ -252,8 +272,20 @@ def family(
     if len(recordings) > 1:
         slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
     per_rank = _per_rank(first, ranks) if ranks is not None else None
+    tiles = _tile_row_bytes(first, labelled_per_row)
     out = StepFamily(
-        first.trace, first.log, first.holders, first.batch, first.ranks, sizes, slopes, per_rank, first.rows, span
+        first.trace,
+        first.log,
+        first.holders,
+        first.batch,
+        first.ranks,
+        sizes,
+        slopes,
+        per_rank,
+        first.rows,
+        span,
+        labelled_per_row if tiles is not None else 0,
+        tiles,
     )
     checks = [*recordings, *([ranks] if per_rank is not None and ranks is not None else [])]
     for r in checks:

@@ -371,7 +371,7 @@ def recorded_step(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) 
         model = add_adapter(model, shape)
     vocab = int(config.vocab_size)
     tracker = StorageTracker(record=True)
-    with _fake_ranks(fsdp) as mesh, FakeTensorMode(allow_non_fake_inputs=True), gpu_path(shape):
+    with _fake_ranks(fsdp) as mesh, FakeTensorMode(allow_non_fake_inputs=True), gpu_path(shape, tracker):
         model = retie(model.to_empty(device="cpu"))
         if late:
             model = add_adapter(model, shape)

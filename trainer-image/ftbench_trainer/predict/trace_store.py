@@ -29,9 +29,9 @@ from ftbench_trainer.measure.split import Split
 from ftbench_trainer.predict.depth import ScaledFamily
 from ftbench_trainer.predict.stack import installed
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
-from ftbench_trainer.predict.step_family import StepFamily, family_span
+from ftbench_trainer.predict.step_family import StepFamily, batch_span
 
-FORMAT = 4
+FORMAT = 5
 FAMILIES_KEPT = 16  # batch families kept in memory too (a sweep asks the same family for many points)
 STACK = ("torch", "transformers", "peft", "trl", "accelerate", "mamba_ssm", "causal_conv1d")
 # ftbench's code a trace runs through: any change to these files is a new key.
@@ -92,10 +92,9 @@ def _trace(data: dict[str, Any]) -> Trace:
 
 def family_key(architecture: str, shape: StepShape, fsdp: FsdpShape | None) -> str:
     """The name of the family of `shape`'s step: the trace's key, whatever its batch within the family's span
-    (`step_family.family_span`: under trl's fused LM head a step has one below and one from the batch that fills its
-    tile) and FSDP2's ranks."""
+    (`step_family.batch_span`: one row is a step of its own) and FSDP2's ranks."""
     ranks = dataclasses.replace(fsdp, ranks=0) if fsdp is not None else None
-    return key(architecture, dataclasses.replace(shape, batch=family_span(shape)[0]), ranks, kind="step family")
+    return key(architecture, dataclasses.replace(shape, batch=batch_span(shape)[0]), ranks, kind="step family")
 
 
 def _read(name: str, decode: Callable[[Any], T]) -> T | None:
