@@ -166,7 +166,10 @@ def step_trace(config: Callable[[], Any], shape: StepShape, fsdp: FsdpShape | No
         trace = known.at(shape.batch, fsdp.ranks if fsdp else None)
     else:
         architecture, wanted = config(), known is None and trace_store.folder() is not None
-        trace, found = _traced(architecture, shape, fsdp, family=wanted and not _deferring)
+        # One row's family (rank counts only) is recorded where the resident has time for it, not on a batch's
+        # clock: a sweep seldom asks one row at two rank counts.
+        now = wanted and not _deferring and shape.batch >= FEWEST_ROWS
+        trace, found = _traced(architecture, shape, fsdp, family=now)
         if found is not None:
             trace_store.save_family(family_name, found)
         if wanted and _deferring:
