@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 from test_predict_depth import DENSE, shape
 
 from ftbench_trainer.measure.ledger import NEW
-from ftbench_trainer.predict.fused_head import KERNEL_NAMES, TILE_TOKENS
+from ftbench_trainer.predict.fused_head import KERNEL_NAMES, TILE_TOKENS, VOCABULARY_TILE
 from ftbench_trainer.predict.model import architecture_config
 from ftbench_trainer.predict.stack import SFT_FUSED_OUTPUTS
 from ftbench_trainer.predict.step_family import FUSED_HEAD_TILE_TOKENS
@@ -33,8 +33,9 @@ REPO = HERE.parents[1]
 
 def test_trl_has_what_its_gpu_branch_is_traced_by() -> None:
     from trl.kernels import chunked_logprob
+    from trl.trainer import utils
 
-    assert all(hasattr(chunked_logprob, name) for name in KERNEL_NAMES)
+    assert all(hasattr(chunked_logprob, name) for name in KERNEL_NAMES) and hasattr(utils, VOCABULARY_TILE)
     assert getattr(chunked_logprob, TILE_TOKENS) == FUSED_HEAD_TILE_TOKENS
 
 
