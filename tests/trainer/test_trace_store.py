@@ -53,50 +53,54 @@ def test_a_kept_trace_is_the_same_prediction(tmp_path: Path, monkeypatch: pytest
     assert _wire(uncached) == _wire(first) == _wire(kept)
 
 
+def _empty_store(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
+    """A new trace store, with no family an earlier test's store left in this process's memory."""
+    monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(tmp / "traces"))
+    monkeypatch.setattr(trace_store, "_families", OrderedDict())
+
+
+def _untraced(monkeypatch: pytest.MonkeyPatch, plan: LaunchPlan) -> dict[str, Any]:
+    """The plan's prediction from what the store keeps: a trace made on the way fails the test."""
+    from ftbench_trainer.predict import depth, trace
+
+    depth._cache.clear()
+
+    def no_trace(*args: Any) -> Any:
+        raise AssertionError("traced, not answered by the family")
+
+    monkeypatch.setattr(trace, "recorded_step", no_trace)
+    return _wire(predict(plan, count_rows=False))
+
+
 @pytest.mark.parametrize(("model", "seq"), [("llama3.2-1b", 512), ("granite-3.0-1b-a400m-base", 2048)])
 def test_a_step_family_answers_another_batch_as_its_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, seq: int
 ) -> None:
     """Under trl's fused LM head too (this environment's engine): 2 rows of 512 tokens a device leave its tile buffer
     part full, 4 rows fill it; 2 rows of 2048 leave it 2 tokens short, 4 fill it. Each family answers 4 rows."""
-    from ftbench_trainer.predict import depth, trace
-
     asked = _catalog_plan(tmp_path, model, modelMaxLength=seq, batchSize=16)
     monkeypatch.setenv(FTBENCH_TRACE_CACHE, "off")
     uncached = predict(asked, count_rows=False)
-    monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(tmp_path / "traces"))
+    _empty_store(monkeypatch, tmp_path)
     predict(_catalog_plan(tmp_path, model, modelMaxLength=seq, batchSize=8), count_rows=False)  # kept, with its family
-    depth._cache.clear()
-
-    def no_trace(*args: Any) -> Any:
-        raise AssertionError("traced, not answered by the family")
-
-    monkeypatch.setattr(trace, "recorded_step", no_trace)
-    assert _wire(predict(asked, count_rows=False)) == _wire(uncached)
+    assert _untraced(monkeypatch, asked) == _wire(uncached)
 
 
 def test_after_two_rows_a_resident_keeps_one_rows_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Answered as the resident predictor answers (`families_after`), a step of two rows per device under FSDP2
     leaves its family and the one-row step's waiting; once recorded, doubling the GPUs (one row) needs no trace."""
-    from ftbench_trainer.predict import depth, model, trace
+    from ftbench_trainer.predict import model
 
     doubled = _catalog_plan(tmp_path, "llama3.2-1b", modelMaxLength=512, batchSize=8, numberGpus=8)
     monkeypatch.setenv(FTBENCH_TRACE_CACHE, "off")
     uncached = predict(doubled, count_rows=False)
-    monkeypatch.setenv(FTBENCH_TRACE_CACHE, str(tmp_path / "traces"))
-    monkeypatch.setattr(trace_store, "_families", OrderedDict())  # none an earlier test's store kept in memory
+    _empty_store(monkeypatch, tmp_path)
     with model.families_after():
         predict(_catalog_plan(tmp_path, "llama3.2-1b", modelMaxLength=512, batchSize=8), count_rows=False)
         assert len(model._pending) == 2  # the step's family, then one row's
         while model.record_waiting():
             pass
-    depth._cache.clear()
-
-    def no_trace(*args: Any) -> Any:
-        raise AssertionError("traced, not answered by the family")
-
-    monkeypatch.setattr(trace, "recorded_step", no_trace)
-    assert _wire(predict(doubled, count_rows=False)) == _wire(uncached)
+    assert _untraced(monkeypatch, doubled) == _wire(uncached)
 
 
 def test_what_decides_a_trace_names_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
