@@ -40,6 +40,9 @@ FTBENCH_TRACE_CACHE = "FTBENCH_TRACE_CACHE"
 # Read by `ftbench predict` (ftbench.local.resident): how many idle seconds its resident predictor waits for the
 # next question before it exits (default 600), or "off" for one predictor process per call.
 FTBENCH_PREDICTOR = "FTBENCH_PREDICTOR"
+# Read by `ftbench predict` of a sweep, `--min-gpus` and `ftbench calibrate` (ftbench.local.predict): how many
+# predictor processes one batch of plans may spread over (default: the cores it may run on, at most 4).
+FTBENCH_PREDICT_PROCESSES = "FTBENCH_PREDICT_PROCESSES"
 # Set by Dockerfile.trainer (informational).
 FTBENCH_ENGINE = "FTBENCH_ENGINE"
 # A user's machine: `ftbench run`, `ftbench engines`, `ftbench dev`.

@@ -66,22 +66,25 @@ def sources_digest(packages: Iterable[str] = ("ftbench", "ftbench_trainer")) -> 
     return digest.hexdigest()
 
 
-def socket_path(python: str, env: Mapping[str, str], cwd: str) -> Path:
+def socket_path(python: str, env: Mapping[str, str], cwd: str, lane: int = 0) -> Path:
+    """The socket of the predictor for this interpreter, environment and folder; `lane` > 0: another predictor for
+    them, beside it (a batch spread over several cores, ftbench.local.predict.run_batch)."""
     kept = {k: v for k, v in env.items() if k not in VOLATILE}
-    who = json.dumps([os.path.realpath(python), python, sorted(kept.items()), cwd, sources_digest()])
+    lanes = [lane] if lane else []  # lane 0 is the one predictor of before lanes
+    who = json.dumps([os.path.realpath(python), python, sorted(kept.items()), cwd, sources_digest(), *lanes])
     return folder(env) / f"{hashlib.sha256(who.encode()).hexdigest()[:20]}.sock"
 
 
 def ask(
-    python: str, env: Mapping[str, str], mode: str, plans: list[str], timeout: float
+    python: str, env: Mapping[str, str], mode: str, plans: list[str], timeout: float, lane: int = 0
 ) -> tuple[str, str, int] | None:
     """(stdout, stderr, status) as `python -m ftbench_trainer.predict` would give them, from the resident
-    predictor (started where none answers); None where it is off or cannot be asked."""
+    predictor of `lane` (started where none answers); None where it is off or cannot be asked."""
     idle = idle_seconds(env)
     if idle is None:
         return None
     cwd = os.getcwd()
-    path = socket_path(python, env, cwd)
+    path = socket_path(python, env, cwd, lane)
     if len(str(path)) > SOCKET_PATH_MAX:
         return None
     question = json.dumps({"mode": mode, "plans": plans}).encode() + b"\n"

@@ -21,7 +21,13 @@ import pytest
 import yaml
 
 from ftbench.cli import main
-from ftbench.contracts.env import FTBENCH_CACHE, FTBENCH_HOME, FTBENCH_PREDICTOR, FTBENCH_TRACE_CACHE
+from ftbench.contracts.env import (
+    FTBENCH_CACHE,
+    FTBENCH_HOME,
+    FTBENCH_PREDICT_PROCESSES,
+    FTBENCH_PREDICTOR,
+    FTBENCH_TRACE_CACHE,
+)
 from ftbench.local import resident
 
 pytest.importorskip("torch")
@@ -79,6 +85,49 @@ def test_a_sweep_is_answered_through_the_resident_as_a_predictor_process_does(
     (sock,) = (root / "predictors").glob("*.sock")
     assert "predictor: answered batch of 2" in sock.with_suffix(".log").read_text()
     assert len(through["points"]) == 2 and through == one_shot(monkeypatch, capsys, path)
+
+
+def test_a_sweep_of_steps_that_share_no_trace_spreads_over_two_residents(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four sequence lengths share no trace: two each to two resident predictors (lanes), answered as one
+    predictor process answers them all."""
+    monkeypatch.setenv(FTBENCH_PREDICT_PROCESSES, "2")
+    template = yaml.safe_load(QUICKSTART.read_text())["spec"]
+    doc = {"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneSweep", "metadata": {"name": "lengths"},
+           "spec": {"template": template, "matrix": {"modelMaxLength": [256, 320, 384, 512]}}}  # fmt: skip
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    through = predicted(capsys, path)
+    socks = sorted((root / "predictors").glob("*.sock"))
+    assert len(socks) == 2
+    assert all("predictor: answered batch of 2" in s.with_suffix(".log").read_text() for s in socks)
+    monkeypatch.setenv(FTBENCH_PREDICT_PROCESSES, "1")
+    assert len(through["points"]) == 4 and through == one_shot(monkeypatch, capsys, path)
+
+
+def test_min_gpus_is_answered_through_the_resident_as_a_predictor_process_does(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--min-gpus` after a predict asks the resident every GPU count and batch it tries (one batch of plans, from
+    the step families the predict left) and answers as a predictor process of its own does from the same store
+    (that a kept answer is the uncached one: test_trace_store, test_step_family, the latency bench)."""
+    spec = {"experiment": "finetune_full_benchmark-v1.0.0", "engine": "trl", "model": "llama3.2-1b",
+            "modelMaxLength": 256, "numberGpus": 2, "gpuModel": "NVIDIA-A100-SXM4-80GB", "batchSize": 4,
+            "maxSteps": 10}  # fmt: skip
+    path = tmp_path / "shapes.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "ftbench.io/v1alpha1", "kind": "FineTuneExperiment",
+                                    "metadata": {"name": "shapes"}, "spec": spec}))  # fmt: skip
+    predicted(capsys, path)
+    assert resident.settle_all() == 1
+    assert main(["predict", str(path), "-o", "json", "--min-gpus"]) == 0
+    through = without_timings(json.loads(capsys.readouterr().out))
+    (sock,) = (root / "predictors").glob("*.sock")
+    assert "predictor: answered batch of" in sock.with_suffix(".log").read_text()
+    monkeypatch.setenv(FTBENCH_PREDICTOR, "off")
+    assert main(["predict", str(path), "-o", "json", "--min-gpus"]) == 0
+    alone = without_timings(json.loads(capsys.readouterr().out))
+    assert through["shapes"]["shapesTried"] >= 4 and through == alone
 
 
 def start(path: Path, idle: float = 120.0) -> subprocess.Popen[bytes]:
