@@ -181,12 +181,17 @@ def _running(pid: int) -> bool:
     """Whether process `pid` still runs (a zombie, ended but not yet reaped by its parent, does not)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-    except OSError:  # no /proc (macOS): ask the kernel whether the pid exists
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+    except OSError:  # no /proc (macOS)
+        return _exists(pid)
     return bool(fields) and fields[0] != "Z"
+
+
+def _exists(pid: int) -> bool:
+    """Whether the kernel knows process `pid` (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -4,6 +4,7 @@ and nothing a shell changes from one command to the next."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,3 +70,10 @@ def test_the_files_of_predictors_gone_for_a_day_are_pruned(tmp_path: Path) -> No
     resident._prune(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "fresh.lock", "fresh.log", "running.lock", "running.log", "running.pid"]  # fmt: skip
+
+
+def test_a_process_that_ended_is_not_running_and_one_that_runs_is() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid names no process
+    assert resident._running(os.getpid()) and resident._exists(os.getpid())
+    assert not resident._running(child.pid) and not resident._exists(child.pid)
