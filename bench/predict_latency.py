@@ -15,7 +15,9 @@ start to exit. Cases, per catalog model and engine (trl; fms-hf-tuning 3.1.0):
 - batch x2 / GPUs x2: a spec that differs only there, with that store (answered from the step family the cold
   call kept, predict.step_family, where it holds that step; else traced);
 - --min-gpus after those (the issue's warm --min-gpus), and cold and again with a store of its own;
-- a 100-point FineTuneSweep (batch x GPUs x sequence), cold and again.
+- a 100-point FineTuneSweep (batch x GPUs x sequence), cold and again: on one core, then on both of this machine's
+  (its groups of plans that share no trace spread over two resident predictors, ftbench.local.predict.run_batch;
+  its answer checked against the one-core one).
 Calls with a store are answered as a user's are, by the resident predictor (ftbench.local.resident): a first call
 starts one (each store is its own environment, so its own predictor), the calls after it ask it. Calls with no
 store run a predictor process of their own (`FTBENCH_PREDICTOR=off`), so every kept answer is checked against
@@ -85,6 +87,7 @@ SWEEP_MATRIX = {
 }
 TIMINGS = {"seconds", "predictedInSeconds"}
 WARM_UP = "smollm2-135m"  # a catalog model outside MODELS: the question that starts the running predictor
+TWO_CORES = "0,1"  # the sweep's second case: this machine's two cores
 RESIDENT_IDLE = "120"  # seconds: a case's calls follow each other; stop_all ends them after each model
 
 
@@ -109,14 +112,15 @@ def without_timings(data: Any) -> Any:
     return data
 
 
-def call(doc: dict[str, Any], store: Path | None, work: Path, *extra: str) -> tuple[float, Any]:
-    """(seconds, the JSON answer) of one `ftbench predict` process on one core; no `store`: none kept or read."""
+def call(doc: dict[str, Any], store: Path | None, work: Path, *extra: str, cores: str = "0") -> tuple[float, Any]:
+    """(seconds, the JSON answer) of one `ftbench predict` process on `cores` (one unless told); no `store`: none
+    kept or read."""
     path = work / f"{doc['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(doc))
     env = {**os.environ, FTBENCH_TRACE_CACHE: str(store or "off"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            FTBENCH_PREDICTOR: RESIDENT_IDLE if store else "off"}  # fmt: skip
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    pin = ["taskset", "-c", cores] if shutil.which("taskset") else []
     started = time.perf_counter()
     proc = subprocess.run(
         [*pin, FTBENCH, "predict", str(path), "-o", "json", *extra], env=env, capture_output=True, text=True
@@ -133,14 +137,21 @@ def same(cold: Any, kept: Any, what: str) -> None:
 
 
 def cold_and_again(
-    doc: dict[str, Any], store: Path, work: Path, times: dict[str, list[float]], cold: str, again: str, *extra: str
+    doc: dict[str, Any],
+    store: Path,
+    work: Path,
+    times: dict[str, list[float]],
+    cold: str,
+    again: str,
+    *extra: str,
+    cores: str = "0",
 ) -> Any:
     """Time `doc` with an empty store, then again with what it left; the second answer must equal the first (the
     answer)."""
-    seconds, first = call(doc, store, work, *extra)
+    seconds, first = call(doc, store, work, *extra, cores=cores)
     times[cold].append(seconds)
     settle_all()
-    seconds, kept = call(doc, store, work, *extra)
+    seconds, kept = call(doc, store, work, *extra, cores=cores)
     times[again].append(seconds)
     same(first, kept, f"{doc['metadata']['name']} {again}")
     return first
@@ -208,13 +219,23 @@ def measure(
 
 
 def measure_sweep(model: str, engine: str, runs: int, root: Path) -> dict[str, list[float]]:
+    """The 100-point sweep cold and again on one core, then on two (TWO_CORES): the same answer."""
     template = {**BASE, **ENGINES[engine], "model": model}
     name = f"sweep-{model.replace('.', '-')}-{ENGINES[engine]['engine']}"
-    times: dict[str, list[float]] = {"100-point sweep cold": [], "100-point sweep again": []}
-    for run in range(runs):
-        store, work = root / f"{name}-{run}-store", root / f"{name}-{run}"
-        work.mkdir()
-        cold_and_again(sweep(name, template), store, work, times, "100-point sweep cold", "100-point sweep again")
+    times: dict[str, list[float]] = {}
+    one_core: Any = None
+    for cores, label in (("0", ""), (TWO_CORES, ", 2 cores")):
+        cold, again = f"100-point sweep cold{label}", f"100-point sweep again{label}"
+        times |= {cold: [], again: []}
+        for run in range(runs):
+            store, work = root / f"{name}-{run}-{len(cores)}-store", root / f"{name}-{run}-{len(cores)}"
+            work.mkdir()
+            answer = cold_and_again(sweep(name, template), store, work, times, cold, again, cores=cores)
+            if run == 0 and one_core is None:
+                one_core = answer
+            elif run == 0:
+                same(one_core, answer, f"{name} on two cores")
+            stop_all()
     return times
 
 
@@ -229,8 +250,8 @@ def table(rows: list[tuple[str, str, dict[str, list[float]]]], runs: int, sweep_
     summary = ""
     if rows:
         summary = (
-            f"\n\nSeconds per whole `ftbench predict` process on one core (min / median / max of {runs} runs; the "
-            f"100-point sweep, on the first model, {sweep_runs}). Over {len(rows)} model x engine cases: "
+            f"\n\nSeconds per whole `ftbench predict` process on one core, the sweep also on two (min / median / max of "
+            f"{runs} runs; the 100-point sweep, on the first model, {sweep_runs}). Over {len(rows)} model x engine cases: "
             + "; ".join(f"{case} p50 {p50:.1f} s, p90 {p90:.1f} s" for case, (p50, p90) in percentiles(rows).items())
             + "."
         )
