@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ftbench.contracts.env import FTBENCH_PREDICTOR
+from ftbench.contracts.env import FTBENCH_PREDICT_PROCESSES, FTBENCH_PREDICTOR
 from ftbench_devcluster import BinariesNotFoundError, ControlPlane, find_binaries
 
 # One predictor process per `ftbench predict`, as before the resident predictor: tests run under many
 # environments (each its own resident predictor, idle for minutes); tests/trainer/test_resident_predictor.py
 # turns it on and stops what it starts.
 os.environ.setdefault(FTBENCH_PREDICTOR, "off")
+# One predictor per batch of plans too: pytest-xdist already keeps every core busy, and a second predictor would
+# only import torch again (tests/unit/test_predict_lanes.py and test_resident_predictor.py ask for more).
+os.environ.setdefault(FTBENCH_PREDICT_PROCESSES, "1")
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
