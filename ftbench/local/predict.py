@@ -57,7 +57,7 @@ def answered(python: TrainerPython, mode: str, plans: list[str], timeout: float,
 def traces_shared(plan: LaunchPlan) -> str:
     """What decides the traces a plan's prediction makes, less its batch and GPU counts (a step family answers
     those, predict.step_family): plans of two values share no trace. One GPU is a step of its own (no sharding)."""
-    wire = json.loads(plan.to_json())
+    wire = plan.model_dump(mode="json", by_alias=True)  # the plan as its JSON names it
     return json.dumps(
         [wire.get(k) for k in ("model", "method", "engine", "engineVersion", "training", "mixedPrecision", "useCpu",
                                "distributedBackend", "fsdp")] + [plan.topology.world_size == 1],
