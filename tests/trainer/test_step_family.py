@@ -1,8 +1,9 @@
 """A step family (predict.step_family) against direct traces: the step replayed at another per-device batch or
 FSDP2 rank count is the trace made there, field for field (all but `seconds`), for a dense model (full, LoRA,
 prompt tuning; one rank and FSDP2), an MoE model and a Mamba/attention hybrid, with trl's fused LM head across
-the batch that fills its tile buffer, and one row over rank counts; and where a family cannot say
-(one row, a rank count that pads FSDP2's shards, recordings that disagree) it says it cannot."""
+the batch that fills its tile buffer, one row over rank counts, and FSDP2's padded shards (an odd vocabulary,
+LoRA's rows over more ranks); and where a family cannot say (one row, a rank count that pads the shards of several
+row counts, recordings that disagree) it says it cannot."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import family
 from ftbench_trainer.predict.trace import recorded_step
 
+ODD = {**DENSE, "vocab_size": 4099}
+GRANITE_33 = {**DENSE, "vocab_size": 49159}
+
 
 def untimed(trace: Trace) -> Trace:
     return dataclasses.replace(trace, seconds=0.0)
@@ -39,7 +43,13 @@ def direct(config: Any, step: StepShape, fsdp: FsdpShape | None) -> Trace:
 
 CASES = {
     "dense full": (DENSE, "full", None, [(3, None), (5, None), (9, None)]),
-    "dense lora fsdp2": (DENSE, "lora", FsdpShape(4, True), [(3, 4), (2, 2), (5, 2)]),  # lora_r 4: 8 ranks pad
+    # lora_r 4: 8 and 16 ranks pad its rows, whose terms the third rank count (8) gives
+    "dense lora fsdp2": (DENSE, "lora", FsdpShape(4, True), [(3, 4), (2, 2), (5, 2), (3, 8), (2, 16)]),
+    # An odd vocabulary (granite-3's 49155 rows) pads at every rank count: recorded at 4, 2, 8 or at 8, 4, 2
+    "odd vocabulary full fsdp2": (ODD, "full", FsdpShape(4, True), [(3, 4), (3, 16), (2, 32)]),
+    "odd vocabulary full fsdp2 from 8": (ODD, "full", FsdpShape(8, True), [(2, 8), (3, 16), (4, 4)]),
+    # granite-3.3's 49159 rows: 2, 4 and 8 ranks pad them alike, so the third rank count is 16
+    "granite-3.3 vocabulary full fsdp2": (GRANITE_33, "full", FsdpShape(4, True), [(2, 8), (3, 32)]),
     "dense pt shard-grad-op": (DENSE, "pt", FsdpShape(2, False), [(4, 2), (3, 4), (6, 4)]),  # 20 tokens: 8 pad
     "moe full fsdp2": (MOE, "full", FsdpShape(2, True), [(3, 2), (7, 2), (4, 4)]),
     "hybrid lora": (HYBRID, "lora", None, [(3, None), (6, None)]),
@@ -96,15 +106,16 @@ def test_a_family_with_trls_fused_head_replays_across_its_fill(case: str) -> Non
         assert untimed(found.at(batch, ranks)) == untimed(direct(config, there, at_ranks)), (batch, ranks)
 
 
-def test_one_row_has_a_family_of_rank_counts() -> None:
+@pytest.mark.parametrize("architecture", [DENSE, ODD], ids=["even rows", "odd vocabulary"])
+def test_one_row_has_a_family_of_rank_counts(architecture: dict[str, Any]) -> None:
     """One row per device is a step of its own (FEWEST_ROWS), where doubled GPUs take two rows: under FSDP2 its
-    family replays it at other rank counts."""
-    config = architecture_config(DENSE)
+    family replays it at other rank counts, padded shards too (granite-3's GPUs doubled)."""
+    config = architecture_config(architecture)
     step = dataclasses.replace(shape("full"), batch=1)
     depth._cache.clear()
     found = scaled_family(config, step, FsdpShape(4, True))
     assert found is not None
-    for ranks in (4, 2, 8):
+    for ranks in (4, 2, 8, 16):
         assert found.answers(1, ranks)
         assert untimed(found.at(1, ranks)) == untimed(direct(config, step, FsdpShape(ranks, True))), ranks
     assert not found.answers(2, 4)
@@ -116,7 +127,7 @@ def test_what_a_family_cannot_say_it_does_not() -> None:
     found = scaled_family(config, step, FsdpShape(4, True))
     assert found is not None
     assert not found.answers(1, 4)  # one row is another step: torch skips copies of size-1 dimensions
-    assert not found.answers(2, 3)  # three ranks pad the shards (rows of 256, 512, 4096 do not split in three)
+    assert not found.answers(2, 3)  # three ranks pad the shards of several row counts (256, 512, 4096)
     assert not found.answers(2, None)  # no FSDP2 is another step
     one_row = scaled_family(config, dataclasses.replace(step, batch=1), FsdpShape(4, True))
     assert one_row is not None and one_row.answers(1, 2) and not one_row.answers(2, 4)  # rank counts only

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ftbench_trainer.measure.split import Split
+from ftbench_trainer.predict.rank_terms import ranks_to_record
 from ftbench_trainer.predict.stack import mamba_kernels
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import (
@@ -32,7 +33,6 @@ from ftbench_trainer.predict.step_family import (
     batches_to_record,
     family,
     labelled_tokens,
-    other_ranks,
     replayable,
 )
 
@@ -195,9 +195,10 @@ class ScaledFamily:
 
 def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) -> ScaledFamily | None:
     """`trace_scaled`'s family, from each depth traced at the batches `batches_to_record` names and, under FSDP2, at
-    `other_ranks` too (the asked step's traces, where among them, are `trace_scaled`'s: none is traced twice); None
-    where a depth's recordings disagree or the step does not replay (`replayable`). One row per device is a step of
-    its own, and its family one of rank counts only (FSDP2): where GPUs double, the per-device batch halves to it."""
+    the rank counts `rank_terms.ranks_to_record` names too (the asked step's traces, where among them, are
+    `trace_scaled`'s: none is traced twice); None where a depth's recordings disagree or the step does not replay
+    (`replayable`). One row per device is a step of its own, and its family one of rank counts only (FSDP2): where
+    GPUs double, the per-device batch halves to it."""
     if not replayable(shape, sharded=fsdp is not None):
         return None
     base, increments = traced_depths(config, shape)
@@ -206,12 +207,13 @@ def scaled_family(config: Any, shape: StepShape, fsdp: FsdpShape | None = None) 
         moe = cached_trace(depth, shape, fsdp).expert_bytes > 0
         batches = batches_to_record(shape, moe=moe)
         recordings = [cached_recording(depth, dataclasses.replace(shape, batch=b), fsdp) for b in batches]
-        ranks = None
+        others = []
         if fsdp is not None:
-            ranks = dataclasses.replace(fsdp, ranks=other_ranks(fsdp.ranks))
-        other = cached_recording(depth, dataclasses.replace(shape, batch=batches[0]), ranks) if ranks else None
+            first = dataclasses.replace(shape, batch=batches[0])
+            for ranks in ranks_to_record(fsdp.ranks, recordings[0].rows):
+                others.append(cached_recording(depth, first, dataclasses.replace(fsdp, ranks=ranks)))
         per_row = labelled_tokens(dataclasses.replace(shape, batch=1))[1] if shape.fused_lm_head else 0
-        found = family(recordings, other, batch_span(shape), per_row)
+        found = family(recordings, others, batch_span(shape), per_row)
         if found is None:
             return None
         families.append(found)

@@ -3,9 +3,10 @@
 A trace is the storages a step makes, resizes and frees, in order (`measure.ledger`'s log), and what holds
 each one. The batch and the ranks change the sizes, not the ops, their order or what frees what. The batch
 is a factor of a tensor's shape at most once, so each size lies on a line in the batch; FSDP2 divides the
-parameters' rows by the ranks, so where they divide evenly each size is a constant plus a part over the
-ranks. Steps recorded at consecutive batches (three for an MoE model, whose balanced routing deals token
-slots in integer shares) and at a second rank count give each size's terms; replaying the events through the
+parameters' rows by the ranks, so each size is a constant plus a part over the ranks, and a term of the padded
+shards of one row count that does not split (predict.rank_terms). Steps recorded at consecutive batches (three
+for an MoE model, whose balanced routing deals token slots in integer shares) and at a second rank count (a
+third for padded shards) give each size's terms; replaying the events through the
 same `Ledger` with the sizes elsewhere gives what a trace there gives, byte for byte
 (tests/trainer/test_step_family.py against direct traces). Torch-free: a replay imports no torch.
 
@@ -24,6 +25,7 @@ from typing import Any
 
 from ftbench_trainer.measure.ledger import NEW, RESIZE, TILE, Event, Ledger, replay, sized_events, split_at, structure
 from ftbench_trainer.measure.split import Split
+from ftbench_trainer.predict.rank_terms import RankTerms, fitted
 from ftbench_trainer.predict.step import PHASES, StepShape, Trace
 
 # A batch of one row is a different step: torch ignores the strides of a size-1 dimension, so some copies
@@ -115,12 +117,6 @@ def batches_to_record(shape: StepShape, *, moe: bool) -> list[int]:
     return [shape.batch + i for i in range(MOST_RECORDINGS if moe else 2)]
 
 
-def other_ranks(ranks: int) -> int:
-    """The second rank count to trace an FSDP2 family at: half (dividing every row count `ranks` divides), or
-    twice for two ranks."""
-    return ranks // 2 if ranks >= 4 and ranks % 2 == 0 else ranks * 2
-
-
 def _untimed(trace: Trace) -> Trace:
     return dataclasses.replace(trace, seconds=0.0)
 
@@ -148,17 +144,26 @@ class StepFamily:
     span: tuple[int, int | None] = (FEWEST_ROWS, None)  # the batches it holds (`batch_span`)
     labelled_per_row: int = 0  # under trl's fused LM head: labelled tokens per row (`tile_rows`)
     tile_row_bytes: list[int] | None = None  # per sized event: a tile buffer's bytes per row, 0 for the others
+    padded: int = 0  # the one row count some rank counts do not split, with its terms (predict.rank_terms)
+    shard_row_bytes: list[int] | None = None
+    whole_row_bytes: list[int] | None = None
 
     def answers(self, batch: int, ranks: int | None) -> bool:
         """Whether `at` gives this step: a batch within its span (one row is a span of its own, see FEWEST_ROWS);
-        other ranks need `per_rank` and every parameter's rows split evenly over them (else FSDP2 pads the
-        shards)."""
+        other ranks need the terms over the ranks, and every parameter's rows split evenly over them but those of
+        the row count whose padded shards the terms hold (`padded`)."""
         low, high = self.span
         if batch < low or (high is not None and batch > high):
             return False
         if ranks != self.ranks:
-            return self.per_rank is not None and ranks is not None and ranks > 1 and even(self.rows, ranks)
+            terms = self.rank_terms()
+            return terms is not None and ranks is not None and ranks > 1 and terms.holds(self.rows, ranks)
         return True
+
+    def rank_terms(self) -> RankTerms | None:
+        if self.per_rank is None:
+            return None
+        return RankTerms(self.per_rank, self.padded, self.shard_row_bytes, self.whole_row_bytes)
 
     def at(self, batch: int, ranks: int | None = None) -> Trace:
         """The step at `batch` rows per device over `ranks` (default: the family's)."""
@@ -174,8 +179,10 @@ class StepFamily:
         sizes = list(self.sizes)
         if batch != self.batch:
             sizes = [s + k * (batch - self.batch) for s, k in zip(sizes, self.slopes, strict=True)]
-        if ranks != self.ranks and self.per_rank is not None and ranks and self.ranks:
-            sizes = [s + p // ranks - p // self.ranks for s, p in zip(sizes, self.per_rank, strict=True)]
+        terms = self.rank_terms()
+        if ranks != self.ranks and terms is not None and ranks and self.ranks:
+            there, here = terms.at(ranks), terms.at(self.ranks)
+            sizes = [s + a - b for s, a, b in zip(sizes, there, here, strict=True)]
         if self.tile_row_bytes is not None:
             rows = tile_rows(batch, self.labelled_per_row)
             sizes = [rows * b if b else s for s, b in zip(sizes, self.tile_row_bytes, strict=True)]
@@ -194,7 +201,9 @@ class StepFamily:
     @classmethod
     def from_wire(cls, data: dict[str, Any], trace: Trace) -> StepFamily:
         holders = Holders(**{k: frozenset(v) for k, v in data["holders"].items()})
-        fields = {k: data[k] for k in ("log", "batch", "ranks", "sizes", "slopes", "per_rank", "labelled_per_row")}
+        names = ("log", "batch", "ranks", "sizes", "slopes", "per_rank", "labelled_per_row", "padded",
+                 "shard_row_bytes", "whole_row_bytes")  # fmt: skip
+        fields = {k: data[k] for k in names}
         low, high = data["span"]
         return cls(
             trace=trace,
@@ -204,26 +213,6 @@ class StepFamily:
             tile_row_bytes=data["tile_row_bytes"],
             **fields,
         )
-
-
-def even(rows: Sequence[int], ranks: int) -> bool:
-    return all(r % ranks == 0 for r in rows)
-
-
-def _per_rank(a: Recording, b: Recording) -> list[int] | None:
-    """Each size's part that FSDP2 divides by the ranks (bytes x ranks), from the same step at two rank counts
-    that split every parameter evenly; None where a size is not of that form."""
-    ra, rb = a.ranks, b.ranks
-    if ra is None or rb is None or ra == rb or not (even(a.rows, ra) and even(a.rows, rb)):
-        return None
-    out = []
-    for x, y in zip(sized_events(a.log), sized_events(b.log), strict=True):
-        # x - y = part / ra - part / rb
-        part, rest = divmod((x - y) * ra * rb, rb - ra)
-        if rest or part % ra or part % rb:
-            return None
-        out.append(part)
-    return out
 
 
 def _tile_row_bytes(first: Recording, labelled_per_row: int) -> list[int] | None:
@@ -248,12 +237,12 @@ def _tile_row_bytes(first: Recording, labelled_per_row: int) -> list[int] | None
 
 def family(
     recordings: Sequence[Recording],
-    ranks: Recording | None = None,
+    ranks: Sequence[Recording] = (),
     span: tuple[int, int | None] = (FEWEST_ROWS, None),
     labelled_per_row: int = 0,
 ) -> StepFamily | None:
     """The family of the recordings (at consecutive batches within `span`, the first one first) and, where given,
-    the first one's step at another rank count; None where they disagree: their events differ, a size is off its
+    the first one's step at other rank counts (predict.rank_terms); None where they disagree: their events differ, a size is off its
     line, or the family does not give back each recording. `labelled_per_row`: under trl's fused LM head, how many
     labelled tokens a row holds (its tile buffers' rows, `tile_rows`)."""
     first = recordings[0]
@@ -261,7 +250,7 @@ def family(
         raise ValueError("recordings at consecutive batches, the first one first")
     if first.batch < span[0] or (span[1] is not None and recordings[-1].batch > span[1]):
         raise ValueError(f"recordings at batches {first.batch}-{recordings[-1].batch}, outside the span {span}")
-    others = [*recordings[1:], *([ranks] if ranks is not None else [])]
+    others = [*recordings[1:], *ranks]
     frame = structure(first.log)
     if any(r.holders != first.holders or not _same_but_sizes(r.trace, first.trace) for r in others):
         return None
@@ -271,7 +260,10 @@ def family(
     slopes = [0] * len(sizes)  # one recording (one row): a family of rank counts only
     if len(recordings) > 1:
         slopes = [b - a for a, b in zip(sizes, sized_events(recordings[1].log), strict=True)]
-    per_rank = _per_rank(first, ranks) if ranks is not None else None
+    terms = None
+    if ranks and first.ranks is not None and all(r.ranks is not None for r in ranks):
+        counts = [first.ranks, *(r.ranks for r in ranks if r.ranks is not None)]
+        terms = fitted([sized_events(r.log) for r in (first, *ranks)], counts, first.rows)
     tiles = _tile_row_bytes(first, labelled_per_row)
     out = StepFamily(
         first.trace,
@@ -281,13 +273,16 @@ def family(
         first.ranks,
         sizes,
         slopes,
-        per_rank,
+        terms.per_rank if terms else None,
         first.rows,
         span,
         labelled_per_row if tiles is not None else 0,
         tiles,
+        terms.padded if terms else 0,
+        terms.shard_row_bytes if terms else None,
+        terms.whole_row_bytes if terms else None,
     )
-    checks = [*recordings, *([ranks] if per_rank is not None and ranks is not None else [])]
+    checks = [*recordings, *(ranks if terms is not None else [])]
     for r in checks:
         on_line = out.sizes_at(r.batch, r.ranks)
         if on_line != sized_events(r.log) or _untimed(out.at(r.batch, r.ranks)) != _untimed(r.trace):

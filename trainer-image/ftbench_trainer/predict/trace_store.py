@@ -31,7 +31,7 @@ from ftbench_trainer.predict.stack import installed
 from ftbench_trainer.predict.step import FsdpShape, StepShape, Trace
 from ftbench_trainer.predict.step_family import StepFamily, batch_span
 
-FORMAT = 5
+FORMAT = 6
 FAMILIES_KEPT = 16  # batch families kept in memory too (a sweep asks the same family for many points)
 STACK = ("torch", "transformers", "peft", "trl", "accelerate", "mamba_ssm", "causal_conv1d")
 # ftbench's code a trace runs through: any change to these files is a new key.
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CODE = (
     "predict/step_family.py",
+    "predict/rank_terms.py",
     "predict/depth.py",
     "predict/fused_head.py",
     "predict/step.py",
