@@ -50,6 +50,8 @@ CASES = {
     "odd vocabulary full fsdp2 from 8": (ODD, "full", FsdpShape(8, True), [(2, 8), (3, 16), (4, 4)]),
     # granite-3.3's 49159 rows: 2, 4 and 8 ranks pad them alike, so the third rank count is 16
     "granite-3.3 vocabulary full fsdp2": (GRANITE_33, "full", FsdpShape(4, True), [(2, 8), (3, 32)]),
+    # and beside LoRA's 4 rows, two row counts that pad: recorded at 4, 2, 8 and 16 ranks
+    "granite-3.3 vocabulary lora fsdp2": (GRANITE_33, "lora", FsdpShape(4, True), [(2, 8), (3, 32)]),
     "dense pt shard-grad-op": (DENSE, "pt", FsdpShape(2, False), [(4, 2), (3, 4), (6, 4)]),  # 20 tokens: 8 pad
     "moe full fsdp2": (MOE, "full", FsdpShape(2, True), [(3, 2), (7, 2), (4, 4)]),
     "hybrid lora": (HYBRID, "lora", None, [(3, None), (6, None)]),

@@ -126,7 +126,7 @@ _deferring = False
 
 @contextlib.contextmanager
 def families_after() -> Iterator[None]:
-    """Within it, a new step's family (two to five more traces, predict.step_family) is not recorded before the
+    """Within it, a new step's family (two to six more traces, predict.step_family) is not recorded before the
     answer but left waiting (`record_waiting`): the resident predictor answers a single plan so, and records the
     families while no question waits. A question whose step's family waits records it first (`step_trace`); a
     batch records each at once, as its later plans may ask it."""

@@ -5,17 +5,23 @@ storage is then a constant (activations, an unpadded gradient), a sum of shards 
 its optimizer state's, an all-gather's input, a reduce-scatter's output), or a sum of padded wholes (an
 all-gather's output, a reduce-scatter's input, ranks x a shard). Where the ranks split every row count evenly a
 shard is rows / ranks, so each size is a constant plus a part over the ranks, solved from two rank counts. Where
-one row count does not split (an odd vocabulary: granite-3's 49155 rows; LoRA's rank, 4 rows, over 8 ranks),
-its shards add bytes x ceil(rows / ranks) to a storage of shards, or ranks x that to one of wholes: three rank
-counts solve each storage's three terms, one form or the other, as the only one that fits with whole,
-non-negative bytes (a size that fits both, or neither, is no family's). tests/trainer/test_step_family.py holds
+a row count does not split (an odd vocabulary: granite-3's 49155 rows; LoRA's rank, 4 rows, over 8 ranks), its
+shards add bytes x ceil(rows / ranks) to a storage of shards, or ranks x that to one of wholes: two rank counts
+more than there are such row counts (up to MOST_PADDED) solve each storage's terms, one form or the other, as the
+only one that fits with whole, non-negative bytes (a size that fits both, or neither, is no family's). tests/trainer/test_step_family.py holds
 the replayed step against direct traces at rank counts none of them was recorded at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from math import lcm
+
+# Row counts that may pad at once (LoRA's rank beside an odd vocabulary): each costs one more rank count traced.
+MOST_PADDED = 2
 
 
 def other_ranks(ranks: int) -> int:
@@ -30,20 +36,19 @@ def uneven(rows: Sequence[int], counts: Sequence[int]) -> set[int]:
 
 
 def ranks_to_record(ranks: int, rows: Sequence[int]) -> list[int]:
-    """The rank counts besides `ranks` to trace a family at: `other_ranks`, and where exactly one row count does not
-    split over them and a third (two ranks, else twice the larger), a third rank count that tells its padded shards'
-    terms apart (`solvable`): two ranks, else 2, 4, 8 or 16 times the larger of the two."""
+    """The rank counts besides `ranks` to trace a family at: `other_ranks`, and where up to MOST_PADDED row counts
+    do not split over those two or twice the larger (GPUs doubled), one more per such row count, chosen so their
+    padded shards' terms can be told apart (`solvable`): the fewest powers of two from 2 to 16 times the larger."""
     second = other_ranks(ranks)
     larger = max(ranks, second)
-    probe = 2 if 2 not in (ranks, second) else 2 * larger
-    odd = uneven(rows, (ranks, second, probe))
-    if len(odd) != 1:
+    odd = uneven(rows, (ranks, second, 2 * larger))
+    if not odd or len(odd) > MOST_PADDED:
         return [second]
-    (padded,) = odd
-    for third in (probe, *(k * larger for k in (2, 4, 8, 16))):
-        counts = (ranks, second, third)
-        if third not in (ranks, second) and uneven(rows, counts) == odd and solvable(padded, counts):
-            return [second, third]
+    candidates = [1 << k for k in range(1, (16 * larger).bit_length()) if 1 << k not in (ranks, second)]
+    for more in itertools.combinations(candidates, len(odd)):
+        counts = (ranks, second, *more)
+        if uneven(rows, counts) == odd and solvable(sorted(odd), counts):
+            return [second, *more]
     return [second]
 
 
@@ -53,43 +58,43 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class RankTerms:
-    """Each sized event's bytes that depend on the ranks R: per_rank / R, plus for the one row count `padded` that
-    some rank counts do not split (0: none), shard_row_bytes x ceil(padded / R) and whole_row_bytes x R x
-    ceil(padded / R)."""
+    """Each sized event's bytes that depend on the ranks R: per_rank / R, plus for each row count in `padded` (those
+    some rank counts do not split) its shard_row_bytes x ceil(rows / R) and its whole_row_bytes x R x
+    ceil(rows / R) (per event, one per padded row count)."""
 
     per_rank: list[int]
-    padded: int = 0
-    shard_row_bytes: list[int] | None = None
-    whole_row_bytes: list[int] | None = None
+    padded: tuple[int, ...] = ()
+    shard_row_bytes: list[list[int]] | None = None
+    whole_row_bytes: list[list[int]] | None = None
 
     def holds(self, rows: Sequence[int], ranks: int) -> bool:
-        """Whether the terms give the step over `ranks`: every row count but `padded` splits evenly (and the parts
-        over the ranks divide)."""
-        return not (uneven(rows, [ranks]) - {self.padded}) and all(p % ranks == 0 for p in self.per_rank)
+        """Whether the terms give the step over `ranks`: every row count but the padded ones splits evenly (and the
+        parts over the ranks divide)."""
+        return not (uneven(rows, [ranks]) - set(self.padded)) and all(p % ranks == 0 for p in self.per_rank)
 
     def at(self, ranks: int) -> list[int]:
         """Each sized event's bytes that depend on the ranks, over `ranks`."""
-        shard = ceil_div(self.padded, ranks) if self.padded else 0
-        by_shard = self.shard_row_bytes or [0] * len(self.per_rank)
-        by_whole = self.whole_row_bytes or [0] * len(self.per_rank)
+        if not self.padded or self.shard_row_bytes is None or self.whole_row_bytes is None:
+            return [p // ranks for p in self.per_rank]
+        shards = [ceil_div(n, ranks) for n in self.padded]
         return [
-            p // ranks + a * shard + b * ranks * shard
-            for p, a, b in zip(self.per_rank, by_shard, by_whole, strict=True)
+            p // ranks + sum(s * (a + ranks * b) for s, a, b in zip(shards, by_shard, by_whole, strict=True))
+            for p, by_shard, by_whole in zip(self.per_rank, self.shard_row_bytes, self.whole_row_bytes, strict=True)
         ]
 
 
 def fitted(sizes: Sequence[Sequence[int]], counts: Sequence[int], rows: Sequence[int]) -> RankTerms | None:
     """The terms of the sized events recorded at each rank count (`sizes[k]` at `counts[k]`, counts distinct):
-    from two where they split every row count, else from three where exactly one row count is uneven; None where
-    the sizes are of neither form."""
+    from two where they split every row count, else from two more than the row counts that do not split (up to
+    MOST_PADDED); None where the sizes are of neither form."""
     if len(set(counts)) != len(counts) or len(counts) < 2 or min(counts) < 2:
         return None
-    odd = uneven(rows, counts)
+    odd = sorted(uneven(rows, counts))
     if not odd:
         return _even(sizes[0], sizes[1], counts[0], counts[1])
-    if len(odd) > 1 or len(counts) < 3:
+    if len(odd) > MOST_PADDED or len(counts) != 2 + len(odd):
         return None
-    return _padded(sizes[:3], counts[:3], odd.pop())
+    return _padded(sizes, counts, odd)
 
 
 def _even(x: Sequence[int], y: Sequence[int], ra: int, rb: int) -> RankTerms | None:
@@ -103,56 +108,70 @@ def _even(x: Sequence[int], y: Sequence[int], ra: int, rb: int) -> RankTerms | N
     return RankTerms(out)
 
 
-# Each form's row at R ranks, times R (integers): constant, part over the ranks, and the padded row count's term.
-FORMS = {
-    "shards": lambda n, r: (r, 1, r * ceil_div(n, r)),
-    "wholes": lambda n, r: (r, 1, r * r * ceil_div(n, r)),
+# Each form's row at R ranks, times R (integers): constant, part over the ranks, and each padded row count's term.
+FORMS: dict[str, Callable[[Sequence[int], int], list[int]]] = {
+    "shards": lambda padded, r: [r, 1, *(r * ceil_div(n, r) for n in padded)],
+    "wholes": lambda padded, r: [r, 1, *(r * r * ceil_div(n, r) for n in padded)],
 }
 
 
-def solvable(padded: int, counts: Sequence[int]) -> bool:
-    """Whether sizes at these three rank counts tell each form's terms apart for `padded` rows (a system of full
+def solvable(padded: Sequence[int], counts: Sequence[int]) -> bool:
+    """Whether sizes at these rank counts tell each form's terms apart for the `padded` row counts (a system of full
     rank: granite-3.3's 49159 rows pad to 49160 over 2, 4 and 8 ranks alike, as if they split, so those three cannot
     say what 16 ranks' 49168 add)."""
-    return all(_Solver([row(padded, r) for r in counts]).det != 0 for row in FORMS.values())
+    return all(_Solver([row(padded, r) for r in counts]).inverse is not None for row in FORMS.values())
 
 
-def _padded(sizes: Sequence[Sequence[int]], counts: Sequence[int], n: int) -> RankTerms | None:
-    solvers = {name: _Solver([row(n, r) for r in counts]) for name, row in FORMS.items()}
-    per_rank, shards, wholes = [], [], []
+def _padded(sizes: Sequence[Sequence[int]], counts: Sequence[int], padded: Sequence[int]) -> RankTerms | None:
+    solvers = {name: _Solver([row(padded, r) for r in counts]) for name, row in FORMS.items()}
+    per_rank: list[int] = []
+    shards: list[list[int]] = []
+    wholes: list[list[int]] = []
+    none = [0] * len(padded)
     for values in zip(*sizes, strict=True):
         scaled = [r * v for r, v in zip(counts, values, strict=True)]
         fits = {name: s.solve(scaled) for name, s in solvers.items()}
         found = {name: terms for name, terms in fits.items() if terms is not None}
-        if not found or (len(found) > 1 and any(terms[2] for terms in found.values())):
+        if not found or (len(found) > 1 and any(any(terms[2:]) for terms in found.values())):
             return None  # neither form, or both and they differ beyond these rank counts
-        name, (_, part, padded) = next(iter(found.items()))
-        per_rank.append(part)
-        shards.append(padded if name == "shards" else 0)
-        wholes.append(padded if name == "wholes" else 0)
-    return RankTerms(per_rank, n, shards, wholes)
+        name, terms = next(iter(found.items()))
+        per_rank.append(terms[1])
+        shards.append(terms[2:] if name == "shards" else none)
+        wholes.append(terms[2:] if name == "wholes" else none)
+    return RankTerms(per_rank, tuple(padded), shards, wholes)
 
 
 class _Solver:
-    """Exact whole, non-negative solutions of a fixed 3 x 3 integer system (Cramer's rule by the adjugate, computed
-    once: a family has thousands of sizes to solve)."""
+    """Exact whole, non-negative solutions of a fixed square integer system: its inverse as integers over one
+    denominator, computed once (a family has thousands of sizes to solve); None where it is singular."""
 
     def __init__(self, rows: Sequence[Sequence[int]]) -> None:
-        (a, b, c), (d, e, f), (g, h, i) = rows
-        self.det = a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
-        self.adjugate = (
-            (e * i - f * h, c * h - b * i, b * f - c * e),
-            (f * g - d * i, a * i - c * g, c * d - a * f),
-            (d * h - e * g, b * g - a * h, a * e - b * d),
-        )
+        n = len(rows)
+        work = [[Fraction(x) for x in row] + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(rows)]
+        self.inverse: list[list[int]] | None = None
+        self.denominator = 1
+        for col in range(n):  # Gauss-Jordan on [rows | identity]
+            pivot = next((i for i in range(col, n) if work[i][col] != 0), None)
+            if pivot is None:
+                return
+            work[col], work[pivot] = work[pivot], work[col]
+            lead = work[col][col]
+            work[col] = [x / lead for x in work[col]]
+            for i in range(n):
+                if i != col and work[i][col] != 0:
+                    factor = work[i][col]
+                    work[i] = [x - factor * y for x, y in zip(work[i], work[col], strict=True)]
+        inverse = [row[n:] for row in work]
+        self.denominator = lcm(*(x.denominator for row in inverse for x in row))
+        self.inverse = [[int(x * self.denominator) for x in row] for row in inverse]
 
-    def solve(self, values: Sequence[int]) -> tuple[int, int, int] | None:
-        if self.det == 0:
+    def solve(self, values: Sequence[int]) -> list[int] | None:
+        if self.inverse is None:
             return None
         out = []
-        for row in self.adjugate:
-            whole, rest = divmod(sum(x * v for x, v in zip(row, values, strict=True)), self.det)
+        for row in self.inverse:
+            whole, rest = divmod(sum(x * v for x, v in zip(row, values, strict=True)), self.denominator)
             if rest or whole < 0:
                 return None
             out.append(whole)
-        return out[0], out[1], out[2]
+        return out

@@ -36,7 +36,7 @@ from ftbench_trainer.predict.__main__ import OFFLINE, batch_line, plan_answer
 from ftbench_trainer.predict.model import families_after, record_waiting, waiting
 
 MAX_QUESTION_BYTES = 64 << 20  # a 100-point sweep's plans are ~1 MB
-# A new step's family (two to five traces) waits this long after an answer for a question that follows at once
+# A new step's family (two to six traces) waits this long after an answer for a question that follows at once
 # (the same spec again, a script's next call) before it is recorded; one that needs it records it first.
 GRACE_SECONDS = 1.0
 

@@ -3,10 +3,10 @@
 A trace is the storages a step makes, resizes and frees, in order (`measure.ledger`'s log), and what holds
 each one. The batch and the ranks change the sizes, not the ops, their order or what frees what. The batch
 is a factor of a tensor's shape at most once, so each size lies on a line in the batch; FSDP2 divides the
-parameters' rows by the ranks, so each size is a constant plus a part over the ranks, and a term of the padded
-shards of one row count that does not split (predict.rank_terms). Steps recorded at consecutive batches (three
-for an MoE model, whose balanced routing deals token slots in integer shares) and at a second rank count (a
-third for padded shards) give each size's terms; replaying the events through the
+parameters' rows by the ranks, so each size is a constant plus a part over the ranks, and a term for the padded
+shards of each row count that does not split (predict.rank_terms). Steps recorded at consecutive batches (three
+for an MoE model, whose balanced routing deals token slots in integer shares) and at a second rank count (one
+more for each row count whose shards pad) give each size's terms; replaying the events through the
 same `Ledger` with the sizes elsewhere gives what a trace there gives, byte for byte
 (tests/trainer/test_step_family.py against direct traces). Torch-free: a replay imports no torch.
 
@@ -144,14 +144,14 @@ class StepFamily:
     span: tuple[int, int | None] = (FEWEST_ROWS, None)  # the batches it holds (`batch_span`)
     labelled_per_row: int = 0  # under trl's fused LM head: labelled tokens per row (`tile_rows`)
     tile_row_bytes: list[int] | None = None  # per sized event: a tile buffer's bytes per row, 0 for the others
-    padded: int = 0  # the one row count some rank counts do not split, with its terms (predict.rank_terms)
-    shard_row_bytes: list[int] | None = None
-    whole_row_bytes: list[int] | None = None
+    padded: tuple[int, ...] = ()  # the row counts some rank counts do not split, with their terms (rank_terms)
+    shard_row_bytes: list[list[int]] | None = None
+    whole_row_bytes: list[list[int]] | None = None
 
     def answers(self, batch: int, ranks: int | None) -> bool:
         """Whether `at` gives this step: a batch within its span (one row is a span of its own, see FEWEST_ROWS);
         other ranks need the terms over the ranks, and every parameter's rows split evenly over them but those of
-        the row count whose padded shards the terms hold (`padded`)."""
+        the row counts whose padded shards the terms hold (`padded`)."""
         low, high = self.span
         if batch < low or (high is not None and batch > high):
             return False
@@ -195,20 +195,22 @@ class StepFamily:
             "trace": dataclasses.asdict(self.trace),
             "holders": {k: sorted(v) for k, v in dataclasses.asdict(self.holders).items()},
             "rows": list(self.rows),
+            "padded": list(self.padded),
             "span": list(self.span),
         }
 
     @classmethod
     def from_wire(cls, data: dict[str, Any], trace: Trace) -> StepFamily:
         holders = Holders(**{k: frozenset(v) for k, v in data["holders"].items()})
-        names = ("log", "batch", "ranks", "sizes", "slopes", "per_rank", "labelled_per_row", "padded",
-                 "shard_row_bytes", "whole_row_bytes")  # fmt: skip
+        names = ("log", "batch", "ranks", "sizes", "slopes", "per_rank", "labelled_per_row", "shard_row_bytes",
+                 "whole_row_bytes")  # fmt: skip
         fields = {k: data[k] for k in names}
         low, high = data["span"]
         return cls(
             trace=trace,
             holders=holders,
             rows=tuple(data["rows"]),
+            padded=tuple(data["padded"]),
             span=(low, high),
             tile_row_bytes=data["tile_row_bytes"],
             **fields,
@@ -278,7 +280,7 @@ def family(
         span,
         labelled_per_row if tiles is not None else 0,
         tiles,
-        terms.padded if terms else 0,
+        terms.padded if terms else (),
         terms.shard_row_bytes if terms else None,
         terms.whole_row_bytes if terms else None,
     )
