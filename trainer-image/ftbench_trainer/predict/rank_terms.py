@@ -8,8 +8,9 @@ shard is rows / ranks, so each size is a constant plus a part over the ranks, so
 a row count does not split (an odd vocabulary: granite-3's 49155 rows; LoRA's rank, 4 rows, over 8 ranks), its
 shards add bytes x ceil(rows / ranks) to a storage of shards, or ranks x that to one of wholes: two rank counts
 more than there are such row counts (up to MOST_PADDED) solve each storage's terms, one form or the other, as the
-only one that fits with whole, non-negative bytes (a size that fits both, or neither, is no family's). tests/trainer/test_step_family.py holds
-the replayed step against direct traces at rank counts none of them was recorded at.
+only one that fits with whole, non-negative bytes (a size that fits both, or neither, is no family's).
+tests/trainer/test_step_family.py holds the replayed step against direct traces at rank counts none of them was
+recorded at.
 """
 
 from __future__ import annotations

@@ -244,9 +244,9 @@ def family(
     labelled_per_row: int = 0,
 ) -> StepFamily | None:
     """The family of the recordings (at consecutive batches within `span`, the first one first) and, where given,
-    the first one's step at other rank counts (predict.rank_terms); None where they disagree: their events differ, a size is off its
-    line, or the family does not give back each recording. `labelled_per_row`: under trl's fused LM head, how many
-    labelled tokens a row holds (its tile buffers' rows, `tile_rows`)."""
+    the first one's step at other rank counts (predict.rank_terms); None where they disagree: their events differ,
+    a size is off its line, or the family does not give back each recording. `labelled_per_row`: under trl's fused
+    LM head, how many labelled tokens a row holds (its tile buffers' rows, `tile_rows`)."""
     first = recordings[0]
     if [r.batch - first.batch for r in recordings] != list(range(len(recordings))):
         raise ValueError("recordings at consecutive batches, the first one first")
